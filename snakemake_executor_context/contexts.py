@@ -1,0 +1,496 @@
+"""Declaring a context once and using it from a rule's script.
+
+A *context* is an expensive object (an LLM and its tokenizer, an embedding model)
+that many jobs use. It is declared once in the Snakefile, by a name, a loader and
+keyword arguments::
+
+    from snakemake_executor_context import declare_context
+
+    declare_context(config, "smollm2", "loaders/llm.py:load_model", model="...")
+
+    rule score:
+        input: "claims/{shard}.jsonl"
+        output: "scores/{shard}.tsv"
+        resources: context="smollm2", gpu=1
+        script: "scripts/score.py"
+
+and the rule's script gets the loaded object with one call::
+
+    from snakemake_executor_context import load_context
+    model = load_context(snakemake)
+
+Under ``--executor context`` the script runs inside a context server that keeps the
+object loaded for the next job; under any other executor the call loads it in the
+job's own process (the context-agnostic baseline). The declaration travels inside
+the workflow's ``config`` under :data:`CONFIG_KEY`, because a script under
+``--executor local`` or slurm runs in a fresh interpreter that only sees the pickled
+``snakemake`` object.
+
+This module is imported by every Snakefile that declares a context, in every job
+Snakemake spawns: it imports nothing beyond the standard library at import time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .errors import ContextDeclarationError, ContextLoadError
+
+__all__ = [
+    "CONFIG_KEY",
+    "ContextDeclaration",
+    "LoadRecord",
+    "declare_context",
+    "declare_size",
+    "load_context",
+    "loader",
+    "note_conversion",
+    "report_items",
+]
+
+#: The reserved key of the workflow's ``config`` that holds the declarations.
+CONFIG_KEY = "__snakemake_contexts__"
+
+
+@dataclass(frozen=True)
+class ContextDeclaration:
+    """One declared context: what to call, with which arguments, and its identity.
+
+    ``identity`` is the sha256 of the loader spec, the canonical JSON of the keyword
+    arguments and a fingerprint of the loader's code (the content hash of its file, or
+    its distribution's version when it is an installed package). Two names declared
+    with equal loaders and arguments share one identity, and so one load.
+    """
+
+    name: str
+    loader: str
+    kwargs: Mapping[str, Any]
+    identity: str
+    #: Absolute path of a file loader (``path/to/file.py:function``); None for modules.
+    loader_path: str | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        """The plain-data form stored in the workflow's config."""
+        return {
+            "loader": self.loader,
+            "kwargs": dict(self.kwargs),
+            "identity": self.identity,
+            "loader_path": self.loader_path,
+        }
+
+    @classmethod
+    def from_config(cls, name: str, data: Mapping[str, Any]) -> ContextDeclaration:
+        """Rebuild a declaration from its config form."""
+        return cls(
+            name=name,
+            loader=data["loader"],
+            kwargs=dict(data.get("kwargs", {})),
+            identity=data["identity"],
+            loader_path=data.get("loader_path"),
+        )
+
+    @property
+    def label(self) -> str:
+        """A short human label: the name and the start of the identity."""
+        return f"{self.name} [{self.identity[:10]}]"
+
+
+def declare_context(
+    config: dict[str, Any], name: str, loader: str, /, **kwargs: Any
+) -> ContextDeclaration:
+    """Declare a context named ``name`` in the workflow's ``config``.
+
+    ``loader`` is ``package.module:function`` (an importable module) or
+    ``path/to/file.py:function`` (relative to the Snakefile that declares it). The
+    keyword arguments are passed to the loader; they must be JSON values (``Path``
+    objects are turned into strings). Returns the declaration.
+    """
+    if not isinstance(config, dict):
+        raise ContextDeclarationError(
+            f"declare_context({name!r}, ...): the first argument must be the "
+            "workflow's `config` dict. Fix: call declare_context(config, name, loader, ...)."
+        )
+    if not isinstance(name, str) or not name or any(c in name for c in " \t\n/:"):
+        raise ContextDeclarationError(
+            f"Context name {name!r} is invalid: use a non-empty name without "
+            "spaces, '/' or ':' (for example 'smollm2')."
+        )
+    basedir = _caller_basedir()
+    decl = make_declaration(name, loader, kwargs, basedir)
+    existing = config.setdefault(CONFIG_KEY, {})
+    previous = existing.get(name)
+    if previous is not None and previous.get("identity") != decl.identity:
+        raise ContextDeclarationError(
+            f"Context '{name}' is declared twice with different loaders or "
+            f"arguments ({previous.get('loader')} and {decl.loader}). Fix: give "
+            "the second declaration its own name."
+        )
+    existing[name] = decl.to_config()
+    return decl
+
+
+def make_declaration(
+    name: str, loader: str, kwargs: Mapping[str, Any], basedir: str | os.PathLike[str]
+) -> ContextDeclaration:
+    """Build a declaration without touching any config (see :func:`declare_context`)."""
+    module, function, path = _parse_loader_spec(name, loader, Path(basedir))
+    canonical = _canonical_kwargs(name, kwargs)
+    fingerprint = _file_fingerprint(path) if path else _module_fingerprint(name, module)
+    digest = hashlib.sha256()
+    for part in (loader if path is None else f"{Path(loader).name}:{function}",
+                 canonical, fingerprint):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return ContextDeclaration(
+        name=name,
+        loader=loader,
+        kwargs=json.loads(canonical),
+        identity=digest.hexdigest(),
+        loader_path=str(path) if path else None,
+    )
+
+
+def declarations_from_config(config: Mapping[str, Any]) -> dict[str, ContextDeclaration]:
+    """All declarations stored in a workflow config, by name."""
+    raw = config.get(CONFIG_KEY) or {}
+    return {name: ContextDeclaration.from_config(name, data) for name, data in raw.items()}
+
+
+# --------------------------------------------------------------------------------------
+# Using a context from a script.
+
+
+class ContextProvider(Protocol):
+    """What a context server offers to the job running in the current thread."""
+
+    def acquire(self, declaration: ContextDeclaration) -> Any:
+        """Return the loaded object, loading it first if needed."""
+        ...
+
+
+@dataclass
+class JobHooks:
+    """Per-job state a running script reports into (see :func:`report_items`)."""
+
+    provider: ContextProvider | None = None
+    items: int = 0
+
+
+@dataclass
+class LoadRecord:
+    """What a loader reported about one load (see :func:`declare_size`)."""
+
+    declared_bytes: int | None = None
+    conversions: int = 0
+    started: float = field(default_factory=time.time)
+
+
+_state = threading.local()
+#: Fallback for threads a job starts itself: the single job running in this process.
+_process_job: JobHooks | None = None
+#: Contexts loaded in this process when no server runs the job (the baseline).
+_local_objects: dict[str, Any] = {}
+_local_lock = threading.Lock()
+
+
+def load_context(snakemake: Any, name: str | None = None) -> Any:
+    """Return the loaded object of the context the job names.
+
+    ``snakemake`` is the script's ``snakemake`` object; ``name`` defaults to the
+    rule's ``context`` resource. Inside a context server the object is the server's
+    (loaded once, kept for later jobs); anywhere else it is loaded in this process.
+    """
+    declaration = resolve_declaration(
+        getattr(snakemake, "config", {}),
+        name if name is not None else _resource(snakemake, "context"),
+        rule=str(getattr(snakemake, "rule", "?")),
+    )
+    hooks = current_job()
+    if hooks is not None and hooks.provider is not None:
+        return hooks.provider.acquire(declaration)
+    with _local_lock:
+        if declaration.identity not in _local_objects:
+            _local_objects[declaration.identity] = call_loader(declaration, LoadRecord())
+        return _local_objects[declaration.identity]
+
+
+def resolve_declaration(
+    config: Mapping[str, Any], name: Any, *, rule: str
+) -> ContextDeclaration:
+    """Find the declaration called ``name``; a clear error names what is missing."""
+    if not name:
+        raise ContextDeclarationError(
+            f"Rule '{rule}' asked for its context, but it names none. Fix: add "
+            "`context=\"<name>\"` to the rule's resources, or pass the name: "
+            "load_context(snakemake, \"<name>\")."
+        )
+    declared = (config or {}).get(CONFIG_KEY) or {}
+    if name not in declared:
+        known = ", ".join(sorted(declared)) or "none"
+        raise ContextDeclarationError(
+            f"Rule '{rule}' uses context '{name}', which is not declared "
+            f"(declared: {known}). Fix: add declare_context(config, \"{name}\", "
+            "\"module:function\", ...) to the Snakefile, or correct the name."
+        )
+    return ContextDeclaration.from_config(name, declared[name])
+
+
+def report_items(n: int) -> None:
+    """Record that the running job has done ``n`` more items of work (claims, prompts).
+
+    The count lands in the job's result; outside a context server it is ignored.
+    """
+    hooks = current_job()
+    if hooks is not None:
+        hooks.items += int(n)
+
+
+def declare_size(nbytes: int) -> None:
+    """Called by a loader: the loaded context takes ``nbytes`` of memory.
+
+    Without it, a server measures the growth of its RSS (CPU) or of allocated CUDA
+    memory (GPU) during the load.
+    """
+    record = getattr(_state, "load", None)
+    if record is not None:
+        record.declared_bytes = int(nbytes)
+
+
+def note_conversion() -> None:
+    """Called by a loader when it converted weights (for example GGUF to safetensors)."""
+    record = getattr(_state, "load", None)
+    if record is not None:
+        record.conversions += 1
+
+
+def loader(
+    *, cache_probe: Callable[..., bool] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a loader function, optionally with a cache probe.
+
+    ``cache_probe`` is called with the loader's keyword arguments and answers whether
+    the weights are already on this machine's local disk (so a load would be cheap).
+    Placement uses it to prefer servers whose cache holds a context.
+    """
+
+    def wrap(function: Callable[..., Any]) -> Callable[..., Any]:
+        function.cache_probe = cache_probe  # type: ignore[attr-defined]
+        return function
+
+    return wrap
+
+
+# --------------------------------------------------------------------------------------
+# Used by the context server.
+
+
+def current_job() -> JobHooks | None:
+    """The hooks of the job running in this thread, if a server runs one."""
+    hooks = getattr(_state, "job", None)
+    return hooks if hooks is not None else _process_job
+
+
+def set_current_job(hooks: JobHooks | None, *, single: bool = True) -> None:
+    """Install (or clear) the hooks of the job running in this thread.
+
+    With ``single`` the hooks are also seen from threads the job starts itself.
+    """
+    global _process_job
+    _state.job = hooks
+    if single:
+        _process_job = hooks
+
+
+def call_loader(declaration: ContextDeclaration, record: LoadRecord) -> Any:
+    """Import the loader and call it with the declared arguments."""
+    function = import_loader(declaration)
+    _state.load = record
+    try:
+        return function(**declaration.kwargs)
+    finally:
+        _state.load = None
+
+
+def import_loader(declaration: ContextDeclaration) -> Callable[..., Any]:
+    """Import a declaration's loader function; a clear error if that fails."""
+    spec, _, function_name = declaration.loader.rpartition(":")
+    where = f"on host {os.uname().nodename} (pid {os.getpid()})"
+    try:
+        if declaration.loader_path:
+            module = _import_file(declaration.loader_path)
+        else:
+            module = importlib.import_module(spec)
+    except Exception as error:
+        fix = (
+            "make the file readable from the servers (a shared filesystem)"
+            if declaration.loader_path
+            else "install the package in the servers' Python environment, or use a "
+            "file loader 'path/to/file.py:function'"
+        )
+        raise ContextLoadError(
+            f"Context '{declaration.name}': loader '{declaration.loader}' could not be "
+            f"imported {where}: {type(error).__name__}: {error}. Fix: {fix}."
+        ) from error
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise ContextLoadError(
+            f"Context '{declaration.name}': loader '{declaration.loader}' names "
+            f"'{function_name}', which {module.__name__} does not define as a function. "
+            "Fix: correct the part after ':'."
+        )
+    return function  # type: ignore[no-any-return]
+
+
+def cache_probe(declaration: ContextDeclaration) -> bool | None:
+    """Ask the loader's cache probe whether the weights are on local disk (None: no probe)."""
+    probe = getattr(import_loader(declaration), "cache_probe", None)
+    if probe is None:
+        return None
+    return bool(probe(**declaration.kwargs))
+
+
+# --------------------------------------------------------------------------------------
+# Helpers.
+
+
+def _resource(snakemake: Any, name: str) -> Any:
+    resources = getattr(snakemake, "resources", None)
+    if resources is None:
+        return None
+    getter = getattr(resources, "get", None)
+    return getter(name) if getter else getattr(resources, name, None)
+
+
+def _caller_basedir() -> Path:
+    """The directory of the Snakefile that called declare_context (cwd as fallback)."""
+    frame = sys._getframe(2)
+    filename = frame.f_code.co_filename
+    if filename and os.path.isfile(filename):
+        return Path(filename).resolve().parent
+    return Path.cwd()
+
+
+def _parse_loader_spec(
+    name: str, spec: str, basedir: Path
+) -> tuple[str, str, Path | None]:
+    if not isinstance(spec, str) or spec.count(":") < 1:
+        raise ContextDeclarationError(
+            f"Context '{name}': loader {spec!r} is not of the form "
+            "'package.module:function' or 'path/to/file.py:function'."
+        )
+    target, _, function = spec.rpartition(":")
+    if not function.isidentifier() or not target:
+        raise ContextDeclarationError(
+            f"Context '{name}': loader {spec!r} must end in ':function_name'."
+        )
+    if target.endswith(".py") or "/" in target or os.sep in target:
+        path = Path(target)
+        if not path.is_absolute():
+            path = basedir / path
+        path = path.resolve()
+        if not path.is_file():
+            raise ContextDeclarationError(
+                f"Context '{name}': loader file {path} does not exist. Fix: give its "
+                "path relative to the Snakefile that declares the context."
+            )
+        return target, function, path
+    if not all(part.isidentifier() for part in target.split(".")):
+        raise ContextDeclarationError(
+            f"Context '{name}': loader {spec!r} is not a module path or a .py file."
+        )
+    return target, function, None
+
+
+def _canonical_kwargs(name: str, kwargs: Mapping[str, Any]) -> str:
+    def plain(value: Any) -> Any:
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    try:
+        return json.dumps(
+            plain(dict(kwargs)), sort_keys=True, separators=(",", ":"), allow_nan=False
+        )
+    except (TypeError, ValueError) as error:
+        raise ContextDeclarationError(
+            f"Context '{name}': its keyword arguments must be JSON values (str, int, "
+            f"float, bool, None, lists, dicts): {error}. Fix: pass plain values, and "
+            "build objects inside the loader."
+        ) from error
+
+
+def _file_fingerprint(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _module_fingerprint(name: str, module: str) -> str:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as error:
+        spec = None
+        reason = f"{type(error).__name__}: {error}"
+    else:
+        reason = "not found on sys.path"
+    if spec is None:
+        raise ContextDeclarationError(
+            f"Context '{name}': loader module '{module}' cannot be imported here "
+            f"({reason}). Fix: install the package, or use a file loader "
+            "'path/to/file.py:function'."
+        )
+    origin = spec.origin
+    if origin and os.path.isfile(origin):
+        site_dirs = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+        if any(origin.startswith(site + os.sep) for site in site_dirs):
+            version = _distribution_version(module.partition(".")[0])
+            if version:
+                return f"dist:{version}"
+        return _file_fingerprint(Path(origin))
+    return f"module:{module}"
+
+
+def _distribution_version(top_level: str) -> str | None:
+    from importlib import metadata
+
+    for dist_name in metadata.packages_distributions().get(top_level, []):
+        try:
+            return f"{dist_name}=={metadata.version(dist_name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _import_file(path: str) -> Any:
+    # Keyed by path and content: an edited loader file is imported anew, as its
+    # changed identity asks for.
+    digest = hashlib.sha256(path.encode() + b"\0" + Path(path).read_bytes()).hexdigest()
+    module_name = "_snakemake_context_loader_" + digest[:16]
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module

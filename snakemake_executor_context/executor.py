@@ -1,0 +1,697 @@
+"""The Snakemake executor: Snakemake jobs in, Dask tasks out, outcomes back.
+
+A context job (a non-group job whose rule names a context and has a ``.py`` script)
+becomes a :class:`~.jobspec.ContextJobSpec` that a server runs in-process; every
+other job becomes Snakemake's own job command, run as a subprocess on a server.
+Outcomes are reported only from :meth:`Executor.check_active_jobs`; a Dask
+done-callback merely wakes that loop (see :meth:`Executor.sleep`).
+
+Imports are cheap on purpose: Snakemake imports this module on every start, in every
+job it spawns. Dask and the server code are imported when a run starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncGenerator, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
+from snakemake_interface_executor_plugins.settings import SharedFSUsage
+
+from .contexts import ContextDeclaration, declarations_from_config
+from .errors import ContextDeclarationError, ContextExecutorError
+from .placement import Requirements, explain_unrunnable, job_resources, requirements_from
+from .settings import ExecutorSettings
+
+if TYPE_CHECKING:
+    from .cluster import Engine
+    from .jobspec import ContextJobSpec, JobResult, PlainJobSpec
+    from .placement import ServerView
+
+__all__ = ["Executor"]
+
+#: What servers need to share with the Snakemake process: they read inputs and write
+#: outputs in place, plain jobs write Snakemake's metadata, read the Snakefile, and
+#: run the same Python.
+REQUIRED_SHARED_FS = (
+    SharedFSUsage.PERSISTENCE,
+    SharedFSUsage.INPUT_OUTPUT,
+    SharedFSUsage.SOURCES,
+    SharedFSUsage.SOFTWARE_DEPLOYMENT,
+)
+CONTEXT_DIR = Path(".snakemake") / "context"
+#: How often submitted jobs are checked against the fleet (servers may vanish).
+FLEET_CHECK_SECONDS = 2.0
+
+
+@dataclass
+class _Tracked:
+    """The executor's record of one submitted Snakemake job."""
+
+    key: str
+    kind: str  # "context" or "plain"
+    requirements: Requirements
+    spec: Any
+    resources: dict[str, float]
+    priority: int
+    context: str | None = None
+    future: Any = None
+    submitted: float = field(default_factory=time.time)
+    waiting_since: float | None = None
+    error: str | None = None
+    cancelled: bool = False
+
+
+class _Waker:
+    """Wakes the status loop from any thread (Dask callbacks run on a client thread)."""
+
+    def __init__(self) -> None:
+        self._flag = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def set(self) -> None:
+        self._flag.set()
+        loop, event = self._loop, self._event
+        if loop is not None and event is not None:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the loop has ended
+                pass
+
+    async def wait(self, timeout: float) -> None:
+        if self._event is None:
+            self._loop = asyncio.get_running_loop()
+            self._event = asyncio.Event()
+        if not self._flag.is_set():
+            try:
+                await asyncio.wait_for(self._event.wait(), timeout)
+            except TimeoutError:
+                pass
+        self._flag.clear()
+        self._event.clear()
+
+
+class Executor(RemoteExecutor):
+    """Runs Snakemake jobs on context servers (``snakemake --executor context``)."""
+
+    def __init__(self, workflow: Any, logger: Any) -> None:
+        # RemoteExecutor starts the status thread before __post_init__: what it
+        # touches must exist first.
+        self.settings: ExecutorSettings = workflow.executor_settings or ExecutorSettings()
+        self._waker = _Waker()
+        self._ready = False
+        self._last_fleet_check = 0.0
+        super().__init__(workflow, logger)
+
+    def __post_init__(self) -> None:
+        check_shared_fs(self.workflow.storage_settings.shared_fs_usage)
+        self.declarations = declarations_from_config(self.workflow.config)
+        check_context_rules(self.workflow.rules, self.declarations, self._deployment())
+        self.workdir = os.getcwd()
+        self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        self.started = time.time()
+        self._warned_groups: set[str] = set()
+        self._scripts: dict[str, tuple[Any, ...]] = {}
+        self._fleet: tuple[float, list[ServerView]] = (0.0, [])
+        self._results: list[JobResult] = []
+        self._quiet_dask()
+        self.engine: Engine = self._start_engine()
+        self._announce_fleet()
+        self._ready = True
+
+    # -- start --------------------------------------------------------------------
+
+    def _deployment(self) -> set[str]:
+        methods = self.workflow.deployment_settings.deployment_method
+        return {method.item_to_choice() for method in methods}
+
+    def _start_engine(self) -> Engine:
+        from .cluster import Engine
+
+        settings = self.settings
+        if settings.scheduler_address or settings.scheduler_file:
+            return Engine.attach(
+                address=settings.scheduler_address,
+                scheduler_file=Path(settings.scheduler_file) if settings.scheduler_file else None,
+                timeout=settings.connect_timeout,
+            )
+        scheduler_file = Path(self.workdir) / CONTEXT_DIR / "cluster" / f"{self.run_id}.json"
+        return Engine.start_embedded(
+            scheduler_file,
+            servers=settings.servers,
+            memory_budget=settings.memory_budget,
+            timeout=max(settings.connect_timeout, 60.0),
+        )
+
+    def _quiet_dask(self) -> None:
+        """Dask's client logs go to a file: Snakemake's output stays Snakemake's."""
+        import logging
+
+        log_dir = Path(self.workdir) / CONTEXT_DIR / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(log_dir / f"client-{self.run_id}.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        for name in ("distributed", "tornado", "asyncio"):
+            log = logging.getLogger(name)
+            log.handlers = [handler]
+            log.propagate = False
+
+    def _announce_fleet(self) -> None:
+        servers = self._servers(force=True)
+        wants_gpu = any(
+            _constant_resource(rule, "gpu") for rule in self.workflow.rules
+        )
+        stand_ins: list[str] = []
+        if self.engine.local is not None:
+            info = self.engine.local.files.read_info() or {}
+            stand_ins = [s["name"] for s in info.get("servers", []) if s.get("gpu") is None]
+        self.logger.info(
+            f"Context executor: {len(servers)} server(s) on the {self.engine.description}."
+        )
+        if stand_ins and wants_gpu:
+            self.logger.info(
+                f"No GPU found on this machine: the CPU servers {', '.join(stand_ins)} stand "
+                "in for gpu=1, so GPU rules run on the CPU."
+            )
+
+    # -- submission ---------------------------------------------------------------
+
+    def run_job(self, job: JobExecutorInterface) -> None:
+        """Turn a Snakemake job into a Dask task (or hold it until a server fits)."""
+        key = _task_key(job)
+        context = None if job.is_group() else job.resources.get("context")
+        tracked: _Tracked
+        try:
+            if job.is_group():
+                self._warn_group(job)
+                spec: Any = self._plain_spec(job, key)
+                kind = "plain"
+            elif context:
+                declaration = self._declaration(job, str(context))
+                spec = self._context_spec(job, key, declaration)
+                kind = "context"
+            else:
+                spec = self._plain_spec(job, key)
+                kind = "plain"
+            requirements = requirements_from(job.resources)
+            tracked = _Tracked(
+                key=key, kind=kind, requirements=requirements, spec=spec,
+                resources=job_resources(requirements), priority=_priority(job),
+                context=str(context) if context else None,
+            )
+        except ContextExecutorError as error:
+            tracked = _Tracked(key=key, kind="invalid", requirements=Requirements(),
+                               spec=None, resources={}, priority=0, error=str(error))
+        info = SubmittedJobInfo(job=job, external_jobid=key, aux={"tracked": tracked})
+        self.report_job_submission(info)
+        if tracked.error is None:
+            self._submit_if_runnable(job, tracked)
+        self._waker.set()
+
+    def _declaration(self, job: JobExecutorInterface, name: str) -> ContextDeclaration:
+        declaration = self.declarations.get(name)
+        if declaration is None:
+            known = ", ".join(sorted(self.declarations)) or "none"
+            raise ContextDeclarationError(
+                f"Rule '{job.rule.name}' uses context '{name}', which is not declared "  # type: ignore[attr-defined]
+                f"(declared: {known}). Fix: add declare_context(config, \"{name}\", ...) "
+                "to the Snakefile, or correct the rule's context resource."
+            )
+        return declaration
+
+    def _submit_if_runnable(self, job: JobExecutorInterface, tracked: _Tracked) -> bool:
+        from .placement import runnable_on
+
+        servers = self._servers()
+        if not runnable_on(tracked.requirements, servers):
+            servers = self._servers(force=True)
+            if not runnable_on(tracked.requirements, servers):
+                if tracked.waiting_since is None:
+                    tracked.waiting_since = time.time()
+                return False
+        self._submit(tracked)
+        return True
+
+    def _submit(self, tracked: _Tracked) -> None:
+        from .server import execute_job
+
+        tracked.waiting_since = None
+        future = self.engine.client.submit(
+            execute_job, tracked.spec, key=tracked.key, pure=False,
+            resources=tracked.resources or None, priority=tracked.priority,
+        )
+        future.add_done_callback(lambda _: self._waker.set())
+        tracked.future = future
+
+    def _servers(self, force: bool = False) -> list[ServerView]:
+        stamp, servers = self._fleet
+        if force or time.monotonic() - stamp > FLEET_CHECK_SECONDS:
+            servers = self.engine.servers()
+            self._fleet = (time.monotonic(), servers)
+        return servers
+
+    def _warn_group(self, job: Any) -> None:
+        if job.groupid in self._warned_groups:
+            return
+        self._warned_groups.add(job.groupid)
+        members = sorted({j.rule.name for j in job.jobs if j.resources.get("context")})
+        if members:
+            self.logger.warning(
+                f"Group '{job.groupid}' runs as one subprocess: its context rule(s) "
+                f"{', '.join(members)} load their context in that subprocess, not on a "
+                "context server. Fix: take them out of the group to reuse loaded contexts."
+            )
+
+    # -- job specs ----------------------------------------------------------------
+
+    def _log_path(self, job: Any, key: str) -> str:
+        name = job.groupid if job.is_group() else job.rule.name
+        wildcards = "" if job.is_group() else ",".join(
+            f"{k}={v}" for k, v in job.wildcards_dict.items()
+        )
+        label = re.sub(r"[^A-Za-z0-9_.,=+-]+", "_", wildcards)[:80] or "job"
+        return str(CONTEXT_DIR / "logs" / _safe(name) / f"{label}.{key.rsplit('-', 1)[-1]}.log")
+
+    def _plain_spec(self, job: Any, key: str) -> PlainJobSpec:
+        from .jobspec import PlainJobSpec
+
+        return PlainJobSpec(
+            key=key,
+            title=_title(job),
+            command=self.format_job_exec(job),
+            workdir=str(self.workflow.workdir_init),
+            log_path=self._log_path(job, key),
+            outputs=[str(f) for f in job.output],
+        )
+
+    def _context_spec(
+        self, job: Any, key: str, declaration: ContextDeclaration
+    ) -> ContextJobSpec:
+        from snakemake.common import get_snakemake_searchpaths
+        from snakemake.io import is_flagged
+        from snakemake.iocontainers import Snakemake
+        from snakemake.sourcecache import LocalSourceFile
+
+        from .jobspec import ContextJobSpec, OutputSpec
+
+        source_file, source, _, is_local, cache_path = self._script_source(job)
+        if isinstance(source_file, LocalSourceFile):
+            script_path = os.path.realpath(source_file.get_path_or_uri(secret_free=True))
+        else:
+            script_path = source_file.get_path_or_uri(secret_free=True)
+        scriptdir = source_file.get_basedir().get_path_or_uri(secret_free=True)
+        search_paths = get_snakemake_searchpaths()
+        if cache_path:
+            search_paths.append(os.path.dirname(cache_path))
+        if is_local:
+            search_paths.append(scriptdir)
+        snakemake_object = Snakemake(
+            job.input, job.output, job.params, job.wildcards, job.threads, job.resources,
+            job.log, self.workflow.config, job.rule.name, None, scriptdir,
+        )
+        benchmark = str(job.benchmark) if job.benchmark is not None else None
+        return ContextJobSpec(
+            key=key,
+            rule=job.rule.name,
+            jobid=job.jobid,
+            title=_title(job),
+            declaration=declaration,
+            workdir=self.workdir,
+            script_path=script_path,
+            script_source=source,
+            search_paths=search_paths,
+            snakemake_pickle=pickle.dumps(snakemake_object, protocol=4),
+            inputs=[str(f) for f in job.input],
+            outputs=[
+                OutputSpec(str(f), is_directory=bool(f.is_directory),
+                           keep=bool(is_flagged(f, "update")))
+                for f in job.output
+            ],
+            logs=[str(f) for f in job.log],
+            benchmark=benchmark,
+            benchmark_repeats=job.benchmark_repeats or 1,
+            benchmark_extended=bool(
+                getattr(self.workflow.output_settings, "benchmark_extended", False)
+            ),
+            threads=int(job.threads),
+            envvars=dict(self.envvars()),
+            latency_wait=float(self.workflow.execution_settings.latency_wait),
+            log_path=self._log_path(job, key),
+            shell_exec=job.resources.get("shell_exec"),
+        )
+
+    def _script_source(self, job: Any) -> tuple[Any, ...]:
+        """snakemake.script.get_source for the job's script, cached per rule."""
+        from snakemake.script import get_source
+
+        rule = job.rule
+        cacheable = "{" not in str(rule.script)
+        if cacheable and rule.name in self._scripts:
+            return self._scripts[rule.name]
+        found = get_source(
+            rule.script, self.workflow.sourcecache, rule.basedir, job.wildcards, job.params
+        )
+        if cacheable:
+            self._scripts[rule.name] = found
+        return found
+
+    # -- status -------------------------------------------------------------------
+
+    async def check_active_jobs(
+        self, active_jobs: list[SubmittedJobInfo]
+    ) -> AsyncGenerator[SubmittedJobInfo, None]:
+        """Report finished jobs; submit or fail waiting ones; yield the rest."""
+        if not self._ready:
+            for info in active_jobs:
+                yield info
+            return
+        now = time.time()
+        check_fleet = time.monotonic() - self._last_fleet_check > FLEET_CHECK_SECONDS
+        if check_fleet:
+            self._last_fleet_check = time.monotonic()
+        for info in active_jobs:
+            tracked: _Tracked = info.aux["tracked"]  # type: ignore[index]
+            if tracked.cancelled:
+                continue
+            if tracked.error is not None:
+                self.report_job_error(info, msg=tracked.error)
+                continue
+            if tracked.future is None:
+                if self._submit_if_runnable(info.job, tracked):
+                    yield info
+                elif self._waited_too_long(tracked, now):
+                    self._fail_unrunnable(info, tracked, now)
+                else:
+                    yield info
+                continue
+            if tracked.future.done():
+                self._report(info, tracked)
+                continue
+            if check_fleet and not self._still_runnable(tracked, now):
+                self._fail_unrunnable(info, tracked, now)
+                continue
+            yield info
+
+    def _waited_too_long(self, tracked: _Tracked, now: float) -> bool:
+        # The embedded cluster's fleet is fixed: nothing will join to run the job.
+        if self.engine.embedded and tracked.future is None:
+            return True
+        since = tracked.waiting_since or now
+        return now - since >= self.settings.wait_for_server
+
+    def _still_runnable(self, tracked: _Tracked, now: float) -> bool:
+        from .placement import runnable_on
+
+        if runnable_on(tracked.requirements, self._servers()):
+            tracked.waiting_since = None
+            return True
+        if tracked.waiting_since is None:
+            tracked.waiting_since = now
+        return now - tracked.waiting_since < self.settings.wait_for_server
+
+    def _fail_unrunnable(self, info: SubmittedJobInfo, tracked: _Tracked, now: float) -> None:
+        if tracked.future is not None:
+            tracked.future.cancel()
+        waited = now - (tracked.waiting_since or now)
+        message = explain_unrunnable(
+            info.job.rule.name, tracked.requirements, self._servers(force=True),  # type: ignore[attr-defined]
+            waited=waited,
+        )
+        self.report_job_error(info, msg=message)
+
+    def _report(self, info: SubmittedJobInfo, tracked: _Tracked) -> None:
+        future = tracked.future
+        if future.status == "finished":
+            try:
+                result: JobResult = future.result()
+            except Exception as error:  # the result could not be fetched
+                self.report_job_error(info, msg=f"{_title(info.job)}: {error}")
+                return
+            self._results.append(result)
+            if result.ok:
+                self.report_job_success(info)
+            elif result.cancelled and tracked.cancelled:
+                pass
+            else:
+                aux = [result.log_path] if result.log_path else []
+                self.report_job_error(info, msg=result.message, aux_logs=aux)
+            return
+        if future.status == "cancelled":
+            if not tracked.cancelled:
+                self.report_job_error(info, msg=f"{_title(info.job)}: cancelled in Dask.")
+            return
+        error = future.exception()
+        self.report_job_error(info, msg=_explain_task_error(info.job, error))
+
+    def report_job_error(
+        self, job_info: SubmittedJobInfo, msg: str | None = None, **kwargs: Any
+    ) -> None:
+        """Report a failure, with our message only (no 'see the cluster log' suffix)."""
+        if job_info.external_jobid is not None:
+            kwargs["external_jobid"] = job_info.external_jobid
+        job_info.job.log_error(msg, **kwargs)
+        self.workflow.scheduler.error_callback(job_info.job)
+
+    async def sleep(self) -> None:
+        """Sleep until a job finishes (woken by its Dask callback) or the interval ends."""
+        await self._waker.wait(self.settings.status_interval)
+
+    # -- cancel and shutdown ------------------------------------------------------
+
+    def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]) -> None:
+        """Stop running jobs on their servers and remove their outputs (Ctrl-C)."""
+        from .server import cancel_jobs
+
+        tracked = [info.aux["tracked"] for info in active_jobs]  # type: ignore[index]
+        for item in tracked:
+            item.cancelled = True
+        futures = [t.future for t in tracked if t.future is not None and not t.future.done()]
+        keys = [t.key for t in tracked if t.future is not None]
+        if keys:
+            try:
+                outcome = self.engine.client.run(cancel_jobs, keys, 10.0, on_error="return")
+            except Exception:
+                outcome = {}
+            stuck = [
+                address for address, per_job in outcome.items()
+                if isinstance(per_job, dict) and "running" in per_job.values()
+            ]
+            if stuck and not self.engine.embedded:
+                try:
+                    self.engine.client.restart_workers(stuck, raise_for_error=False)
+                except Exception:
+                    pass
+            try:
+                self.engine.client.cancel(futures, force=True)
+            except Exception:
+                pass
+        for info in active_jobs:
+            _remove_outputs(info.job.output)
+
+    def shutdown(self) -> None:
+        """Stop the status loop, summarise the servers, stop an embedded cluster."""
+        with self.lock:
+            self.wait = False
+        self._waker.set()
+        super().shutdown()
+        try:
+            self._write_summary()
+        finally:
+            self.engine.close()
+
+    def _write_summary(self) -> None:
+        inventories = self.engine.inventories()
+        summary = {
+            "run_id": self.run_id,
+            "started": self.started,
+            "finished": time.time(),
+            "cluster": self.engine.description,
+            "servers": inventories,
+            "jobs": [
+                {
+                    "key": r.key, "ok": r.ok, "server": r.server.name, "pid": r.server.pid,
+                    "started": r.started, "finished": r.finished, "items": r.items,
+                    "load_seconds": r.load_seconds, "loaded": r.loaded, "reused": r.reused,
+                }
+                for r in self._results
+            ],
+        }
+        path = Path(self.workdir) / CONTEXT_DIR / "runs" / f"{self.run_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=1, default=str))
+        loads = sum(inv.get("loads", 0) for inv in inventories.values())
+        context_jobs = sum(1 for r in self._results if r.loaded or r.reused)
+        if context_jobs:
+            self.logger.info(
+                f"Context servers ran {context_jobs} context job(s) with {loads} context "
+                f"load(s) in this cluster's lifetime; summary: {path}"
+            )
+
+
+# ----------------------------------------------------------------------------------
+# Checks at start (pure functions of the workflow's rules and settings).
+
+
+def check_shared_fs(usage: Iterable[SharedFSUsage]) -> None:
+    """Refuse a --shared-fs-usage that lacks what servers need, naming what is missing."""
+    present = set(usage)
+    missing = [item for item in REQUIRED_SHARED_FS if item not in present]
+    if missing:
+        names = " ".join(item.item_to_choice() for item in missing)
+        raise ContextExecutorError(
+            f"--shared-fs-usage lacks {names}: context servers read inputs and write "
+            "outputs in the workflow directory, run Snakemake's job command with the same "
+            f"Python, and record job metadata there. Fix: add {names} to "
+            "--shared-fs-usage (the default is all), or use an executor that stages files."
+        )
+
+
+def check_context_rules(
+    rules: Iterable[Any], declarations: dict[str, ContextDeclaration], deployment: set[str]
+) -> None:
+    """Refuse rules that cannot run against a context, before any job is submitted."""
+    for rule in rules:
+        resource = _resource_of(rule, "context")
+        if resource is None:
+            continue
+        name = rule.name
+        label = f"context '{resource.value}'" if not resource.is_evaluable() else "a context"
+        if not resource.is_evaluable() and resource.value not in declarations:
+            known = ", ".join(sorted(declarations)) or "none"
+            raise ContextDeclarationError(
+                f"Rule '{name}' uses context '{resource.value}', which is not declared "
+                f"(declared: {known}). Fix: add declare_context(config, "
+                f"\"{resource.value}\", \"module:function\", ...) to the Snakefile, or "
+                f"correct the name (--set-resources {name}:context=<name>)."
+            )
+        kind = _rule_kind(rule)
+        if kind is not None:
+            raise ContextDeclarationError(
+                f"Rule '{name}' names {label} but uses {kind}; a context rule runs a "
+                "Python `script:` (.py) inside a context server. Fix: move the code into "
+                "a .py script, or remove `context=` from the rule's resources."
+            )
+        if rule.shadow_depth:
+            raise ContextDeclarationError(
+                f"Rule '{name}' names {label} and `shadow: \"{rule.shadow_depth}\"`; a "
+                "context job runs in the server's process, in the workflow directory, "
+                "not in a shadow directory. Fix: remove `shadow:` from the rule."
+            )
+        software = []
+        if "conda" in deployment and rule.conda_env:
+            software.append("conda:")
+        if "apptainer" in deployment and rule.container_img:
+            software.append("container:")
+        if "env-modules" in deployment and rule.env_modules:
+            software.append("envmodules:")
+        if software:
+            raise ContextDeclarationError(
+                f"Rule '{name}' names {label} and {' and '.join(software)} while "
+                "software deployment is on; a context job runs in the server's own Python "
+                "environment, which cannot switch per job. Fix: install what the script "
+                "needs in the servers' environment and drop the directive, or remove "
+                "`context=` from the rule."
+            )
+
+
+def _rule_kind(rule: Any) -> str | None:
+    if rule.is_shell:
+        return "`shell:`"
+    if rule.is_wrapper:
+        return "`wrapper:`"
+    if rule.is_notebook:
+        return "`notebook:`"
+    if rule.is_cwl:
+        return "`cwl:`"
+    if rule.is_template_engine:
+        return "`template_engine:`"
+    if rule.norun:
+        return "no action (no `script:`)"
+    if rule.is_run:
+        return "`run:`"
+    script = str(rule.script)
+    if not script.endswith(".py"):
+        return f"a non-Python script ({script})"
+    return None
+
+
+def _resource_of(rule: Any, name: str) -> Any:
+    """The rule's Resource called ``name``; None if the rule does not set it."""
+    resources = getattr(rule, "resources", None)
+    if resources is None or name not in resources:
+        return None
+    resource = resources[name]
+    if not resource.is_evaluable() and resource.value is None:
+        return None
+    return resource
+
+
+def _constant_resource(rule: Any, name: str) -> Any:
+    resource = _resource_of(rule, name)
+    if resource is None or resource.is_evaluable():
+        return None
+    return resource.value
+
+
+# ----------------------------------------------------------------------------------
+# Helpers.
+
+
+def _task_key(job: Any) -> str:
+    name = job.groupid if job.is_group() else job.rule.name
+    return f"{_safe(str(name))}-{job.jobid}-a{job.attempt}-{uuid.uuid4().hex[:8]}"
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def _title(job: Any) -> str:
+    if job.is_group():
+        return f"Group '{job.groupid}'"
+    wildcards = ", ".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
+    return f"Rule '{job.rule.name}'" + (f" ({wildcards})" if wildcards else "")
+
+
+def _priority(job: Any) -> int:
+    priority = getattr(job, "priority", 0) or 0
+    return int(max(-(10**9), min(10**9, priority)))
+
+
+def _explain_task_error(job: Any, error: BaseException | None) -> str:
+    name = type(error).__name__ if error is not None else "unknown error"
+    if name == "KilledWorker":
+        return (
+            f"{_title(job)}: the servers that ran it died every time "
+            "(distributed.scheduler.allowed-failures reached): "
+            f"{error}. A job that makes its server crash (out of memory, a segfault in "
+            "a native library) fails here. Fix: look at the cluster log, give the "
+            "rule more memory, or raise allowed-failures for preemptible servers."
+        )
+    return f"{_title(job)}: the task failed in Dask: {name}: {error}"
+
+
+def _remove_outputs(outputs: Iterable[Any]) -> None:
+    import shutil
+
+    for path in map(str, outputs):
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.remove(path)
+        except OSError:
+            pass

@@ -1,0 +1,115 @@
+"""Every ``--context-*`` flag of the executor, with its help text.
+
+Snakemake turns each field into a command-line flag (``scheduler_address`` becomes
+``--context-scheduler-address``) and a profile key (``context-scheduler-address``).
+"""
+
+# No `from __future__ import annotations`: Snakemake reads the field types at run time
+# to build the argument parser, and only understands typing.Optional.
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from snakemake_interface_executor_plugins.settings import (
+    CommonSettings,
+    ExecutorSettingsBase,
+)
+
+__all__ = ["ExecutorSettings", "common_settings"]
+
+
+common_settings = CommonSettings(
+    # Jobs run in server processes, not in Snakemake's own process.
+    non_local_exec=True,
+    # Servers read and write the workflow directory directly: they need a shared
+    # filesystem (checked at start against --shared-fs-usage).
+    implies_no_shared_fs=False,
+    job_deploy_sources=False,
+    # Nothing to deploy: servers share the client's filesystem and environment.
+    auto_deploy_default_storage_provider=False,
+    pass_default_storage_provider_args=True,
+    pass_default_resources_args=True,
+    pass_envvar_declarations_to_cmd=True,
+    init_seconds_before_status_checks=0,
+)
+
+
+@dataclass
+class ExecutorSettings(ExecutorSettingsBase):
+    """Settings of ``snakemake --executor context``."""
+
+    scheduler_address: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Address of a running Dask scheduler to attach to "
+            "(tcp://host:port), for example one started by `snakemake-context up`. "
+            "Without it (and without --context-scheduler-file) the executor starts "
+            "an embedded cluster for this run and stops it at the end.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    scheduler_file: Optional[Path] = field(
+        default=None,
+        metadata={
+            "help": "Scheduler file of a running cluster to attach to, as written "
+            "by `snakemake-context up --scheduler-file` or `dask scheduler "
+            "--scheduler-file`. An attached cluster keeps running after the run, "
+            "so its contexts stay loaded for the next one.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    servers: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "Number of context servers the embedded cluster starts when "
+            "the machine has no GPU (each runs one job at a time and stands in "
+            "for gpu=1). Default: the number of CPU cores, at most 4. With GPUs "
+            "the embedded cluster starts one server per GPU instead.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    memory_budget: str = field(
+        default="0.8",
+        metadata={
+            "help": "Memory each server of the embedded cluster may fill with "
+            "loaded contexts before it evicts the least recently used one: a "
+            "fraction of the server's memory (GPU memory on a GPU server, its "
+            "share of RAM otherwise), or a size such as '6GB'.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    status_interval: float = field(
+        default=1.0,
+        metadata={
+            "help": "Longest pause in seconds between two status checks. A job "
+            "that finishes wakes the check at once, so this only bounds how "
+            "often waiting jobs and lost servers are looked at.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    wait_for_server: float = field(
+        default=120.0,
+        metadata={
+            "help": "Seconds a job may wait for a server that can run it (enough "
+            "GPUs, the requested gpu_model, enough memory) before it fails with "
+            "a message naming the servers seen. Servers of an attached cluster "
+            "may join meanwhile; the embedded cluster's fleet is fixed, so there "
+            "such a job fails at once.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    connect_timeout: float = field(
+        default=20.0,
+        metadata={
+            "help": "Seconds to wait for an attached scheduler to answer, or for "
+            "the embedded cluster to start, before the run fails.",
+            "env_var": False,
+            "required": False,
+        },
+    )
