@@ -306,6 +306,12 @@ class LocalClusterProcess:
             self._wait(5)
         self.files.remove()
 
+    def kill(self) -> None:
+        """Kill the cluster's whole process group at once (Ctrl-C of its run)."""
+        _kill_group(self.pid)
+        self._wait(10)
+        self.files.remove()
+
     def _wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -326,6 +332,7 @@ class Engine:
         self.client = client
         self.local = local
         self.description = description
+        self.closed = False
 
     @property
     def embedded(self) -> bool:
@@ -411,8 +418,21 @@ class Engine:
             return {}
         return {addr: inv for addr, inv in result.items() if isinstance(inv, dict)}
 
+    def kill(self) -> None:
+        """Disconnect and kill the embedded cluster with everything it runs."""
+        self.closed = True
+        try:
+            self.client.close(timeout=2)
+        except Exception:
+            pass
+        if self.local is not None:
+            self.local.kill()
+
     def close(self) -> None:
         """Disconnect; stop the embedded cluster too."""
+        if self.closed:
+            return
+        self.closed = True
         try:
             self.client.close(timeout=5)
         except Exception:

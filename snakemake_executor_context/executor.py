@@ -472,34 +472,43 @@ class Executor(RemoteExecutor):
     # -- cancel and shutdown ------------------------------------------------------
 
     def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]) -> None:
-        """Stop running jobs on their servers and remove their outputs (Ctrl-C)."""
-        from .server import cancel_jobs
+        """Stop running jobs, then remove their outputs (Ctrl-C).
 
+        The embedded cluster is killed outright: every job in it stops at once. On an
+        attached cluster each job is stopped where it runs (its process tree killed, or
+        JobCancelled raised in its thread); a server whose job does not stop within
+        10 s is restarted, so nothing keeps writing once the outputs are removed.
+        """
         tracked = [info.aux["tracked"] for info in active_jobs]  # type: ignore[index]
         for item in tracked:
             item.cancelled = True
-        futures = [t.future for t in tracked if t.future is not None and not t.future.done()]
-        keys = [t.key for t in tracked if t.future is not None]
-        if keys:
-            try:
-                outcome = self.engine.client.run(cancel_jobs, keys, 10.0, on_error="return")
-            except Exception:
-                outcome = {}
-            stuck = [
-                address for address, per_job in outcome.items()
-                if isinstance(per_job, dict) and "running" in per_job.values()
-            ]
-            if stuck and not self.engine.embedded:
-                try:
-                    self.engine.client.restart_workers(stuck, raise_for_error=False)
-                except Exception:
-                    pass
-            try:
-                self.engine.client.cancel(futures, force=True)
-            except Exception:
-                pass
+        if self.engine.embedded:
+            self.engine.kill()
+        else:
+            self._cancel_on_servers([t for t in tracked if t.future is not None])
         for info in active_jobs:
             _remove_outputs(info.job.output)
+
+    def _cancel_on_servers(self, tracked: list[_Tracked]) -> None:
+        from .server import cancel_jobs
+
+        if not tracked:
+            return
+        client = self.engine.client
+        try:
+            outcome = client.run(cancel_jobs, [t.key for t in tracked], 10.0, on_error="return")
+        except Exception:
+            outcome = {}
+        stuck = [
+            address for address, per_job in outcome.items()
+            if isinstance(per_job, dict) and "running" in per_job.values()
+        ]
+        try:
+            if stuck:
+                client.restart_workers(stuck, raise_for_error=False)
+            client.cancel([t.future for t in tracked], force=True)
+        except Exception:
+            pass
 
     def shutdown(self) -> None:
         """Stop the status loop, summarise the servers, stop an embedded cluster."""

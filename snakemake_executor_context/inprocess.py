@@ -147,6 +147,7 @@ def run_context_job(
         except JobCancelled:
             result.cancelled = True
             result.message = f"{spec.title}: cancelled on {server.describe()}."
+            os.chdir(spec.workdir)
             _remove_outputs(spec.outputs)
             print(f"\n[snakemake-context] {result.message}", file=sys.stderr)
         except _ScriptExit as exit_:
@@ -233,7 +234,11 @@ def _remove_path(path: str, is_directory: bool) -> None:
 
 
 def _check_outputs(spec: ContextJobSpec) -> None:
-    missing = [out.path for out in spec.outputs if not os.path.exists(out.path)]
+    # Against the workdir: the script may have changed the cwd.
+    missing = [
+        out.path for out in spec.outputs
+        if not os.path.exists(os.path.join(spec.workdir, out.path))
+    ]
     if missing:
         raise ContextExecutorError(
             f"the script finished, but declared output {', '.join(repr(p) for p in missing)} "
@@ -442,7 +447,8 @@ def _write_benchmark(spec: ContextJobSpec, records: list[Any]) -> None:
         record.input = list(snakemake.input)
         record.threads = snakemake.threads
         bench_records.append(record)
-    write_benchmark_records(bench_records, spec.benchmark, spec.benchmark_extended)
+    path = os.path.join(spec.workdir, spec.benchmark)
+    write_benchmark_records(bench_records, path, spec.benchmark_extended)
 
 
 def _print_script_traceback(error: BaseException, script_path: str) -> None:

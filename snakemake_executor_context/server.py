@@ -160,7 +160,8 @@ class ContextServer:
     # -- contexts ------------------------------------------------------------------
 
     def acquire(self, declaration: ContextDeclaration) -> tuple[Any, float, bool]:
-        """The loaded object of a context: (object, load seconds, loaded now)."""
+        """The loaded object of a context, pinned until :meth:`release`:
+        (object, load seconds, loaded now)."""
         identity = declaration.identity
         with self._lock:
             entry = self._contexts.get(identity)
@@ -176,6 +177,7 @@ class ContextServer:
             return self._load(declaration)
 
     def _hit(self, entry: LoadedContext, declaration: ContextDeclaration) -> Any:
+        entry.pins += 1
         entry.hits += 1
         entry.last_used = time.time()
         entry.names.add(declaration.name)
@@ -216,11 +218,8 @@ class ContextServer:
             self.stats.loads += 1
             self.stats.load_seconds += seconds
             self.stats.conversions += record.conversions
-            entry.pins += 1  # held while room is made, released by the caller's pin
-            try:
-                self._make_room(0, keep=declaration.identity)
-            finally:
-                entry.pins -= 1
+            entry.pins += 1
+            self._make_room(0, keep=declaration.identity)
         return obj, seconds, True
 
     def _make_room(self, incoming: int, keep: str | None) -> None:
@@ -251,12 +250,12 @@ class ContextServer:
         if torch is not None and self.config.gpu and torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def pin(self, identity: str, delta: int) -> None:
-        """Hold (+1) or release (-1) a context for a running job; held ones stay."""
+    def release(self, identity: str) -> None:
+        """A job is done with a context it acquired: it may be evicted again."""
         with self._lock:
             entry = self._contexts.get(identity)
             if entry is not None:
-                entry.pins += delta
+                entry.pins -= 1
 
     def _bytes_loaded(self) -> int:
         return sum(entry.nbytes for entry in self._contexts.values())
@@ -293,18 +292,18 @@ class ContextServer:
         return result
 
     def _run_context(self, spec: ContextJobSpec, running: RunningJob) -> JobResult:
-        pinned: list[str] = []
+        held: dict[str, Any] = {}  # identity -> object, pinned for this job
         loaded: list[str] = []
         reused: list[str] = []
         load_seconds = 0.0
 
         def acquire(declaration: ContextDeclaration) -> Any:
             nonlocal load_seconds
+            if declaration.identity in held:
+                return held[declaration.identity]
             obj, seconds, cold = self.acquire(declaration)
-            if declaration.identity not in pinned:
-                self.pin(declaration.identity, +1)
-                pinned.append(declaration.identity)
-                (loaded if cold else reused).append(declaration.identity)
+            held[declaration.identity] = obj
+            (loaded if cold else reused).append(declaration.identity)
             load_seconds += seconds
             return obj
 
@@ -314,8 +313,9 @@ class ContextServer:
             result = run_context_job(spec, self.identity, acquire, running, torch_threads)
         finally:
             contexts.set_current_job(None)
-            for identity in pinned:
-                self.pin(identity, -1)
+            for identity in held:
+                self.release(identity)
+            held.clear()
         result.items = hooks.items
         result.loaded, result.reused = loaded, reused
         result.load_seconds = load_seconds

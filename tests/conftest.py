@@ -1,0 +1,130 @@
+"""Shared fixtures: copies of the test workflows, and the real snakemake command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+WORKFLOWS = TESTS / "workflows"
+REPO = TESTS.parent
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Run:
+    """The outcome of one snakemake command line."""
+
+    returncode: int
+    output: str
+    workdir: Path
+
+    def check(self) -> Run:
+        assert self.returncode == 0, f"snakemake failed ({self.returncode}):\n{self.output}"
+        return self
+
+    def summaries(self) -> list[dict]:
+        """The executor's run summaries, oldest first."""
+        runs = sorted((self.workdir / ".snakemake" / "context" / "runs").glob("*.json"))
+        return [json.loads(path.read_text()) for path in runs]
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 300, env: dict | None = None) -> Run:
+    """Run the real snakemake CLI in ``workdir`` (output captured, a clean environment)."""
+    environment = dict(os.environ)
+    environment.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"})
+    environment.update(env or {})
+    process = subprocess.Popen(
+        [str(BIN / "snakemake"), *args], cwd=workdir, env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        raise AssertionError(f"snakemake timed out after {timeout} s:\n{output}") from None
+    return Run(process.returncode, output, workdir)
+
+
+def context_run(workdir: Path, *args: str, **kwargs) -> Run:
+    """snakemake --executor context with a small embedded cluster."""
+    return snakemake(workdir, "--executor", "context", "--jobs", "4", *args, **kwargs)
+
+
+@pytest.fixture
+def workflow(tmp_path: Path):
+    """Copy a workflow from tests/workflows into a fresh directory."""
+
+    def copy(name: str, dest: str | None = None) -> Path:
+        target = tmp_path / (dest or name)
+        shutil.copytree(WORKFLOWS / name, target)
+        return target
+
+    return copy
+
+
+@pytest.fixture
+def scheduler_file(tmp_path: Path) -> Iterator[Path]:
+    """A persistent cluster started with `snakemake-context up`, stopped afterwards."""
+    cluster_dir = tmp_path / "elsewhere"
+    cluster_dir.mkdir()
+    path = cluster_dir / "scheduler.json"
+    started = subprocess.run(
+        [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(path), "--servers", "2"],
+        cwd=cluster_dir, capture_output=True, text=True, timeout=120,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield path
+    finally:
+        subprocess.run(
+            [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(path)],
+            capture_output=True, text=True, timeout=60,
+        )
+
+
+@pytest.fixture
+def make_workflow(tmp_path: Path):
+    """Write a small workflow from file contents: {"Snakefile": "...", ...}."""
+    counter = iter(range(1000))
+
+    def make(files: dict[str, str], name: str | None = None) -> Path:
+        target = tmp_path / (name or f"wf{next(counter)}")
+        for relative, content in files.items():
+            path = target / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+        return target
+
+    return make
+
+
+#: A loader file and a script most small test workflows share.
+TOY_LOADER = '''
+import os
+
+def load(value=1):
+    return {"value": value, "pid": os.getpid()}
+'''
+TOY_SCRIPT = '''
+from snakemake_executor_context import load_context
+
+obj = load_context(snakemake)
+with open(snakemake.output[0], "w") as f:
+    f.write(str(obj["value"]))
+'''
+HEADER = '''
+from snakemake_executor_context import declare_context
+
+declare_context(config, "toy", "loader.py:load", value=5)
+'''

@@ -1,0 +1,97 @@
+"""A context job's script sees what Snakemake's own script preamble gives it.
+
+The same Snakefile runs under ``--executor local`` (Snakemake's per-job script
+subprocess) and ``--executor context`` (in-process on a server); the script dumps
+everything it can see, and the dumps must be equal but for a documented allow-list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import context_run, snakemake
+
+pytestmark = pytest.mark.slow
+
+#: What may differ, and why.
+ALLOWED = {
+    # tmpdir is evaluated where the job runs: the main process under --executor local,
+    # the server under --executor context (both real directories, checked below).
+    ("resources", "tmpdir"),
+    ("env", "TMPDIR"), ("env", "TMP"), ("env", "TEMP"), ("env", "TEMPDIR"),
+}
+
+
+def _prepare(workdir: Path) -> None:
+    """A stale output from an earlier attempt, older than the job's input."""
+    stale = workdir / "results/a/nested/deep/dump.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("stale")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+
+
+def _run(workflow, executor: str) -> dict:
+    workdir = workflow("equivalence", dest=executor)
+    _prepare(workdir)
+    args = ["--config", "scale=5", "fixed=from-cli"]
+    env = {"EQUIV_TOKEN": "secret-42"}
+    if executor == "local":
+        snakemake(workdir, "--executor", "local", "--cores", "2", *args, env=env).check()
+    else:
+        context_run(workdir, *args, env=env).check()
+    dump = json.loads((workdir / "results/a/nested/deep/dump.json").read_text())
+    benchmark = (workdir / "benchmarks/dump/a.tsv").read_text().splitlines()
+    dump["benchmark_header"] = benchmark[0]
+    dump["benchmark_rows"] = len(benchmark) - 1
+    dump["log"]["content"] = (workdir / "logs/dump/a.log").read_text()
+    return _relative(dump, workdir)
+
+
+def _relative(value, workdir: Path):
+    if isinstance(value, str):
+        return value.replace(str(workdir.resolve()), "<WORKDIR>").replace(str(workdir), "<WORKDIR>")
+    if isinstance(value, dict):
+        return {k: _relative(v, workdir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relative(v, workdir) for v in value]
+    return value
+
+
+def test_script_sees_the_same_job_under_both_executors(workflow):
+    local = _run(workflow, "local")
+    context = _run(workflow, "context")
+
+    differences = []
+    for section in sorted(set(local) | set(context)):
+        a, b = local.get(section), context.get(section)
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b)):
+                if a.get(key) != b.get(key) and (section, key) not in ALLOWED:
+                    differences.append(f"{section}.{key}: local={a.get(key)!r} context={b.get(key)!r}")
+        elif a != b:
+            differences.append(f"{section}: local={a!r} context={b!r}")
+    assert not differences, "\n".join(differences)
+
+    # What the allow-list lets differ is still right on each side.
+    for dump in (local, context):
+        assert dump["tmpdir_is_dir"]
+        assert dump["env"]["TMPDIR"] == dump["resources"]["tmpdir"]
+    # And the values are the ones asked for (not equal-but-wrong on both sides).
+    assert context["params"] == {"label": "label-a", "fixed": "from-cli"}
+    assert context["context"] == {"scale": 5}
+    assert context["threads"] == 2
+    assert context["env"]["OMP_NUM_THREADS"] == "2"
+    assert context["env"]["EQUIV_TOKEN"] == "secret-42"
+    assert context["stale_output_present"] is False
+    assert context["output_dir_present"] and context["log_dir_present"]
+    assert context["cwd"] == "<WORKDIR>"
+    assert context["file"] == "<WORKDIR>/scripts/dump.py"
+    assert context["benchmark_rows"] == 1
+    assert context["benchmark_header"].split("\t")[:3] == ["s", "h:m:s", "max_rss"]
+    assert dict(context["thread_pools"]).get("openblas", 2) == 2

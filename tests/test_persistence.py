@@ -1,0 +1,64 @@
+"""A persistent cluster (`snakemake-context up`) keeps contexts warm across runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from .conftest import BIN, context_run
+
+pytestmark = pytest.mark.slow
+
+
+def _status(scheduler_file) -> dict:
+    out = subprocess.run(
+        [str(BIN / "snakemake-context"), "status", "--scheduler-file", str(scheduler_file),
+         "--json"], capture_output=True, text=True, timeout=60, check=True,
+    )
+    return json.loads(out.stdout)["servers"]
+
+
+def test_second_run_loads_nothing(workflow, scheduler_file):
+    workdir = workflow("reuse")
+    attach = ["--context-scheduler-file", str(scheduler_file), "--config", "count=8"]
+
+    first = context_run(workdir, *attach).check()
+    assert len(list((workdir / "out").glob("*.txt"))) == 8
+    # Nothing was written where the cluster was started.
+    assert sorted(p.name for p in scheduler_file.parent.iterdir()) == [
+        "scheduler.json", "scheduler.log", "scheduler.pid"
+    ]
+    loads_after_first = sum(inv["loads"] for inv in _status(scheduler_file).values())
+    assert 1 <= loads_after_first <= 2
+
+    second = context_run(workdir, *attach, "--forcerun", "use").check()
+    assert "8 of 9 steps" in second.output or "9 of 9 steps" in second.output
+    servers = _status(scheduler_file)
+    assert sum(inv["loads"] for inv in servers.values()) == loads_after_first
+    (summary,) = [s for s in second.summaries() if s["run_id"] != first.summaries()[0]["run_id"]]
+    assert summary["jobs"] and all(not job["loaded"] for job in summary["jobs"])
+    assert all(job["reused"] for job in summary["jobs"])
+
+
+def test_down_stops_every_process(tmp_path):
+    path = tmp_path / "c" / "scheduler.json"
+    up = subprocess.run(
+        [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(path), "--servers", "1"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert up.returncode == 0, up.stderr
+    pid = json.loads(path.with_suffix(".pid").read_text())["pid"]
+    import psutil
+
+    tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    assert len(tree) >= 2
+    down = subprocess.run(
+        [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert down.returncode == 0, down.stderr
+    gone, alive = psutil.wait_procs(tree, timeout=10)
+    assert not alive
+    assert not path.exists() and path.with_suffix(".log").exists()
