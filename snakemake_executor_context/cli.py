@@ -2,7 +2,8 @@
 
 ::
 
-    snakemake-context up     [--scheduler-file F] [--servers N] [--memory-budget B] [--idle-timeout S]
+    snakemake-context up     [--scheduler-file F] [--servers N] [--memory-budget B]
+                             [--idle-timeout S]
     snakemake-context down   [--scheduler-file F]
     snakemake-context status [--scheduler-file F] [--json]
 
@@ -51,22 +52,36 @@ def _parser() -> argparse.ArgumentParser:
 
     def scheduler_file(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
-            "--scheduler-file", type=Path, default=DEFAULT_SCHEDULER_FILE,
+            "--scheduler-file",
+            type=Path,
+            default=DEFAULT_SCHEDULER_FILE,
             help=f"The cluster's scheduler file; its log and pid file lie beside it "
             f"(default: {DEFAULT_SCHEDULER_FILE}, or $SNAKEMAKE_CONTEXT_SCHEDULER_FILE).",
         )
 
     up = commands.add_parser("up", help="start a persistent local cluster of context servers")
     scheduler_file(up)
-    up.add_argument("--servers", type=int, default=None,
-                    help="CPU servers when there is no GPU (default: CPU cores, at most 4); "
-                    "with GPUs, one server per GPU")
-    up.add_argument("--memory-budget", default="0.8",
-                    help="memory a server may fill with contexts: a fraction or a size")
-    up.add_argument("--idle-timeout", type=float, default=3600.0,
-                    help="seconds without tasks after which the cluster stops itself (0: never)")
-    up.add_argument("--timeout", type=float, default=120.0,
-                    help="seconds to wait for the servers to start")
+    up.add_argument(
+        "--servers",
+        type=int,
+        default=None,
+        help="CPU servers when there is no GPU (default: CPU cores, at most 4); "
+        "with GPUs, one server per GPU",
+    )
+    up.add_argument(
+        "--memory-budget",
+        default="0.8",
+        help="memory a server may fill with contexts: a fraction or a size",
+    )
+    up.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds without tasks after which the cluster stops itself (0: never)",
+    )
+    up.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait for the servers to start"
+    )
     up.set_defaults(func=_up)
 
     down = commands.add_parser("down", help="stop a persistent local cluster")
@@ -86,13 +101,18 @@ def _up(args: argparse.Namespace) -> int:
     running = LocalClusterProcess.find(args.scheduler_file)
     if running is not None:
         info = running.files.read_info() or {}
-        print(f"A context cluster already runs at {info.get('address')} "
-              f"(scheduler file {running.files.scheduler_file}).")
+        print(
+            f"A context cluster already runs at {info.get('address')} "
+            f"(scheduler file {running.files.scheduler_file})."
+        )
         return 0
     started = time.monotonic()
     local = LocalClusterProcess.start(
-        args.scheduler_file, servers=args.servers, memory_budget=args.memory_budget,
-        timeout=args.timeout, idle_timeout=args.idle_timeout,
+        args.scheduler_file,
+        servers=args.servers,
+        memory_budget=args.memory_budget,
+        timeout=args.timeout,
+        idle_timeout=args.idle_timeout,
     )
     info = local.files.read_info() or {}
     servers = info.get("servers", [])

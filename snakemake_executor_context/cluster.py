@@ -162,7 +162,9 @@ def serve(argv: Sequence[str] | None = None) -> int:
     )
     scheduler_options: dict[str, Any] = {
         # Dask always serves HTTP (metrics); a random loopback port avoids clashes.
-        "host": args.host, "port": 0, "dashboard": False,
+        "host": args.host,
+        "port": 0,
+        "dashboard": False,
         "dashboard_address": f"{args.host}:0",
         "scheduler_file": str(files.scheduler_file),
     }
@@ -180,11 +182,14 @@ def serve(argv: Sequence[str] | None = None) -> int:
                 "env": plan.env,
                 "silence_logs": logging.WARNING,
                 "plugins": (
-                    ContextServerPlugin(ServerConfig(
-                        name=plan.name, memory_budget=args.memory_budget,
-                        gpu=asdict(plan.gpu) if plan.gpu else None,
-                        memory_bytes=plan.memory_bytes,
-                    )),
+                    ContextServerPlugin(
+                        ServerConfig(
+                            name=plan.name,
+                            memory_budget=args.memory_budget,
+                            gpu=asdict(plan.gpu) if plan.gpu else None,
+                            memory_bytes=plan.memory_bytes,
+                        )
+                    ),
                 ),
             },
         }
@@ -194,15 +199,20 @@ def serve(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
     cluster = SpecCluster(
-        workers=workers, scheduler={"cls": Scheduler, "options": scheduler_options},
-        silence_logs=False, name="snakemake-context",
+        workers=workers,
+        scheduler={"cls": Scheduler, "options": scheduler_options},
+        silence_logs=False,
+        name="snakemake-context",
     )
     info = {
         "pid": os.getpid(),
         "address": cluster.scheduler_address,
         "servers": [
-            {"name": plan.name, "gpu": asdict(plan.gpu) if plan.gpu else None,
-             "resources": plan.resources}
+            {
+                "name": plan.name,
+                "gpu": asdict(plan.gpu) if plan.gpu else None,
+                "resources": plan.resources,
+            }
             for plan in plans
         ],
         "started": time.time(),
@@ -234,8 +244,9 @@ def serve(argv: Sequence[str] | None = None) -> int:
 class LocalClusterProcess:
     """A local cluster in a process (and session) of its own."""
 
-    def __init__(self, files: ClusterFiles, process: subprocess.Popen[bytes] | None,
-                 pid: int) -> None:
+    def __init__(
+        self, files: ClusterFiles, process: subprocess.Popen[bytes] | None, pid: int
+    ) -> None:
         self.files = files
         self.process = process
         self.pid = pid
@@ -257,18 +268,29 @@ class LocalClusterProcess:
         files.scheduler_file.parent.mkdir(parents=True, exist_ok=True)
         files.remove()
         command = [
-            sys.executable, "-m", SERVE_MODULE, "serve",
-            "--scheduler-file", str(files.scheduler_file),
-            "--memory-budget", str(memory_budget),
-            "--idle-timeout", str(idle_timeout),
-            "--parent-pid", str(parent_pid),
-            "--host", host,
+            sys.executable,
+            "-m",
+            SERVE_MODULE,
+            "serve",
+            "--scheduler-file",
+            str(files.scheduler_file),
+            "--memory-budget",
+            str(memory_budget),
+            "--idle-timeout",
+            str(idle_timeout),
+            "--parent-pid",
+            str(parent_pid),
+            "--host",
+            host,
         ]
         if servers:
             command += ["--servers", str(servers)]
         with open(files.log_file, "ab") as log:
             process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout
@@ -327,8 +349,7 @@ class LocalClusterProcess:
 class Engine:
     """The executor's handle on Dask: a client, and the local cluster if it owns one."""
 
-    def __init__(self, client: Client, local: LocalClusterProcess | None,
-                 description: str) -> None:
+    def __init__(self, client: Client, local: LocalClusterProcess | None, description: str) -> None:
         self.client = client
         self.local = local
         self.description = description
@@ -345,7 +366,10 @@ class Engine:
     ) -> Engine:
         """Start a cluster for this run."""
         local = LocalClusterProcess.start(
-            scheduler_file, servers=servers, memory_budget=memory_budget, timeout=timeout,
+            scheduler_file,
+            servers=servers,
+            memory_budget=memory_budget,
+            timeout=timeout,
             parent_pid=os.getpid(),
         )
         try:
@@ -356,9 +380,7 @@ class Engine:
         return cls(client, local, f"embedded cluster ({local.files.log_file})")
 
     @classmethod
-    def attach(
-        cls, *, address: str | None, scheduler_file: Path | None, timeout: float
-    ) -> Engine:
+    def attach(cls, *, address: str | None, scheduler_file: Path | None, timeout: float) -> Engine:
         """Attach to a running scheduler; it keeps running after the run."""
         client = _connect(address=address, scheduler_file=scheduler_file, timeout=timeout)
         engine = cls(client, None, f"cluster at {client.scheduler.address}")
@@ -373,8 +395,11 @@ class Engine:
         """The servers connected now, with the resources they advertise."""
         info = self.client.scheduler_info(n_workers=-1)
         return [
-            ServerView(name=str(w.get("name", address)), address=address,
-                       resources=dict(w.get("resources") or {}))
+            ServerView(
+                name=str(w.get("name", address)),
+                address=address,
+                resources=dict(w.get("resources") or {}),
+            )
             for address, w in info.get("workers", {}).items()
         ]
 

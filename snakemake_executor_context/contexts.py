@@ -149,8 +149,11 @@ def make_declaration(
     canonical = _canonical_kwargs(name, kwargs)
     fingerprint = _file_fingerprint(path) if path else _module_fingerprint(name, module)
     digest = hashlib.sha256()
-    for part in (loader if path is None else f"{Path(loader).name}:{function}",
-                 canonical, fingerprint):
+    for part in (
+        loader if path is None else f"{Path(loader).name}:{function}",
+        canonical,
+        fingerprint,
+    ):
         digest.update(part.encode())
         digest.update(b"\0")
     return ContextDeclaration(
@@ -226,23 +229,21 @@ def load_context(snakemake: Any, name: str | None = None) -> Any:
         return _local_objects[declaration.identity]
 
 
-def resolve_declaration(
-    config: Mapping[str, Any], name: Any, *, rule: str
-) -> ContextDeclaration:
+def resolve_declaration(config: Mapping[str, Any], name: Any, *, rule: str) -> ContextDeclaration:
     """Find the declaration called ``name``; a clear error names what is missing."""
     if not name:
         raise ContextDeclarationError(
             f"Rule '{rule}' asked for its context, but it names none. Fix: add "
-            "`context=\"<name>\"` to the rule's resources, or pass the name: "
-            "load_context(snakemake, \"<name>\")."
+            '`context="<name>"` to the rule\'s resources, or pass the name: '
+            'load_context(snakemake, "<name>").'
         )
     declared = (config or {}).get(CONFIG_KEY) or {}
     if name not in declared:
         known = ", ".join(sorted(declared)) or "none"
         raise ContextDeclarationError(
             f"Rule '{rule}' uses context '{name}', which is not declared "
-            f"(declared: {known}). Fix: add declare_context(config, \"{name}\", "
-            "\"module:function\", ...) to the Snakefile, or correct the name."
+            f'(declared: {known}). Fix: add declare_context(config, "{name}", '
+            '"module:function", ...) to the Snakefile, or correct the name.'
         )
     return ContextDeclaration.from_config(name, declared[name])
 
@@ -350,7 +351,7 @@ def import_loader(declaration: ContextDeclaration) -> Callable[..., Any]:
             f"'{function_name}', which {module.__name__} does not define as a function. "
             "Fix: correct the part after ':'."
         )
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 def cache_probe(declaration: ContextDeclaration) -> bool | None:
@@ -382,9 +383,7 @@ def _caller_basedir() -> Path:
     return Path.cwd()
 
 
-def _parse_loader_spec(
-    name: str, spec: str, basedir: Path
-) -> tuple[str, str, Path | None]:
+def _parse_loader_spec(name: str, spec: str, basedir: Path) -> tuple[str, str, Path | None]:
     if not isinstance(spec, str) or spec.count(":") < 1:
         raise ContextDeclarationError(
             f"Context '{name}': loader {spec!r} is not of the form "

@@ -171,9 +171,7 @@ class Executor(RemoteExecutor):
 
     def _announce_fleet(self) -> None:
         servers = self._servers(force=True)
-        wants_gpu = any(
-            _constant_resource(rule, "gpu") for rule in self.workflow.rules
-        )
+        wants_gpu = any(_constant_resource(rule, "gpu") for rule in self.workflow.rules)
         stand_ins: list[str] = []
         if self.engine.local is not None:
             info = self.engine.local.files.read_info() or {}
@@ -208,13 +206,24 @@ class Executor(RemoteExecutor):
                 kind = "plain"
             requirements = requirements_from(job.resources)
             tracked = _Tracked(
-                key=key, kind=kind, requirements=requirements, spec=spec,
-                resources=job_resources(requirements), priority=_priority(job),
+                key=key,
+                kind=kind,
+                requirements=requirements,
+                spec=spec,
+                resources=job_resources(requirements),
+                priority=_priority(job),
                 context=str(context) if context else None,
             )
         except ContextExecutorError as error:
-            tracked = _Tracked(key=key, kind="invalid", requirements=Requirements(),
-                               spec=None, resources={}, priority=0, error=str(error))
+            tracked = _Tracked(
+                key=key,
+                kind="invalid",
+                requirements=Requirements(),
+                spec=None,
+                resources={},
+                priority=0,
+                error=str(error),
+            )
         info = SubmittedJobInfo(job=job, external_jobid=key, aux={"tracked": tracked})
         self.report_job_submission(info)
         if tracked.error is None:
@@ -226,8 +235,8 @@ class Executor(RemoteExecutor):
         if declaration is None:
             known = ", ".join(sorted(self.declarations)) or "none"
             raise ContextDeclarationError(
-                f"Rule '{job.rule.name}' uses context '{name}', which is not declared "  # type: ignore[attr-defined]
-                f"(declared: {known}). Fix: add declare_context(config, \"{name}\", ...) "
+                f"Rule '{job.rule.name}' uses context '{name}', which is not declared "
+                f'(declared: {known}). Fix: add declare_context(config, "{name}", ...) '
                 "to the Snakefile, or correct the rule's context resource."
             )
         return declaration
@@ -250,8 +259,12 @@ class Executor(RemoteExecutor):
 
         tracked.waiting_since = None
         future = self.engine.client.submit(
-            execute_job, tracked.spec, key=tracked.key, pure=False,
-            resources=tracked.resources or None, priority=tracked.priority,
+            execute_job,
+            tracked.spec,
+            key=tracked.key,
+            pure=False,
+            resources=tracked.resources or None,
+            priority=tracked.priority,
         )
         future.add_done_callback(lambda _: self._waker.set())
         tracked.future = future
@@ -279,8 +292,8 @@ class Executor(RemoteExecutor):
 
     def _log_path(self, job: Any, key: str) -> str:
         name = job.groupid if job.is_group() else job.rule.name
-        wildcards = "" if job.is_group() else ",".join(
-            f"{k}={v}" for k, v in job.wildcards_dict.items()
+        wildcards = (
+            "" if job.is_group() else ",".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
         )
         label = re.sub(r"[^A-Za-z0-9_.,=+-]+", "_", wildcards)[:80] or "job"
         return str(CONTEXT_DIR / "logs" / _safe(name) / f"{label}.{key.rsplit('-', 1)[-1]}.log")
@@ -297,9 +310,7 @@ class Executor(RemoteExecutor):
             outputs=[str(f) for f in job.output],
         )
 
-    def _context_spec(
-        self, job: Any, key: str, declaration: ContextDeclaration
-    ) -> ContextJobSpec:
+    def _context_spec(self, job: Any, key: str, declaration: ContextDeclaration) -> ContextJobSpec:
         from snakemake.common import get_snakemake_searchpaths
         from snakemake.io import is_flagged
         from snakemake.iocontainers import Snakemake
@@ -319,8 +330,17 @@ class Executor(RemoteExecutor):
         if is_local:
             search_paths.append(scriptdir)
         snakemake_object = Snakemake(
-            job.input, job.output, job.params, job.wildcards, job.threads, job.resources,
-            job.log, self.workflow.config, job.rule.name, None, scriptdir,
+            job.input,
+            job.output,
+            job.params,
+            job.wildcards,
+            job.threads,
+            job.resources,
+            job.log,
+            self.workflow.config,
+            job.rule.name,
+            None,
+            scriptdir,
         )
         benchmark = str(job.benchmark) if job.benchmark is not None else None
         return ContextJobSpec(
@@ -336,8 +356,9 @@ class Executor(RemoteExecutor):
             snakemake_pickle=pickle.dumps(snakemake_object, protocol=4),
             inputs=[str(f) for f in job.input],
             outputs=[
-                OutputSpec(str(f), is_directory=bool(f.is_directory),
-                           keep=bool(is_flagged(f, "update")))
+                OutputSpec(
+                    str(f), is_directory=bool(f.is_directory), keep=bool(is_flagged(f, "update"))
+                )
                 for f in job.output
             ],
             logs=[str(f) for f in job.log],
@@ -383,7 +404,7 @@ class Executor(RemoteExecutor):
         if check_fleet:
             self._last_fleet_check = time.monotonic()
         for info in active_jobs:
-            tracked: _Tracked = info.aux["tracked"]  # type: ignore[index]
+            tracked: _Tracked = info.aux["tracked"]
             if tracked.cancelled:
                 continue
             if tracked.error is not None:
@@ -427,7 +448,9 @@ class Executor(RemoteExecutor):
             tracked.future.cancel()
         waited = now - (tracked.waiting_since or now)
         message = explain_unrunnable(
-            info.job.rule.name, tracked.requirements, self._servers(force=True),  # type: ignore[attr-defined]
+            info.job.rule.name,
+            tracked.requirements,
+            self._servers(force=True),
             waited=waited,
         )
         self.report_job_error(info, msg=message)
@@ -440,6 +463,8 @@ class Executor(RemoteExecutor):
             except Exception as error:  # the result could not be fetched
                 self.report_job_error(info, msg=f"{_title(info.job)}: {error}")
                 return
+            result.extra["reported"] = time.time()
+            result.extra["submitted"] = tracked.submitted
             self._results.append(result)
             if result.ok:
                 self.report_job_success(info)
@@ -453,8 +478,7 @@ class Executor(RemoteExecutor):
             if not tracked.cancelled:
                 self.report_job_error(info, msg=f"{_title(info.job)}: cancelled in Dask.")
             return
-        error = future.exception()
-        self.report_job_error(info, msg=_explain_task_error(info.job, error))
+        self.report_job_error(info, msg=_explain_task_error(info.job, future.exception()))
 
     def report_job_error(
         self, job_info: SubmittedJobInfo, msg: str | None = None, **kwargs: Any
@@ -479,7 +503,7 @@ class Executor(RemoteExecutor):
         JobCancelled raised in its thread); a server whose job does not stop within
         10 s is restarted, so nothing keeps writing once the outputs are removed.
         """
-        tracked = [info.aux["tracked"] for info in active_jobs]  # type: ignore[index]
+        tracked = [info.aux["tracked"] for info in active_jobs]
         for item in tracked:
             item.cancelled = True
         if self.engine.embedded:
@@ -500,7 +524,8 @@ class Executor(RemoteExecutor):
         except Exception:
             outcome = {}
         stuck = [
-            address for address, per_job in outcome.items()
+            address
+            for address, per_job in outcome.items()
             if isinstance(per_job, dict) and "running" in per_job.values()
         ]
         try:
@@ -531,9 +556,18 @@ class Executor(RemoteExecutor):
             "servers": inventories,
             "jobs": [
                 {
-                    "key": r.key, "ok": r.ok, "server": r.server.name, "pid": r.server.pid,
-                    "started": r.started, "finished": r.finished, "items": r.items,
-                    "load_seconds": r.load_seconds, "loaded": r.loaded, "reused": r.reused,
+                    "key": r.key,
+                    "ok": r.ok,
+                    "server": r.server.name,
+                    "pid": r.server.pid,
+                    "started": r.started,
+                    "finished": r.finished,
+                    "items": r.items,
+                    "load_seconds": r.load_seconds,
+                    "loaded": r.loaded,
+                    "reused": r.reused,
+                    "reported": r.extra.get("reported"),
+                    "submitted": r.extra.get("submitted"),
                 }
                 for r in self._results
             ],
@@ -583,7 +617,7 @@ def check_context_rules(
             raise ContextDeclarationError(
                 f"Rule '{name}' uses context '{resource.value}', which is not declared "
                 f"(declared: {known}). Fix: add declare_context(config, "
-                f"\"{resource.value}\", \"module:function\", ...) to the Snakefile, or "
+                f'"{resource.value}", "module:function", ...) to the Snakefile, or '
                 f"correct the name (--set-resources {name}:context=<name>)."
             )
         kind = _rule_kind(rule)

@@ -50,7 +50,7 @@ def normalize_gpu_model(name: str) -> str:
     text = " ".join(name.lower().split())
     for prefix in _VENDOR_PREFIXES:
         if text.startswith(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
             break
     return text.replace(" ", "-")
 
@@ -106,14 +106,15 @@ def _read_device(pynvml: object, index: int) -> GpuInfo:
         capability: str | None = f"{major}.{minor}"
     except Exception:
         capability = None
-    return GpuInfo(index=index, uuid=uuid, name=name, memory_bytes=int(memory),
-                   compute_capability=capability)
+    return GpuInfo(
+        index=index, uuid=uuid, name=name, memory_bytes=int(memory), compute_capability=capability
+    )
 
 
 def _visible(gpus: list[GpuInfo], visible: str | None) -> list[GpuInfo]:
     if visible is None:
         return gpus
-    chosen = []
+    chosen: list[GpuInfo] = []
     for item in (part.strip() for part in visible.split(",")):
         if not item:
             continue

@@ -118,7 +118,7 @@ def run_context_job(
     server: ServerIdentity,
     acquire: AcquireFn,
     job: RunningJob,
-    set_torch_threads: Callable[[int], Callable[[], None]] | None = None,
+    set_torch_threads: Callable[[int], Callable[[], None] | None] | None = None,
 ) -> JobResult:
     """Run one context job in this process and report its outcome.
 
@@ -129,8 +129,14 @@ def run_context_job(
     workdir = Path(spec.workdir)
     log_path = workdir / spec.log_path
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    result = JobResult(key=spec.key, ok=False, server=server, started=started,
-                       finished=started, log_path=str(log_path))
+    result = JobResult(
+        key=spec.key,
+        ok=False,
+        server=server,
+        started=started,
+        finished=started,
+        log_path=str(log_path),
+    )
     with open(log_path, "wb", buffering=0) as log_file, ExitStack() as stack:
         stack.enter_context(_redirected_output(log_file.fileno()))
         stack.enter_context(_process_state(spec))
@@ -236,8 +242,7 @@ def _remove_path(path: str, is_directory: bool) -> None:
 def _check_outputs(spec: ContextJobSpec) -> None:
     # Against the workdir: the script may have changed the cwd.
     missing = [
-        out.path for out in spec.outputs
-        if not os.path.exists(os.path.join(spec.workdir, out.path))
+        out.path for out in spec.outputs if not os.path.exists(os.path.join(spec.workdir, out.path))
     ]
     if missing:
         raise ContextExecutorError(
@@ -317,7 +322,7 @@ def _process_state(spec: ContextJobSpec) -> Iterator[None]:
 
 @contextmanager
 def _thread_limits(
-    threads: int, set_torch_threads: Callable[[int], Callable[[], None]] | None
+    threads: int, set_torch_threads: Callable[[int], Callable[[], None] | None] | None
 ) -> Iterator[None]:
     """Thread pools (BLAS/OpenMP through threadpoolctl, torch) sized to the rule's threads."""
     from threadpoolctl import threadpool_limits

@@ -73,7 +73,7 @@ class ServerView:
         """'server-0 (gpu=1, h200, mem_mb=12000)'."""
         res = self.resources
         models = sorted(
-            key[len(GPU_MODEL_PREFIX):] for key in res if key.startswith(GPU_MODEL_PREFIX)
+            key[len(GPU_MODEL_PREFIX) :] for key in res if key.startswith(GPU_MODEL_PREFIX)
         )
         model = max(models, key=len) if models else None
         parts = [f"gpu={res.get(GPU, 0):g}"]

@@ -208,9 +208,15 @@ class ContextServer:
             nbytes = max(0, self._memory_in_use() - before)
         now = time.time()
         entry = LoadedContext(
-            identity=declaration.identity, names={declaration.name},
-            loader=declaration.loader, obj=obj, nbytes=nbytes, load_seconds=seconds,
-            loaded_at=now, last_used=now, conversions=record.conversions,
+            identity=declaration.identity,
+            names={declaration.name},
+            loader=declaration.loader,
+            obj=obj,
+            nbytes=nbytes,
+            load_seconds=seconds,
+            loaded_at=now,
+            last_used=now,
+            conversions=record.conversions,
         )
         with self._lock:
             self._contexts[declaration.identity] = entry
@@ -327,15 +333,25 @@ class ContextServer:
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                spec.command, shell=True, cwd=spec.workdir,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                spec.command,
+                shell=True,
+                cwd=spec.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
             running.process = process
             if running.cancel_requested:
                 running.kill_process()
             returncode = process.wait()
-        result = JobResult(key=spec.key, ok=returncode == 0, server=self.identity,
-                           started=started, finished=time.time(), log_path=log_path)
+        result = JobResult(
+            key=spec.key,
+            ok=returncode == 0,
+            server=self.identity,
+            started=started,
+            finished=time.time(),
+            log_path=log_path,
+        )
         if running.cancel_requested:
             result.ok, result.cancelled = False, True
             result.message = f"{spec.title}: cancelled on {self.identity.describe()}."
@@ -371,10 +387,16 @@ class ContextServer:
         with self._lock:
             loaded = [
                 {
-                    "identity": e.identity, "names": sorted(e.names), "loader": e.loader,
-                    "bytes": e.nbytes, "load_seconds": round(e.load_seconds, 3),
-                    "hits": e.hits, "pins": e.pins, "conversions": e.conversions,
-                    "loaded_at": e.loaded_at, "last_used": e.last_used,
+                    "identity": e.identity,
+                    "names": sorted(e.names),
+                    "loader": e.loader,
+                    "bytes": e.nbytes,
+                    "load_seconds": round(e.load_seconds, 3),
+                    "hits": e.hits,
+                    "pins": e.pins,
+                    "conversions": e.conversions,
+                    "loaded_at": e.loaded_at,
+                    "last_used": e.last_used,
                 }
                 for e in self._contexts.values()
             ]

@@ -44,8 +44,13 @@ def snakemake(workdir: Path, *args: str, timeout: float = 300, env: dict | None 
     environment.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"})
     environment.update(env or {})
     process = subprocess.Popen(
-        [str(BIN / "snakemake"), *args], cwd=workdir, env=environment,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [str(BIN / "snakemake"), *args],
+        cwd=workdir,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     try:
         output, _ = process.communicate(timeout=timeout)
@@ -81,7 +86,10 @@ def scheduler_file(tmp_path: Path) -> Iterator[Path]:
     path = cluster_dir / "scheduler.json"
     started = subprocess.run(
         [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(path), "--servers", "2"],
-        cwd=cluster_dir, capture_output=True, text=True, timeout=120,
+        cwd=cluster_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert started.returncode == 0, started.stdout + started.stderr
     try:
@@ -89,7 +97,9 @@ def scheduler_file(tmp_path: Path) -> Iterator[Path]:
     finally:
         subprocess.run(
             [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(path)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
 
@@ -110,21 +120,21 @@ def make_workflow(tmp_path: Path):
 
 
 #: A loader file and a script most small test workflows share.
-TOY_LOADER = '''
+TOY_LOADER = """
 import os
 
 def load(value=1):
     return {"value": value, "pid": os.getpid()}
-'''
-TOY_SCRIPT = '''
+"""
+TOY_SCRIPT = """
 from snakemake_executor_context import load_context
 
 obj = load_context(snakemake)
 with open(snakemake.output[0], "w") as f:
     f.write(str(obj["value"]))
-'''
-HEADER = '''
+"""
+HEADER = """
 from snakemake_executor_context import declare_context
 
 declare_context(config, "toy", "loader.py:load", value=5)
-'''
+"""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, HEADER, TOY_LOADER, TOY_SCRIPT, context_run
+from .conftest import HEADER, TOY_LOADER, TOY_SCRIPT, context_run
 
 pytestmark = pytest.mark.slow
 
@@ -35,12 +35,14 @@ def _no_traceback(output: str) -> None:
 
 
 def test_undeclared_context_fails_before_any_job(make_workflow):
-    workdir = make_workflow(_files('''
+    workdir = make_workflow(
+        _files("""
         rule use:
             output: "out.txt"
             resources: context="smollm3"
             script: "scripts/use.py"
-    '''))
+    """)
+    )
     run = context_run(workdir)
     assert run.returncode != 0
     assert "Rule 'use' uses context 'smollm3', which is not declared (declared: toy)" in run.output
@@ -50,12 +52,14 @@ def test_undeclared_context_fails_before_any_job(make_workflow):
 
 
 def test_undeclared_context_from_a_function_fails_the_job(make_workflow):
-    workdir = make_workflow(_files('''
+    workdir = make_workflow(
+        _files("""
         rule use:
             output: "out.txt"
             resources: context=lambda wildcards: "other"
             script: "scripts/use.py"
-    '''))
+    """)
+    )
     run = context_run(workdir)
     assert run.returncode != 0
     assert "Rule 'use' uses context 'other', which is not declared" in run.output
@@ -72,12 +76,17 @@ def test_undeclared_context_from_a_function_fails_the_job(make_workflow):
     ],
 )
 def test_context_rule_needs_a_python_script(make_workflow, action, named):
-    workdir = make_workflow(_files(f'''
+    workdir = make_workflow(
+        _files(
+            f"""
         rule use:
             output: "out.txt"
             resources: context="toy"
             {action}
-    ''', **{"scripts/use.R": "1", "nb.py.ipynb": NOTEBOOK}))
+    """,
+            **{"scripts/use.R": "1", "nb.py.ipynb": NOTEBOOK},
+        )
+    )
     run = context_run(workdir)
     assert run.returncode != 0
     assert f"Rule 'use' names context 'toy' but uses {named}" in run.output, run.output
@@ -86,13 +95,15 @@ def test_context_rule_needs_a_python_script(make_workflow, action, named):
 
 
 def test_context_rule_with_shadow(make_workflow):
-    workdir = make_workflow(_files('''
+    workdir = make_workflow(
+        _files("""
         rule use:
             output: "out.txt"
             shadow: "minimal"
             resources: context="toy"
             script: "scripts/use.py"
-    '''))
+    """)
+    )
     run = context_run(workdir)
     assert run.returncode != 0
     assert "Rule 'use' names context 'toy' and `shadow: \"minimal\"`" in run.output
@@ -101,13 +112,15 @@ def test_context_rule_with_shadow(make_workflow):
 
 def test_context_rule_with_software_deployment(make_workflow):
     # envmodules is the deployment method that runs here without conda or apptainer.
-    workdir = make_workflow(_files('''
+    workdir = make_workflow(
+        _files("""
         rule use:
             output: "out.txt"
             envmodules: "python/3.11"
             resources: context="toy"
             script: "scripts/use.py"
-    '''))
+    """)
+    )
     run = context_run(workdir, "--software-deployment-method", "env-modules")
     assert run.returncode != 0
     assert "Rule 'use' names context 'toy' and envmodules: while software deployment" in run.output
@@ -127,31 +140,37 @@ def test_conda_and_container_rules_are_refused(tmp_path, directive):
     from snakemake_executor_context.executor import check_context_rules
 
     value = '"env.yaml"' if directive == "conda" else '"docker://python:3.11"'
-    for name, content in _files(f'''
+    for name, content in _files(
+        f"""
         rule use:
             output: "out.txt"
             {directive}: {value}
             resources: context="toy"
             script: "scripts/use.py"
-    ''', **{"env.yaml": "dependencies: [python]"}).items():
+    """,
+        **{"env.yaml": "dependencies: [python]"},
+    ).items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(content)
     with SnakemakeApi() as api:
         workflow_api = api.workflow(
-            resource_settings=ResourceSettings(), config_settings=ConfigSettings(),
-            snakefile=tmp_path / "Snakefile", workdir=tmp_path,
+            resource_settings=ResourceSettings(),
+            config_settings=ConfigSettings(),
+            snakefile=tmp_path / "Snakefile",
+            workdir=tmp_path,
         )
         workflow = workflow_api._workflow
         rules = list(workflow.rules)
         declarations = declarations_from_config(workflow.config)
     method = "conda" if directive == "conda" else "apptainer"
-    with pytest.raises(ContextDeclarationError, match=f"Rule 'use' names context 'toy' and {directive}:"):
+    expected = f"Rule 'use' names context 'toy' and {directive}:"
+    with pytest.raises(ContextDeclarationError, match=expected):
         check_context_rules(rules, declarations, {method})
     check_context_rules(rules, declarations, set())  # fine without deployment
 
 
 def test_loader_that_raises_fails_the_job_and_is_retried(make_workflow):
-    loader = '''
+    loader = """
 import os
 
 calls = 0
@@ -162,8 +181,10 @@ def load(value=1):
     if calls == 1:
         raise RuntimeError("the first load fails")
     return {"value": value}
-'''
-    workdir = make_workflow(_files('''
+"""
+    workdir = make_workflow(
+        _files(
+            """
         rule all:
             input: expand("out/{i}.txt", i=range(2))
 
@@ -171,10 +192,14 @@ def load(value=1):
             output: "out/{i}.txt"
             resources: context="toy"
             script: "scripts/use.py"
-    ''', **{"loader.py": loader}))
+    """,
+            **{"loader.py": loader},
+        )
+    )
     run = context_run(workdir, "--context-servers", "1", "--keep-going")
     assert run.returncode != 0
-    assert "Context 'toy': loader 'loader.py:load' raised RuntimeError: the first load fails" in run.output
+    expected = "Context 'toy': loader 'loader.py:load' raised RuntimeError: the first load fails"
+    assert expected in run.output
     assert "Rule 'use'" in run.output and "next job that needs this context tries" in run.output
     outputs = sorted(p.name for p in (workdir / "out").glob("*.txt"))
     assert len(outputs) == 1  # the second job loaded it again, and succeeded
@@ -191,8 +216,9 @@ def test_loader_not_importable_on_the_servers(make_workflow, scheduler_file, tmp
     libdir = tmp_path / "only_here"
     libdir.mkdir()
     (libdir / "onlyhere_loader.py").write_text(TOY_LOADER)
-    workdir = make_workflow({
-        "Snakefile": textwrap.dedent('''
+    workdir = make_workflow(
+        {
+            "Snakefile": textwrap.dedent("""
             from snakemake_executor_context import declare_context
             declare_context(config, "toy", "onlyhere_loader:load", value=2)
 
@@ -200,15 +226,19 @@ def test_loader_not_importable_on_the_servers(make_workflow, scheduler_file, tmp
                 output: "out.txt"
                 resources: context="toy"
                 script: "scripts/use.py"
-        '''),
-        "scripts/use.py": TOY_SCRIPT,
-    })
+        """),
+            "scripts/use.py": TOY_SCRIPT,
+        }
+    )
     run = context_run(
-        workdir, "--context-scheduler-file", str(scheduler_file),
+        workdir,
+        "--context-scheduler-file",
+        str(scheduler_file),
         env={"PYTHONPATH": str(libdir)},
     )
     assert run.returncode != 0
-    assert "Context 'toy': loader 'onlyhere_loader:load' could not be imported on host" in run.output
+    expected = "Context 'toy': loader 'onlyhere_loader:load' could not be imported on host"
+    assert expected in run.output
     assert "ModuleNotFoundError" in run.output
     assert "Fix: install the package in the servers' Python environment" in run.output
 
@@ -219,16 +249,22 @@ def test_scheduler_that_does_not_answer(make_workflow):
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    workdir = make_workflow(_files('''
+    workdir = make_workflow(
+        _files("""
         rule use:
             output: "out.txt"
             resources: context="toy"
             script: "scripts/use.py"
-    '''))
+    """)
+    )
     started = time.monotonic()
     run = context_run(
-        workdir, "--context-scheduler-address", f"tcp://127.0.0.1:{port}",
-        "--context-connect-timeout", "5", timeout=60,
+        workdir,
+        "--context-scheduler-address",
+        f"tcp://127.0.0.1:{port}",
+        "--context-connect-timeout",
+        "5",
+        timeout=60,
     )
     elapsed = time.monotonic() - started
     assert run.returncode != 0
@@ -242,15 +278,25 @@ def test_version_skew_is_refused(make_workflow, tmp_path):
     """A worker whose plugin reports another version (patched by a preload)."""
     preload = tmp_path / "skew_preload.py"
     preload.write_text(
-        "import snakemake_executor_context.server as server\n"
-        "server.__version__ = '0.0.0+skew'\n"
+        "import snakemake_executor_context.server as server\nserver.__version__ = '0.0.0+skew'\n"
     )
     scheduler = tmp_path / "skew.json"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-             "--port", "0", "--scheduler-file", str(scheduler), "--no-dashboard"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--scheduler-file",
+                str(scheduler),
+                "--no-dashboard",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
     ]
     try:
@@ -258,21 +304,36 @@ def test_version_skew_is_refused(make_workflow, tmp_path):
             if scheduler.exists():
                 break
             time.sleep(0.1)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
-             str(scheduler), "--nthreads", "1", "--preload", str(preload), "--no-dashboard"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    "--scheduler-file",
+                    str(scheduler),
+                    "--nthreads",
+                    "1",
+                    "--preload",
+                    str(preload),
+                    "--no-dashboard",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         from distributed import Client
 
         with Client(scheduler_file=str(scheduler), timeout=30) as client:
             client.wait_for_workers(1, timeout=60)
-        workdir = make_workflow(_files('''
+        workdir = make_workflow(
+            _files("""
             rule use:
                 output: "out.txt"
                 resources: context="toy"
                 script: "scripts/use.py"
-        '''))
+        """)
+        )
         run = context_run(workdir, "--context-scheduler-file", str(scheduler))
     finally:
         for proc in procs:
@@ -295,12 +356,14 @@ def test_version_skew_is_refused(make_workflow, tmp_path):
     ],
 )
 def test_job_no_server_can_run_fails_fast(make_workflow, resources, reason):
-    workdir = make_workflow(_files(f'''
+    workdir = make_workflow(
+        _files(f"""
         rule use:
             output: "out.txt"
             resources: context="toy", {resources}
             script: "scripts/use.py"
-    '''))
+    """)
+    )
     started = time.monotonic()
     run = context_run(workdir, "--context-servers", "1")
     assert time.monotonic() - started < 60
@@ -311,16 +374,21 @@ def test_job_no_server_can_run_fails_fast(make_workflow, resources, reason):
 
 
 def test_job_waits_for_a_server_on_an_attached_cluster(make_workflow, scheduler_file):
-    workdir = make_workflow(_files('''
+    workdir = make_workflow(
+        _files("""
         rule use:
             output: "out.txt"
             resources: context="toy", gpu=4
             script: "scripts/use.py"
-    '''))
+    """)
+    )
     started = time.monotonic()
     run = context_run(
-        workdir, "--context-scheduler-file", str(scheduler_file),
-        "--context-wait-for-server", "3",
+        workdir,
+        "--context-scheduler-file",
+        str(scheduler_file),
+        "--context-wait-for-server",
+        "3",
     )
     waited = time.monotonic() - started
     assert run.returncode != 0
@@ -336,12 +404,14 @@ def test_job_waits_for_a_server_on_an_attached_cluster(make_workflow, scheduler_
     ],
 )
 def test_shared_fs_usage_lacking_what_servers_need_is_refused(make_workflow, usage, missing):
-    workdir = make_workflow(_files('''
+    workdir = make_workflow(
+        _files("""
         rule use:
             output: "out.txt"
             resources: context="toy"
             script: "scripts/use.py"
-    '''))
+    """)
+    )
     run = context_run(workdir, "--shared-fs-usage", *usage)
     assert run.returncode != 0
     assert f"--shared-fs-usage lacks {missing}:" in run.output
@@ -350,7 +420,7 @@ def test_shared_fs_usage_lacking_what_servers_need_is_refused(make_workflow, usa
 
 
 def test_script_error_fails_only_that_job(make_workflow):
-    script = '''
+    script = """
 from snakemake_executor_context import load_context
 
 obj = load_context(snakemake)
@@ -359,8 +429,10 @@ if snakemake.wildcards.i == "1":
     raise ValueError("bad claim 1")
 with open(snakemake.output[0], "w") as f:
     f.write(str(obj["value"]))
-'''
-    workdir = make_workflow(_files('''
+"""
+    workdir = make_workflow(
+        _files(
+            """
         rule all:
             input: expand("out/{i}.txt", i=range(4))
 
@@ -368,7 +440,10 @@ with open(snakemake.output[0], "w") as f:
             output: "out/{i}.txt"
             resources: context="toy"
             script: "scripts/use.py"
-    ''', **{"scripts/use.py": script}))
+    """,
+            **{"scripts/use.py": script},
+        )
+    )
     run = context_run(workdir, "--keep-going", "--context-servers", "1")
     assert run.returncode != 0
     assert sorted(p.name for p in (workdir / "out").glob("*")) == ["0.txt", "2.txt", "3.txt"]
@@ -387,24 +462,31 @@ with open(snakemake.output[0], "w") as f:
 
 def test_missing_output_is_named(make_workflow):
     script = "from snakemake_executor_context import load_context\nload_context(snakemake)\n"
-    workdir = make_workflow(_files('''
+    workdir = make_workflow(
+        _files(
+            """
         rule use:
             output: "out.txt", "never.txt"
             resources: context="toy"
             script: "scripts/use.py"
-    ''', **{"scripts/use.py": script}))
+    """,
+            **{"scripts/use.py": script},
+        )
+    )
     run = context_run(workdir)
     assert run.returncode != 0
     assert "declared output 'out.txt', 'never.txt' is missing" in run.output
 
 
 def test_sys_exit(make_workflow):
-    script = '''
+    script = """
 import sys
 open(snakemake.output[0], "w").close()
 sys.exit(int(snakemake.wildcards.code))
-'''
-    workdir = make_workflow(_files('''
+"""
+    workdir = make_workflow(
+        _files(
+            """
         rule all:
             input: "out/0.txt", "out/3.txt"
 
@@ -412,7 +494,10 @@ sys.exit(int(snakemake.wildcards.code))
             output: "out/{code}.txt"
             resources: context="toy"
             script: "scripts/use.py"
-    ''', **{"scripts/use.py": script}))
+    """,
+            **{"scripts/use.py": script},
+        )
+    )
     run = context_run(workdir, "--keep-going")
     assert run.returncode != 0
     assert (workdir / "out/0.txt").exists()  # SystemExit(0) is success

@@ -23,7 +23,10 @@ ALLOWED = {
     # tmpdir is evaluated where the job runs: the main process under --executor local,
     # the server under --executor context (both real directories, checked below).
     ("resources", "tmpdir"),
-    ("env", "TMPDIR"), ("env", "TMP"), ("env", "TEMP"), ("env", "TEMPDIR"),
+    ("env", "TMPDIR"),
+    ("env", "TMP"),
+    ("env", "TEMP"),
+    ("env", "TEMPDIR"),
 }
 
 
@@ -73,7 +76,9 @@ def test_script_sees_the_same_job_under_both_executors(workflow):
         if isinstance(a, dict) and isinstance(b, dict):
             for key in sorted(set(a) | set(b)):
                 if a.get(key) != b.get(key) and (section, key) not in ALLOWED:
-                    differences.append(f"{section}.{key}: local={a.get(key)!r} context={b.get(key)!r}")
+                    differences.append(
+                        f"{section}.{key}: local={a.get(key)!r} context={b.get(key)!r}"
+                    )
         elif a != b:
             differences.append(f"{section}: local={a!r} context={b!r}")
     assert not differences, "\n".join(differences)

@@ -22,8 +22,10 @@ def _cluster_processes() -> list[psutil.Process]:
 
 
 def test_group_of_context_rule_and_shell_rule(make_workflow):
-    workdir = make_workflow({
-        "Snakefile": HEADER + textwrap.dedent('''
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
             rule all:
                 input: "b.txt"
 
@@ -38,10 +40,11 @@ def test_group_of_context_rule_and_shell_rule(make_workflow):
                 output: "b.txt"
                 group: "g"
                 shell: "cat {input} > {output}; echo -n +shell >> {output}"
-        '''),
-        "loader.py": TOY_LOADER,
-        "scripts/use.py": TOY_SCRIPT,
-    })
+        """),
+            "loader.py": TOY_LOADER,
+            "scripts/use.py": TOY_SCRIPT,
+        }
+    )
     run = context_run(workdir).check()
     assert (workdir / "b.txt").read_text() == "5+shell"
     assert "Group 'g' runs as one subprocess: its context rule(s) a load" in run.output
@@ -49,16 +52,19 @@ def test_group_of_context_rule_and_shell_rule(make_workflow):
 
 
 def test_dry_run_and_touch_start_no_cluster(make_workflow):
-    workdir = make_workflow({
-        "Snakefile": HEADER + textwrap.dedent('''
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
             rule use:
                 output: "out.txt"
                 resources: context="toy"
                 script: "scripts/use.py"
-        '''),
-        "loader.py": TOY_LOADER,
-        "scripts/use.py": TOY_SCRIPT,
-    })
+        """),
+            "loader.py": TOY_LOADER,
+            "scripts/use.py": TOY_SCRIPT,
+        }
+    )
     before = {p.pid for p in _cluster_processes()}
     dry = context_run(workdir, "-n").check()
     assert "use" in dry.output
@@ -72,7 +78,7 @@ def test_dry_run_and_touch_start_no_cluster(make_workflow):
 def test_twenty_chained_jobs_report_promptly(make_workflow):
     """Status checks every 60 s, yet 20 chained 0.1 s jobs finish quickly: a finished
     job wakes the status loop (the pytest timeout is the assertion)."""
-    script = '''
+    script = """
 import time
 from snakemake_executor_context import load_context
 
@@ -80,9 +86,11 @@ load_context(snakemake)
 time.sleep(0.1)
 with open(snakemake.output[0], "w") as f:
     f.write(snakemake.wildcards.i)
-'''
-    workdir = make_workflow({
-        "Snakefile": HEADER + textwrap.dedent('''
+"""
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
             rule all:
                 input: "chain/20.txt"
 
@@ -96,19 +104,24 @@ with open(snakemake.output[0], "w") as f:
                 wildcard_constraints: i="[1-9][0-9]*"
                 resources: context="toy"
                 script: "scripts/use.py"
-        '''),
-        "loader.py": TOY_LOADER,
-        "scripts/use.py": script,
-    })
+        """),
+            "loader.py": TOY_LOADER,
+            "scripts/use.py": script,
+        }
+    )
     run = context_run(
-        workdir, "--seconds-between-status-checks", "60", "--context-status-interval", "60",
+        workdir,
+        "--seconds-between-status-checks",
+        "60",
+        "--context-status-interval",
+        "60",
         timeout=180,
     ).check()
     assert (workdir / "chain/20.txt").read_text() == "20"
     assert "22 of 22 steps (100%) done" in run.output
 
 
-EVICTION_LOADER = '''
+EVICTION_LOADER = """
 import os
 from snakemake_executor_context import declare_size
 
@@ -124,21 +137,22 @@ class Model:
 def load(name):
     declare_size(40_000_000)
     return Model(name)
-'''
-EVICTION_SCRIPT = '''
+"""
+EVICTION_SCRIPT = """
 from snakemake_executor_context import load_context
 
 model = load_context(snakemake)
 assert not model.closed, "ran against an evicted object"
 with open(snakemake.output[0], "w") as f:
     f.write(model.name)
-'''
+"""
 
 
 def test_eviction_of_least_recently_used(make_workflow):
     """A budget that fits one of two contexts: alternating jobs evict each other."""
-    workdir = make_workflow({
-        "Snakefile": textwrap.dedent('''
+    workdir = make_workflow(
+        {
+            "Snakefile": textwrap.dedent("""
             from snakemake_executor_context import declare_context
 
             declare_context(config, "a", "loader.py:load", name="a")
@@ -153,12 +167,17 @@ def test_eviction_of_least_recently_used(make_workflow):
                 output: "steps/{i}.txt"
                 resources: context=lambda wc: ORDER[int(wc.i)]
                 script: "scripts/use.py"
-        '''),
-        "loader.py": EVICTION_LOADER,
-        "scripts/use.py": EVICTION_SCRIPT,
-    })
+        """),
+            "loader.py": EVICTION_LOADER,
+            "scripts/use.py": EVICTION_SCRIPT,
+        }
+    )
     run = context_run(
-        workdir, "--context-servers", "1", "--context-memory-budget", "60MB",
+        workdir,
+        "--context-servers",
+        "1",
+        "--context-memory-budget",
+        "60MB",
     ).check()
     assert [(workdir / f"steps/{i}.txt").read_text() for i in range(5)] == list("abaab")
     (summary,) = run.summaries()
@@ -171,7 +190,7 @@ def test_eviction_of_least_recently_used(make_workflow):
     assert [c["names"] for c in server["contexts"]] == [["b"]]
 
 
-MESSY_SCRIPT = '''
+MESSY_SCRIPT = """
 import io
 import json
 import os
@@ -201,12 +220,14 @@ sys.modules["__main__"].LEFT_BEHIND = True
 sys.modules["__main__"] = type(sys)("impostor")
 sys.stdout = io.StringIO()
 os.chdir("/")
-'''
+"""
 
 
 def test_what_a_job_changes_does_not_outlive_it(make_workflow):
-    workdir = make_workflow({
-        "Snakefile": HEADER + textwrap.dedent('''
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
             rule all:
                 input: "state/1.json"
 
@@ -216,18 +237,25 @@ def test_what_a_job_changes_does_not_outlive_it(make_workflow):
                 threads: lambda wc: 1 + int(wc.i)
                 resources: context="toy"
                 script: "scripts/messy.py"
-        '''),
-        "loader.py": TOY_LOADER,
-        "scripts/messy.py": MESSY_SCRIPT,
-    })
+        """),
+            "loader.py": TOY_LOADER,
+            "scripts/messy.py": MESSY_SCRIPT,
+        }
+    )
     context_run(workdir, "--context-servers", "1").check()
     import json
 
     first, second = (json.loads((workdir / f"state/{i}.json").read_text()) for i in (0, 1))
     assert first == {**second, "omp": "1"}  # identical but for the threads asked for
     assert second == {
-        "cwd": str(workdir), "env": None, "path": False, "argv": [], "main_marker": None,
-        "stdout_is_default": "TextIOWrapper", "omp": "2", "scriptdir_on_path": True,
+        "cwd": str(workdir),
+        "env": None,
+        "path": False,
+        "argv": [],
+        "main_marker": None,
+        "stdout_is_default": "TextIOWrapper",
+        "omp": "2",
+        "scriptdir_on_path": True,
     }
     logs = sorted((workdir / ".snakemake/context/logs/step").glob("*.log"))
     assert [p.read_text().strip() for p in logs] == ["printed by 0", "printed by 1"]

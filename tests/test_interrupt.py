@@ -15,7 +15,7 @@ from .conftest import BIN, HEADER, TOY_LOADER
 
 pytestmark = pytest.mark.slow
 
-SLOW_SCRIPT = '''
+SLOW_SCRIPT = """
 import time
 from snakemake_executor_context import load_context
 
@@ -24,12 +24,14 @@ with open(snakemake.output[0], "w") as f:
     f.write("partial")
     f.flush()
     time.sleep(120)
-'''
+"""
 
 
 def test_sigint_to_the_process_group(make_workflow):
-    workdir = make_workflow({
-        "Snakefile": HEADER + textwrap.dedent('''
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
             rule all:
                 input: "ctx/0.txt", "ctx/1.txt", "plain.txt"
 
@@ -41,15 +43,18 @@ def test_sigint_to_the_process_group(make_workflow):
             rule plain:
                 output: "plain.txt"
                 shell: "echo partial > {output}; sleep 120"
-        '''),
-        "loader.py": TOY_LOADER,
-        "scripts/slow.py": SLOW_SCRIPT,
-    })
+        """),
+            "loader.py": TOY_LOADER,
+            "scripts/slow.py": SLOW_SCRIPT,
+        }
+    )
     # Like a terminal: snakemake leads its own process group, which gets the SIGINT.
     process = subprocess.Popen(
-        [str(BIN / "snakemake"), "--executor", "context", "--jobs", "3",
-         "--context-servers", "3"],
-        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [str(BIN / "snakemake"), "--executor", "context", "--jobs", "3", "--context-servers", "3"],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
     outputs = [workdir / "ctx/0.txt", workdir / "ctx/1.txt", workdir / "plain.txt"]
@@ -76,7 +81,7 @@ def test_sigint_to_the_process_group(make_workflow):
     assert "Terminating processes on user request" in output
 
 
-LOOPING_SCRIPT = '''
+LOOPING_SCRIPT = """
 import time
 from snakemake_executor_context import load_context
 
@@ -86,14 +91,16 @@ with open(snakemake.output[0], "w") as f:
     f.flush()
     for _ in range(1200):  # Python code between short native calls, like a scoring loop
         time.sleep(0.1)
-'''
+"""
 
 
 def test_sigint_with_an_attached_cluster_stops_jobs_and_keeps_servers(
     make_workflow, scheduler_file
 ):
-    workdir = make_workflow({
-        "Snakefile": HEADER + textwrap.dedent('''
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
             rule all:
                 input: "ctx/0.txt", "ctx/1.txt"
 
@@ -101,15 +108,26 @@ def test_sigint_with_an_attached_cluster_stops_jobs_and_keeps_servers(
                 output: "ctx/{i}.txt"
                 resources: context="toy"
                 script: "scripts/slow.py"
-        '''),
-        "loader.py": TOY_LOADER,
-        "scripts/slow.py": LOOPING_SCRIPT,
-    })
+        """),
+            "loader.py": TOY_LOADER,
+            "scripts/slow.py": LOOPING_SCRIPT,
+        }
+    )
     servers_before = {p.pid for p in _servers(scheduler_file)}
     process = subprocess.Popen(
-        [str(BIN / "snakemake"), "--executor", "context", "--jobs", "2",
-         "--context-scheduler-file", str(scheduler_file)],
-        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            str(BIN / "snakemake"),
+            "--executor",
+            "context",
+            "--jobs",
+            "2",
+            "--context-scheduler-file",
+            str(scheduler_file),
+        ],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
     outputs = [workdir / "ctx/0.txt", workdir / "ctx/1.txt"]

@@ -14,8 +14,17 @@ pytestmark = pytest.mark.slow
 
 def _status(scheduler_file) -> dict:
     out = subprocess.run(
-        [str(BIN / "snakemake-context"), "status", "--scheduler-file", str(scheduler_file),
-         "--json"], capture_output=True, text=True, timeout=60, check=True,
+        [
+            str(BIN / "snakemake-context"),
+            "status",
+            "--scheduler-file",
+            str(scheduler_file),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return json.loads(out.stdout)["servers"]
 
@@ -28,7 +37,9 @@ def test_second_run_loads_nothing(workflow, scheduler_file):
     assert len(list((workdir / "out").glob("*.txt"))) == 8
     # Nothing was written where the cluster was started.
     assert sorted(p.name for p in scheduler_file.parent.iterdir()) == [
-        "scheduler.json", "scheduler.log", "scheduler.pid"
+        "scheduler.json",
+        "scheduler.log",
+        "scheduler.pid",
     ]
     loads_after_first = sum(inv["loads"] for inv in _status(scheduler_file).values())
     assert 1 <= loads_after_first <= 2
@@ -46,7 +57,9 @@ def test_down_stops_every_process(tmp_path):
     path = tmp_path / "c" / "scheduler.json"
     up = subprocess.run(
         [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(path), "--servers", "1"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert up.returncode == 0, up.stderr
     pid = json.loads(path.with_suffix(".pid").read_text())["pid"]
@@ -56,9 +69,11 @@ def test_down_stops_every_process(tmp_path):
     assert len(tree) >= 2
     down = subprocess.run(
         [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(path)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert down.returncode == 0, down.stderr
-    gone, alive = psutil.wait_procs(tree, timeout=10)
+    _, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive
     assert not path.exists() and path.with_suffix(".log").exists()

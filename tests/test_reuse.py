@@ -47,7 +47,14 @@ def test_twenty_jobs_two_servers_two_loads(workflow):
 def test_same_values_under_local_executor(workflow):
     workdir = workflow("reuse")
     snakemake(
-        workdir, "--executor", "local", "--cores", "2", "--config", "count=6", "sleep=0",
+        workdir,
+        "--executor",
+        "local",
+        "--cores",
+        "2",
+        "--config",
+        "count=6",
+        "sleep=0",
         env={"TOY_LOAD_SECONDS": "0"},
     ).check()
     outputs = _outputs(workdir, 6)

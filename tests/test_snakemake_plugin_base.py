@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pytest
 from snakemake.common.tests import TestWorkflowsLocalStorageBase
 from snakemake_interface_executor_plugins.settings import ExecutorSettingsBase
@@ -21,5 +19,5 @@ class TestWorkflows(TestWorkflowsLocalStorageBase):
     def get_executor(self) -> str:
         return "context"
 
-    def get_executor_settings(self) -> Optional[ExecutorSettingsBase]:
+    def get_executor_settings(self) -> ExecutorSettingsBase | None:
         return ExecutorSettings(servers=2)

@@ -38,14 +38,24 @@ dump = {
     "env": {
         name: os.environ.get(name)
         for name in (
-            "EQUIV_TOKEN", "OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-            "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
-            "TMPDIR", "TMP", "TEMP", "TEMPDIR",
+            "EQUIV_TOKEN",
+            "OMP_NUM_THREADS",
+            "GOTO_NUM_THREADS",
+            "OPENBLAS_NUM_THREADS",
+            "MKL_NUM_THREADS",
+            "VECLIB_MAXIMUM_THREADS",
+            "NUMEXPR_NUM_THREADS",
+            "TMPDIR",
+            "TMP",
+            "TEMP",
+            "TEMPDIR",
         )
     },
     "tmpdir_is_dir": os.path.isdir(snakemake.resources.tmpdir),
     "thread_pools": sorted(
-        {info["internal_api"]: info["num_threads"] for info in threadpoolctl.threadpool_info()}.items()
+        {
+            pool["internal_api"]: pool["num_threads"] for pool in threadpoolctl.threadpool_info()
+        }.items()
     ),
     "stale_output_present": os.path.exists(output),
     "output_dir_present": os.path.isdir(os.path.dirname(output)),

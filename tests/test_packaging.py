@@ -1,0 +1,67 @@
+"""The plugin is discoverable, cheap to import, and pins its common settings."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .conftest import BIN
+
+HEAVY = ("distributed", "dask", "torch", "transformers", "textual", "sqlalchemy")
+
+
+def test_discovery_package_imports_nothing_heavy():
+    code = (
+        "import sys, snakemake_executor_plugin_context, snakemake_executor_context\n"
+        f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_snakemake_finds_the_plugin_and_lists_its_settings():
+    out = subprocess.run(
+        [str(BIN / "snakemake"), "--executor", "context", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    for flag in (
+        "--context-scheduler-address",
+        "--context-scheduler-file",
+        "--context-servers",
+        "--context-memory-budget",
+        "--context-status-interval",
+        "--context-wait-for-server",
+        "--context-connect-timeout",
+    ):
+        assert flag in out.stdout
+
+
+def test_every_setting_has_help_and_a_default():
+    from dataclasses import MISSING, fields
+
+    from snakemake_executor_context.settings import ExecutorSettings
+
+    for field in fields(ExecutorSettings):
+        assert field.metadata.get("help"), field.name
+        assert field.default is not MISSING or field.default_factory is not MISSING, field.name
+
+
+def test_common_settings_are_pinned():
+    from snakemake_executor_plugin_context import common_settings
+
+    assert common_settings.non_local_exec is True
+    assert common_settings.implies_no_shared_fs is False
+    assert common_settings.job_deploy_sources is False
+    assert common_settings.auto_deploy_default_storage_provider is False
+
+
+def test_console_script():
+    out = subprocess.run(
+        [str(BIN / "snakemake-context"), "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0
+    assert all(command in out.stdout for command in ("up", "down", "status"))

@@ -1,0 +1,131 @@
+"""Pure placement policy: requirements, which servers fit, and why none does."""
+
+from __future__ import annotations
+
+import pytest
+
+from snakemake_executor_context.cluster import plan_servers
+from snakemake_executor_context.gpus import (
+    GpuInfo,
+    _visible,
+    gpu_model_matches,
+    gpu_model_tokens,
+    normalize_gpu_model,
+)
+from snakemake_executor_context.placement import (
+    Requirements,
+    ServerView,
+    explain_unrunnable,
+    job_resources,
+    requirements_from,
+    runnable_on,
+    server_resources,
+)
+from snakemake_executor_context.server import resolve_budget
+
+# Names as NVML reports them on real machines.
+NVML_NAMES = {
+    "NVIDIA H200": ("h200", {"h200"}),
+    "NVIDIA A100-SXM4-80GB": ("a100-sxm4-80gb", {"a100", "sxm4", "80gb"}),
+    "NVIDIA GeForce RTX 4090": ("geforce-rtx-4090", {"geforce", "rtx", "4090"}),
+    "Tesla V100-SXM2-16GB": ("tesla-v100-sxm2-16gb", {"tesla", "v100", "sxm2", "16gb"}),
+    "NVIDIA A100-SXM4-40GB MIG 1g.5gb": ("a100-sxm4-40gb-mig-1g.5gb", {"a100", "mig", "1g.5gb"}),
+    "NVIDIA L40S": ("l40s", {"l40s"}),
+}
+
+
+@pytest.mark.parametrize(("name", "expected"), NVML_NAMES.items())
+def test_gpu_model_normalisation(name, expected):
+    normalized, tokens = expected
+    assert normalize_gpu_model(name) == normalized
+    assert tokens <= gpu_model_tokens(name)
+    for token in tokens:
+        assert gpu_model_matches(token.upper(), name)
+
+
+def test_gpu_model_does_not_match_other_models():
+    assert not gpu_model_matches("h100", "NVIDIA H200")
+    assert not gpu_model_matches("a10", "NVIDIA A100-SXM4-80GB")
+    assert gpu_model_matches("NVIDIA H200", "NVIDIA H200")
+
+
+def _gpu(index: int, name: str = "NVIDIA H200") -> GpuInfo:
+    return GpuInfo(
+        index=index,
+        uuid=f"GPU-{index:04d}-abcd",
+        name=name,
+        memory_bytes=140_000_000_000,
+        compute_capability="9.0",
+    )
+
+
+def test_cuda_visible_devices_restricts_discovery():
+    gpus = [_gpu(0), _gpu(1), _gpu(2)]
+    assert [g.index for g in _visible(gpus, "2,0")] == [2, 0]
+    assert [g.index for g in _visible(gpus, "GPU-0001")] == [1]
+    assert _visible(gpus, "") == []
+    assert _visible(gpus, None) == gpus
+
+
+def test_plan_one_server_per_gpu_pinned_by_uuid():
+    plans = plan_servers([_gpu(0), _gpu(1, "NVIDIA A100-SXM4-80GB")], 8, 64_000_000_000, 16)
+    assert [p.env["CUDA_VISIBLE_DEVICES"] for p in plans] == ["GPU-0000-abcd", "GPU-0001-abcd"]
+    assert plans[0].resources["gpu"] == 1 and plans[0].resources["gpu_model:h200"] == 1
+    assert plans[1].resources["gpu_model:a100"] == 1
+    assert all(p.memory_bytes == 32_000_000_000 for p in plans)
+
+
+def test_plan_cpu_servers_stand_in_for_gpus():
+    plans = plan_servers([], None, 24_000_000_000, 2)
+    assert [p.name for p in plans] == ["cpu0", "cpu1"]
+    assert all(p.resources["gpu"] == 1 and p.gpu is None for p in plans)
+    assert len(plan_servers([], None, 24_000_000_000, 64)) == 4
+    assert len(plan_servers([], 3, 24_000_000_000, 2)) == 3
+
+
+def _server(name, gpus=(), stand_in=0, memory=12_000_000_000):
+    return ServerView(name, f"tcp://{name}", server_resources(memory, gpus, stand_in_gpus=stand_in))
+
+
+def test_requirements_from_snakemake_resources():
+    req = requirements_from(
+        {
+            "gpu": 1,
+            "gpu_model": "H200",
+            "mem_mb": 2000,
+            "tmpdir": "<TBD>",
+            "context": "m",
+            "_cores": 2,
+        }
+    )
+    assert req == Requirements(gpu=1, gpu_model="H200", mem_mb=2000)
+    assert job_resources(req) == {"gpu": 1, "gpu_model:h200": 1, "mem_mb": 2000}
+    assert requirements_from({"gpu_model": "<TBD>", "mem_mb": "<TBD>"}) == Requirements()
+
+
+def test_runnable_on_matches_gpu_model_count_and_memory():
+    h200, a100 = _server("h", [_gpu(0)]), _server("a", [_gpu(1, "NVIDIA A100-SXM4-80GB")])
+    cpu = _server("c", stand_in=1, memory=2_000_000_000)
+    fleet = [h200, a100, cpu]
+    assert runnable_on(Requirements(gpu=1), fleet) == fleet
+    assert runnable_on(Requirements(gpu=1, gpu_model="h200"), fleet) == [h200]
+    assert runnable_on(Requirements(gpu=1, gpu_model="a100"), fleet) == [a100]
+    assert runnable_on(Requirements(gpu=2), fleet) == []
+    assert runnable_on(Requirements(mem_mb=5000), fleet) == [h200, a100]
+
+
+def test_unrunnable_message_names_rule_resource_servers_and_fix():
+    fleet = [_server("cpu0", stand_in=1), _server("cpu1", stand_in=1)]
+    message = explain_unrunnable("score", Requirements(gpu=1, gpu_model="h100"), fleet, waited=0)
+    assert message.startswith("No context server can run rule 'score': gpu_model='h100'")
+    assert "Servers seen: cpu0 (gpu=1, mem_mb=12000); cpu1" in message
+    assert "--set-resources score:" in message
+    assert "after waiting 30 s" in explain_unrunnable("r", Requirements(gpu=2), fleet, waited=30)
+    assert "no servers at all" in explain_unrunnable("r", Requirements(gpu=1), [], waited=0)
+
+
+def test_memory_budget():
+    assert resolve_budget("0.5", 1000) == 500
+    assert resolve_budget("60MB", 1000) == 60_000_000
+    with pytest.raises(ValueError):
+        resolve_budget("1.5", 1000)

