@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,3 +140,59 @@ from snakemake_executor_context import declare_context
 
 declare_context(config, "toy", "loader.py:load", value=5)
 """
+
+
+@contextlib.contextmanager
+def plain_dask_cluster(directory: Path, *worker_args: str) -> Iterator[Path]:
+    """`dask scheduler` and one `dask worker` (not started by this plugin)."""
+    scheduler = directory / "plain-dask.json"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--scheduler-file",
+                str(scheduler),
+                "--no-dashboard",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        for _ in range(300):
+            if scheduler.exists():
+                break
+            time.sleep(0.1)
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    "--scheduler-file",
+                    str(scheduler),
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    *worker_args,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        from distributed import Client
+
+        with Client(scheduler_file=str(scheduler), timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+        yield scheduler
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)

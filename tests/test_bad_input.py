@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import HEADER, TOY_LOADER, TOY_SCRIPT, context_run
+from .conftest import HEADER, TOY_LOADER, TOY_SCRIPT, context_run, plain_dask_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -280,52 +278,7 @@ def test_version_skew_is_refused(make_workflow, tmp_path):
     preload.write_text(
         "import snakemake_executor_context.server as server\nserver.__version__ = '0.0.0+skew'\n"
     )
-    scheduler = tmp_path / "skew.json"
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "distributed.cli.dask_scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--scheduler-file",
-                str(scheduler),
-                "--no-dashboard",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
-    try:
-        for _ in range(200):
-            if scheduler.exists():
-                break
-            time.sleep(0.1)
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "distributed.cli.dask_worker",
-                    "--scheduler-file",
-                    str(scheduler),
-                    "--nthreads",
-                    "1",
-                    "--preload",
-                    str(preload),
-                    "--no-dashboard",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        from distributed import Client
-
-        with Client(scheduler_file=str(scheduler), timeout=30) as client:
-            client.wait_for_workers(1, timeout=60)
+    with plain_dask_cluster(tmp_path, "--preload", str(preload)) as scheduler:
         workdir = make_workflow(
             _files("""
             rule use:
@@ -335,11 +288,6 @@ def test_version_skew_is_refused(make_workflow, tmp_path):
         """)
         )
         run = context_run(workdir, "--context-scheduler-file", str(scheduler))
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=30)
     assert run.returncode != 0
     assert "The attached servers run other versions than this client" in run.output
     assert "snakemake-executor-plugin-context 0.1.0" in run.output  # ours

@@ -212,6 +212,8 @@ state = {
 with open(snakemake.output[0], "w") as f:
     json.dump(state, f)
 print("printed by", snakemake.wildcards.i)
+sys.stdout.flush()
+os.system("echo from a subprocess")  # file-descriptor level output
 # Now make a mess that must not outlive this job.
 os.environ["LEFT_BEHIND"] = "yes"
 sys.path.append("/left/behind")
@@ -258,4 +260,55 @@ def test_what_a_job_changes_does_not_outlive_it(make_workflow):
         "scriptdir_on_path": True,
     }
     logs = sorted((workdir / ".snakemake/context/logs/step").glob("*.log"))
-    assert [p.read_text().strip() for p in logs] == ["printed by 0", "printed by 1"]
+    assert [p.read_text().split("\n")[:2] for p in logs] == [
+        ["printed by 0", "from a subprocess"],
+        ["printed by 1", "from a subprocess"],
+    ]
+
+
+def test_retries_rerun_a_failed_context_job(make_workflow):
+    script = """
+import os
+
+if not os.path.exists("first-attempt-was-here"):
+    open("first-attempt-was-here", "w").close()
+    raise RuntimeError("transient failure")
+with open(snakemake.output[0], "w") as f:
+    f.write("second attempt")
+"""
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
+            rule use:
+                output: "out.txt"
+                resources: context="toy"
+                script: "scripts/use.py"
+        """),
+            "loader.py": TOY_LOADER,
+            "scripts/use.py": script,
+        }
+    )
+    run = context_run(workdir, "--retries", "1").check()
+    assert (workdir / "out.txt").read_text() == "second attempt"
+    assert "RuntimeError: transient failure" in run.output
+
+
+def test_servers_never_pause_or_kill_for_memory(scheduler_file):
+    """A loaded model must not make Dask pause (80%) or terminate (95%) its server."""
+    from distributed import Client
+
+    def thresholds(dask_worker):
+        manager = dask_worker.memory_manager
+        return (
+            manager.memory_target_fraction,
+            manager.memory_spill_fraction,
+            manager.memory_pause_fraction,
+        )
+
+    def terminate(dask_worker):  # the nanny's
+        return dask_worker.memory_manager.memory_terminate_fraction
+
+    with Client(scheduler_file=str(scheduler_file), timeout=30) as client:
+        assert set(client.run(thresholds).values()) == {(False, False, False)}
+        assert set(client.run(terminate, nanny=True).values()) == {False}

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from .conftest import BIN, context_run
+from .conftest import BIN, context_run, plain_dask_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -77,3 +77,21 @@ def test_down_stops_every_process(tmp_path):
     _, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive
     assert not path.exists() and path.with_suffix(".log").exists()
+
+
+def test_any_dask_cluster_with_resources_works(workflow, tmp_path):
+    """Servers need not be started by this plugin: a plain `dask worker` that
+    advertises gpu and mem_mb becomes a context server on first use."""
+    workdir = workflow("reuse")
+    with plain_dask_cluster(tmp_path, "--resources", "gpu=1,mem_mb=4000") as scheduler:
+        run = context_run(
+            workdir,
+            "--context-scheduler-file",
+            str(scheduler),
+            "--config",
+            "count=4",
+            env={"TOY_LOAD_SECONDS": "0"},
+        ).check()
+    (summary,) = run.summaries()
+    (server,) = summary["servers"].values()
+    assert server["loads"] == 1 and server["jobs"] == 4

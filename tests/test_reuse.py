@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 
 from .conftest import context_run, snakemake
@@ -42,6 +43,12 @@ def test_twenty_jobs_two_servers_two_loads(workflow):
     assert sum(job["items"] for job in jobs) == 60
     assert sum(1 for job in jobs if job["loaded"]) == 2
     assert "with 2 context load(s)" in run.output
+    assert run.output.count("stand in for gpu=1") == 1  # said once, as there is no GPU
+    # The embedded cluster is gone with the run.
+    assert not any(
+        summary["run_id"] in " ".join(p.info["cmdline"] or [])
+        for p in psutil.process_iter(["cmdline"])
+    )
 
 
 def test_same_values_under_local_executor(workflow):
