@@ -1,0 +1,44 @@
+"""Score one shard of claims with one template against the loaded model."""
+
+import json
+import time
+
+from factcheck import CONTENT_FREE, load_template, read_jsonl
+
+from snakemake_executor_context import load_context, report_items
+
+started = time.perf_counter()
+model = load_context(snakemake)
+template = load_template(snakemake.input.template)
+true_id, false_id = model.answer_ids(template.true_word, template.false_word, template.name)
+claims = read_jsonl(snakemake.input.shard)
+batch = snakemake.params.forward_batch
+
+scores = []
+for start in range(0, len(claims), batch):
+    chunk = claims[start : start + batch]
+    prompts = [template.render(c["claim"], model.tokenizer) for c in chunk]
+    scores += model.score(prompts, true_id, false_id, batch_size=batch)
+    report_items(len(chunk))
+content_free = model.score(
+    [template.render(CONTENT_FREE, model.tokenizer)], true_id, false_id, batch_size=1
+)[0]
+
+result = {
+    "template": template.name,
+    "content_free_score": content_free,
+    "device": model.device,
+    "seconds": time.perf_counter() - started,
+    "rows": [
+        {
+            "id": c["id"],
+            "label": c["label"],
+            "target": c["target"],
+            "split": c["split"],
+            "score": score,
+        }
+        for c, score in zip(claims, scores, strict=True)
+    ],
+}
+with open(snakemake.output[0], "w") as out:
+    json.dump(result, out)
