@@ -52,8 +52,10 @@ SERVER_DASK_CONFIG: dict[str, Any] = {
     # Servers run user code that may use multiprocessing: not daemonic.
     "distributed.worker.daemon": False,
     "distributed.worker.profile.enabled": False,
-    # Dask's default pins OMP/MKL/OpenBLAS to 1 thread in workers; jobs set their own.
-    "distributed.nanny.pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": 65536},
+    # Dask's default pins OMP/MKL/OpenBLAS to 1 thread in workers (jobs set their own)
+    # and sets MALLOC_TRIM_THRESHOLD_=65536, which made SmolLM2 scoring 20-25% slower
+    # here (50 -> 60 ms per claim): a model's forward passes allocate and free a lot.
+    "distributed.nanny.pre-spawn-environ": {},
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import shutil
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from .conftest import REPO, context_run
+from .conftest import REPO, context_run, snakemake
 
 FACTCHECK = REPO / "workflows/factcheck"
 sys.path[:0] = [str(FACTCHECK / "scripts"), str(REPO / "workflows/llm")]
@@ -101,7 +102,7 @@ def test_select_claims_handles_fever_labels():
         records, n_claims=30, nei="refutes", seed=1, calibration_fraction=0.25
     )
     assert {r["target"] for r in kept if r["label"] == "NOT ENOUGH INFO"} == {"REFUTES"}
-    with pytest.raises(ValueError, match="21 usable claims|20 usable claims, but n_claims"):
+    with pytest.raises(ValueError, match="20 usable claims, but n_claims is 21"):
         factcheck.select_claims(records, n_claims=21, nei="drop", seed=1, calibration_fraction=0.25)
     with pytest.raises(ValueError, match="label 'MAYBE' is not one of"):
         factcheck.select_claims(
@@ -140,7 +141,7 @@ def test_bad_templates_name_the_template(tmp_path):
     with pytest.raises(ValueError, match=r"Template broken .*\{claim\}"):
         factcheck.load_template(bad)
     bad.write_text('prompt: "Q: {claim}"\ntrue_word: " Yes"\n')
-    with pytest.raises(ValueError, match="Template broken .*missing false_word"):
+    with pytest.raises(ValueError, match=r"Template broken .*missing false_word"):
         factcheck.load_template(bad)
 
 
@@ -259,7 +260,8 @@ def _workflow_copy(tmp_path):
 @pytest.mark.model
 def test_small_config_runs_the_whole_dag(tmp_path):
     workdir = _workflow_copy(tmp_path)
-    run = context_run(
+    # As the README runs it: the workflow profile chooses --executor context.
+    run = snakemake(
         workdir,
         "-s",
         "Snakefile",
@@ -271,6 +273,7 @@ def test_small_config_runs_the_whole_dag(tmp_path):
         "templates=[qa_yes_no,claim_true_false]",
         timeout=600,
     ).check()
+    assert "Using workflow specific profile" in run.output
     report = json.loads((workdir / "results/report.json").read_text())
     assert report["n_calibration"] + report["n_evaluation"] == 24
     assert {t["template"] for t in report["templates"]} == {"qa_yes_no", "claim_true_false"}
@@ -316,3 +319,15 @@ def test_fever_sample_goes_through_the_whole_dag(tmp_path):
     assert report["claims"] == "data/fever_sample.jsonl"
     confusion = report["templates"][0]["calibrated"]["confusion"]
     assert set(confusion) == set(factcheck.FEVER_LABELS)  # NEI scored, as configured
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fitted_threshold_is_optimal_on_calibration_claims(seed):
+    rows = _rows(60, seed)
+    for row in rows[::7]:
+        row["score"] = round(row["score"], 1)  # ties
+    scores = sorted({r["score"] for r in rows})
+    candidates = [scores[0] - 1, scores[-1] + 1, 0.0]
+    candidates += [(a + b) / 2 for a, b in itertools.pairwise(scores)]
+    best = max(factcheck.evaluate(rows, t).correct for t in candidates)
+    assert factcheck.evaluate(rows, factcheck.fit_threshold(rows)).correct == best

@@ -54,4 +54,4 @@ def test_ci_runs_the_readme_test_command():
     command = ".venv/bin/python -m pytest"
     assert f"\n{command}\n" in README
     assert f"\n{command}\n" in (REPO / ".ci/run").read_text()
-    assert "bash .ci/setup && .venv/bin/snakemake -s workflows/demo/Snakefile" in README
+    assert "bash .ci/setup && .venv/bin/snakemake -s workflows/factcheck/Snakefile" in README

@@ -58,7 +58,20 @@ def run_workflow(
     ]
     if mode == "agnostic":
         config.append(f"loader={GGUF_LOADER}")
-    args = [SNAKEMAKE, "-s", "Snakefile", "-d", ".", "--quiet", "rules", "--config", *config]
+    # No workflow profile: its `executor` and `jobs` would override the matched workers.
+    args = [
+        SNAKEMAKE,
+        "-s",
+        "Snakefile",
+        "-d",
+        ".",
+        "--workflow-profile",
+        "none",
+        "--quiet",
+        "rules",
+        "--config",
+        *config,
+    ]
     if mode == "full":
         args += ["--executor", "context", "--jobs", "8", "--context-servers", "2"]
     else:
@@ -164,7 +177,7 @@ def main() -> None:
     repeats = args.repeats or (1 if quick else 3)
     # RQ2: the largest size must still give >= 4 jobs per server (2 servers).
     rq2_sizes = [8, 64, 256] if quick else [1, 4, 8, 16, 32, 64, 128, 256]
-    rq2_claims = 2048 if not quick else 2048
+    rq2_claims = 2048
     subset = {1: 64, 4: 256}  # partial- and full-context at sizes 1 and 4: a stated subset
     partial_sizes = [64, 256] if quick else [1, 4, 16, 64, 256]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -266,11 +266,22 @@ def fit_threshold(rows: Sequence[dict[str, Any]]) -> float:
     """
     if not rows:
         return 0.0
-    scores = sorted(row["score"] for row in rows)
-    candidates = [scores[0] - 1.0, scores[-1] + 1.0, 0.0]
-    candidates += [(a + b) / 2 for a, b in zip(scores, scores[1:], strict=False) if a != b]
-    best = max(candidates, key=lambda t: (evaluate(rows, t).correct, -abs(t)))
-    return float(best)
+    ordered = sorted((row["score"], row["target"]) for row in rows)
+    # Sweep upwards: below every score all claims are predicted SUPPORTS; passing a
+    # score flips that claim to REFUTES. O(n log n), for FEVER-sized calibration sets.
+    correct = sum(target == SUPPORTS for _, target in ordered)
+    best = (correct, -abs(ordered[0][0] - 1.0), ordered[0][0] - 1.0)
+    for index, (score, target) in enumerate(ordered):
+        correct += 1 if target == REFUTES else -1
+        following = ordered[index + 1][0] if index + 1 < len(ordered) else score + 2.0
+        if following == score:
+            continue
+        threshold = (score + following) / 2
+        best = max(best, (correct, -abs(threshold), threshold))
+    at_zero = evaluate(rows, 0.0).correct
+    if at_zero >= best[0]:
+        return 0.0
+    return float(best[2])
 
 
 def swap_mapping(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
