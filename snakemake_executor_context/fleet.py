@@ -34,7 +34,7 @@ from .catalog.events import (
     ServerLeft,
 )
 
-__all__ = ["CPU_MODEL", "FleetView", "Measurements", "Mean", "ServerState", "model_of"]
+__all__ = ["CPU_MODEL", "FleetView", "Mean", "Measurements", "ServerState", "model_of"]
 
 #: The GPU model of a server without a GPU.
 CPU_MODEL = "cpu"
@@ -231,7 +231,9 @@ class FleetView:
         self._runnable.clear()
         return server
 
-    def sync_servers(self, present: Iterable[tuple[str, str, Mapping[str, float], int]], *, since: float) -> list[str]:
+    def sync_servers(
+        self, present: Iterable[tuple[str, str, Mapping[str, float], int]], *, since: float
+    ) -> list[str]:
         """Reconcile with Dask's list of workers ``(address, name, resources, slots)``
         as of monotonic time ``since``: add new ones, drop those gone. Returns the
         addresses dropped."""
@@ -261,15 +263,16 @@ class FleetView:
 
     def apply(self, event: Event) -> None:
         """Update the view from one event (idempotent for state; late ones lose)."""
+        server: ServerState | None
         if isinstance(event, ServerJoined):
             self.add_server(
                 event.address, name=event.name, resources=event.resources, slots=event.slots
             )
         elif isinstance(event, ServerDescribed):
-            server = self.add_server(event.address, name=event.name)
-            server.gpu = event.gpu
-            server.gpu_model = model_of(server.resources, event.gpu)
-            server.budget = int(event.memory_budget) or None
+            described = self.add_server(event.address, name=event.name)
+            described.gpu = event.gpu
+            described.gpu_model = model_of(described.resources, event.gpu)
+            described.budget = int(event.memory_budget) or None
         elif isinstance(event, ServerLeft):
             self.remove_server(event.address)
         elif isinstance(event, ContextLoading):
@@ -299,11 +302,10 @@ class FleetView:
         elif isinstance(event, JobFinished):
             self._unassign(event.key)
             server = self.servers.get(event.address)
-            if server is not None:
-                if event.context:
-                    placed = server.contexts.get(event.context)
-                    if placed is not None:
-                        placed.last_used = max(placed.last_used, event.finished)
+            if server is not None and event.context:
+                placed = server.contexts.get(event.context)
+                if placed is not None:
+                    placed.last_used = max(placed.last_used, event.finished)
             if event.ok and event.context and event.finished > event.started > 0:
                 model = event.gpu_model or (server.gpu_model if server else CPU_MODEL)
                 seconds = event.finished - event.started - event.load_seconds

@@ -283,7 +283,9 @@ def choose_server(
     return Decision(None, "wait", f"warm slot in {wait:.1f} s <= load {cost:.1f} s")
 
 
-def _best_cold(view: FleetView, cold: Sequence[ServerState], identity: str) -> tuple[ServerState, str]:
+def _best_cold(
+    view: FleetView, cold: Sequence[ServerState], identity: str
+) -> tuple[ServerState, str]:
     """The cold server to load on: one whose cache holds the weights, then the
     fastest by measured time for this context on its GPU model, then any (fewest
     contexts to evict first)."""

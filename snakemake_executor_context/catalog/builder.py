@@ -163,7 +163,9 @@ class CatalogBuilder:
                 reason=reason,
                 expected=False,
                 lost=[
-                    ev.LostJob(key=key, run_id=self._running[key][0], started=self._running[key][3]).to_wire()
+                    ev.LostJob(
+                        key=key, run_id=self._running[key][0], started=self._running[key][3]
+                    ).to_wire()
                     for key in lost
                 ],
             )
@@ -180,7 +182,9 @@ class CatalogBuilder:
         arguments: Mapping[str, Any] | None = None,
     ) -> str:
         """A context (recorded when first loaded or used). Returns its identity."""
-        identity = hashlib.sha256(f"{name}:{loader}:{sorted((arguments or {}).items())}".encode()).hexdigest()
+        identity = hashlib.sha256(
+            f"{name}:{loader}:{sorted((arguments or {}).items())}".encode()
+        ).hexdigest()
         self._contexts[identity] = name
         self._context_args[identity] = (loader, dict(arguments or {}))
         return identity
@@ -276,7 +280,9 @@ class CatalogBuilder:
                 reason=placed_by,
             )
         )
-        self.emit(ev.JobStarted(at=self.now, run_id=run_id, key=key, address=server, context=context))
+        self.emit(
+            ev.JobStarted(at=self.now, run_id=run_id, key=key, address=server, context=context)
+        )
         self._running[key] = (run_id, server, context, self.now)
         self._jobids[key] = (jobid, rule)
         return key

@@ -288,7 +288,7 @@ def decode(message: Any) -> Iterator[Event]:
 
     Unknown kinds and malformed items are skipped: a newer server may send more.
     """
-    items = message if isinstance(message, list) else [message]
+    items = message if isinstance(message, (list, tuple)) else [message]
     for item in items:
         if not isinstance(item, dict):
             continue

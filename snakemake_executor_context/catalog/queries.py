@@ -359,7 +359,15 @@ def recent_jobs(session: Session, limit: int = 10) -> list[JobRow]:
     """The latest job attempts, newest first."""
     server = aliased(Server)
     rows = session.execute(
-        select(Attempt, Job.rule, Job.wildcards, Context.name, server.name, server.gpu_model, Run.run_id)
+        select(
+            Attempt,
+            Job.rule,
+            Job.wildcards,
+            Context.name,
+            server.name,
+            server.gpu_model,
+            Run.run_id,
+        )
         .outerjoin(Job, Attempt.job_id == Job.id)
         .outerjoin(Run, Job.run_pk == Run.id)
         .outerjoin(Context, Job.context_id == Context.id)

@@ -373,7 +373,9 @@ class Recorder:
             server_id=server_id,
         )
 
-    def _context_ended(self, session: Session, event: ev.ContextEvicted | ev.ContextLoadFailed) -> None:
+    def _context_ended(
+        self, session: Session, event: ev.ContextEvicted | ev.ContextLoadFailed
+    ) -> None:
         context_id = self._context(session, event.identity, event.at)
         server_id = self._server(session, event.address, event.at)
         placement_id = self._open_placement(session, server_id, context_id)
@@ -493,9 +495,11 @@ class Recorder:
                 .values(job_id=job_id)
             )
         items = (
-            session.scalar(select(func.coalesce(func.sum(Attempt.items), 0)).where(
-                Attempt.job_id == job_id, Attempt.outcome == "ok"
-            ))
+            session.scalar(
+                select(func.coalesce(func.sum(Attempt.items), 0)).where(
+                    Attempt.job_id == job_id, Attempt.outcome == "ok"
+                )
+            )
             or 0
         )
         session.execute(
