@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -343,6 +343,17 @@ class Executor(RemoteExecutor):
         if sink is not None:
             sink.submit(event)
 
+    def _emit_lazily(self, make: Callable[[], Event]) -> None:
+        """Build and send an event; a failure to build it costs the record, not the job."""
+        if self._sink is None:
+            return
+        try:
+            event = make()
+        except Exception as error:
+            self._catalog_warning(f"An event for the context catalog could not be made: {error!r}")
+            return
+        self._emit(event)
+
     def _on_events(self, event: tuple[float, Any]) -> None:
         """Dask delivers the fleet's events here (on the client's thread)."""
         from .catalog import events as ev
@@ -537,12 +548,12 @@ class Executor(RemoteExecutor):
         if address is not None:
             self.view.dispatched(tracked.key, address, tracked.identity, now)
         job = tracked.info.job if tracked.info is not None else None
-        self._emit(
-            JobDispatched(
+        self._emit_lazily(
+            lambda: JobDispatched(
                 at=now,
                 run_id=self.run_id,
                 key=tracked.key,
-                jobid=int(getattr(job, "jobid", 0) or 0),
+                jobid=str(getattr(job, "jobid", "")),
                 attempt=int(getattr(job, "attempt", 1) or 1),
                 rule=_rule_name(job),
                 wildcards=_wildcards(job),
@@ -789,11 +800,11 @@ class Executor(RemoteExecutor):
 
         if outcome not in ("ok", "cancelled"):
             self._failures += 1
-        self._emit(
-            JobReported(
+        self._emit_lazily(
+            lambda: JobReported(
                 run_id=self.run_id,
                 key=tracked.key,
-                jobid=int(getattr(info.job, "jobid", 0) or 0),
+                jobid=str(getattr(info.job, "jobid", "")),
                 rule=_rule_name(info.job),
                 outcome=outcome,
                 message=(message or "")[:4000] or None,

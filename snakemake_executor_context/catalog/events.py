@@ -218,7 +218,8 @@ class JobDispatched(Event):
     kind: ClassVar[str] = "job-dispatched"
     run_id: str
     key: str
-    jobid: int = 0
+    #: Snakemake's job id (a number, or a UUID for a group job).
+    jobid: str = ""
     attempt: int = 1
     rule: str = ""
     wildcards: dict[str, str] = field(default_factory=dict)
@@ -268,7 +269,7 @@ class JobReported(Event):
     kind: ClassVar[str] = "job-reported"
     run_id: str
     key: str
-    jobid: int = 0
+    jobid: str = ""
     rule: str = ""
     #: ok, failed, cancelled, requeued (its server vanished), unrunnable or invalid.
     outcome: str = "ok"

@@ -139,7 +139,8 @@ class Job(Base):
     __table_args__ = (UniqueConstraint("run_pk", "jobid"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_pk: Mapped[int] = mapped_column(ForeignKey("runs.id"))
-    jobid: Mapped[int] = mapped_column(Integer)
+    #: Snakemake's job id (a number, or a UUID for a group job).
+    jobid: Mapped[str] = mapped_column(String(64))
     rule: Mapped[str] = mapped_column(String(256), default="")
     #: JSON object.
     wildcards: Mapped[str] = mapped_column(Text, default="{}")

@@ -44,7 +44,7 @@ class Recorder:
         self._servers: _Lru[str] = _Lru()
         self._contexts: _Lru[str] = _Lru()
         self._attempts: _Lru[str] = _Lru()
-        self._jobs: _Lru[tuple[int, int]] = _Lru()
+        self._jobs: _Lru[tuple[int, str]] = _Lru()
         self._handlers: dict[type[ev.Event], Callable[[Session, Any], None]] = {
             ev.RunStarted: self._run_started,
             ev.RunHeartbeat: self._run_heartbeat,
@@ -133,7 +133,7 @@ class Recorder:
         session.flush()
         return self._attempts.put(key, row.id)
 
-    def _job(self, session: Session, run_pk: int, jobid: int, **values: Any) -> int:
+    def _job(self, session: Session, run_pk: int, jobid: str, **values: Any) -> int:
         found = self._jobs.get((run_pk, jobid))
         if found is None:
             found = session.scalar(select(Job.id).where(Job.run_pk == run_pk, Job.jobid == jobid))
@@ -412,7 +412,7 @@ class Recorder:
         job_id = self._job(
             session,
             run_pk,
-            event.jobid,
+            str(event.jobid),
             rule=event.rule,
             wildcards=json.dumps(event.wildcards, sort_keys=True),
             kind=event.job_kind,
@@ -485,7 +485,7 @@ class Recorder:
 
     def _job_reported(self, session: Session, event: ev.JobReported) -> None:
         run_pk = self._run(session, event.run_id, event.at)
-        job_id = self._job(session, run_pk, event.jobid, rule=event.rule, submitted=event.at)
+        job_id = self._job(session, run_pk, str(event.jobid), rule=event.rule, submitted=event.at)
         previous = session.scalar(select(Job.outcome).where(Job.id == job_id))
         attempt_id = self._attempt(session, event.key)
         if attempt_id is not None:
