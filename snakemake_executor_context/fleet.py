@@ -198,7 +198,7 @@ class FleetView:
         *,
         name: str = "",
         resources: Mapping[str, float] | None = None,
-        slots: int = 1,
+        slots: int | None = None,
     ) -> ServerState:
         """Learn of a server (or update what it advertises)."""
         server = self.servers.get(address)
@@ -215,7 +215,8 @@ class FleetView:
             self._runnable.clear()
             if server.gpu is None:
                 server.gpu_model = model_of(server.resources)
-        server.slots = max(1, int(slots or 1))
+        if slots is not None:
+            server.slots = max(1, int(slots))
         return server
 
     def remove_server(self, address: str) -> ServerState | None:
