@@ -129,7 +129,7 @@ def test_schema_version_mismatch_is_refused_with_what_to_do(tmp_path):
 def test_unwritable_catalog_path_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    with pytest.raises(CatalogError, match="Cannot open the catalog .*a-file/catalog.db"):
+    with pytest.raises(CatalogError, match=r"Cannot open the catalog .*a-file/catalog\.db"):
         open_store(blocker / "catalog.db")
 
 
