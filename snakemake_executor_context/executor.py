@@ -372,7 +372,7 @@ class Executor(RemoteExecutor):
                     item, (ev.JobDispatched, ev.JobReported, ev.RunStarted, ev.RunFinished)
                 ):
                     continue  # this executor's own, echoed by the scheduler
-                self.view.apply(item)
+                self.view.apply(item, measure=not mine)
                 wake = wake or isinstance(
                     item,
                     (ev.JobFinished, ev.ServerJoined, ev.ServerLeft, ev.ContextEvicted),
@@ -826,6 +826,12 @@ class Executor(RemoteExecutor):
                 loaded=result.loaded,
                 reused=result.reused,
                 evicted=result.evicted,
+                job_seconds=(
+                    max(0.0, result.finished - result.started - result.load_seconds)
+                    if result.ok
+                    else None
+                ),
+                load_seconds=result.load_seconds,
             )
             if self._sink is not None:
                 self._awaiting.add(tracked.key)

@@ -262,8 +262,11 @@ class FleetView:
 
     # -- events --------------------------------------------------------------------
 
-    def apply(self, event: Event) -> None:
-        """Update the view from one event (idempotent for state; late ones lose)."""
+    def apply(self, event: Event, *, measure: bool = True) -> None:
+        """Update the view from one event (idempotent for state; late ones lose).
+
+        ``measure=False``: a JobFinished adds no job time (the executor measures its
+        own jobs from their results)."""
         server: ServerState | None
         if isinstance(event, ServerJoined):
             self.add_server(
@@ -307,7 +310,7 @@ class FleetView:
                 placed = server.contexts.get(event.context)
                 if placed is not None:
                     placed.last_used = max(placed.last_used, event.finished)
-            if event.ok and event.context and event.finished > event.started > 0:
+            if measure and event.ok and event.context and event.finished > event.started > 0:
                 model = event.gpu_model or (server.gpu_model if server else CPU_MODEL)
                 seconds = event.finished - event.started - event.load_seconds
                 self.measure.add_job(event.context, model, seconds)
@@ -364,13 +367,21 @@ class FleetView:
         loaded: Sequence[str] = (),
         reused: Sequence[str] = (),
         evicted: Sequence[str] = (),
+        job_seconds: float | None = None,
+        load_seconds: float = 0.0,
     ) -> None:
-        """One of this executor's jobs ended: free its slot, and learn from its result
-        what its server now holds."""
+        """One of this executor's jobs ended: free its slot, learn from its result
+        what its server now holds, and measure it (``job_seconds``: a successful
+        job's time without loads)."""
         self._remember(self._done, key)
         self._unassign(key)
         if address is None or address not in self.servers:
             return
+        model = self.servers[address].gpu_model
+        if identity is not None and job_seconds is not None:
+            self.measure.add_job(identity, model, job_seconds)
+        if identity is not None and identity in loaded and len(loaded) == 1 and load_seconds:
+            self.measure.add_load(identity, model, address, load_seconds)
         for gone in evicted:
             self.set_context(address, gone, None, started)
         for identity_ in (*loaded, *reused):

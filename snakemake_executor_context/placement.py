@@ -273,11 +273,9 @@ def choose_server(
     wait = expected_wait(view, identity, warm, queued_ahead)
     cost = load_cost(view, identity, best, demand)
     if wait is None or cost is None:
-        # Not measured yet: load where it evicts nothing (an idle server is free to
-        # use); never evict on a guess.
-        if not victims(best, identity, view.measure.bytes.get(identity)):
-            return Decision(best.address, "load", "not measured yet; evicts nothing")
-        return Decision(None, "wait", "not measured yet; a load would evict")
+        # Not measured yet: no load is shown to beat waiting, so the job waits. (The
+        # executor measures its own jobs as they end; history comes from the catalog.)
+        return Decision(None, "wait", "job or load time not measured yet")
     if wait > cost:
         return Decision(best.address, "load", f"warm slot in {wait:.1f} s > load {cost:.1f} s")
     return Decision(None, "wait", f"warm slot in {wait:.1f} s <= load {cost:.1f} s")

@@ -46,8 +46,13 @@ def test_warm_servers_take_the_context_jobs_while_they_have_free_slots():
     first, second = _place(view), _place(view)
     assert {first.address, second.address} == {"tcp://s0", "tcp://s1"}
     assert first.rule == second.rule == "warm"
-    # Both warm slots busy; the cold servers are idle and A was never measured:
-    # a load there evicts nothing, so it goes.
+    # Both warm slots busy, the cold servers idle, but A never measured: nothing
+    # shows a load would beat waiting, so it waits.
+    third = _place(view)
+    assert (third.address, third.rule) == (None, "wait")
+    # Once measured, the wait-or-load rule decides.
+    view.measure.add_job(A, "h200", 4.0)
+    view.measure.add_load(A, "h200", "tcp://s0", 1.0)
     third = _place(view)
     assert third.rule == "load" and third.address in {"tcp://s2", "tcp://s3"}
 
@@ -97,14 +102,6 @@ def test_a_load_that_evicts_a_wanted_context_costs_its_reload_too():
     # 4 jobs ahead: a wait of 5 s beats a 6 s load-and-reload, though not a 3 s load.
     assert choose_server(view, GPU1, A, queued_ahead=4, demand={A: 5, B: 2}).rule == "wait"
     assert choose_server(view, GPU1, A, queued_ahead=4, demand={A: 5}).rule == "load"
-    # Never measured: a load that would evict waits.
-    fresh = _fleet(warm=(0,), budget=60)
-    fresh.set_context("tcp://s1", B, "ready", at=1.0, nbytes=40)
-    fresh.measure.bytes.update({A: 40})
-    fresh.dispatched("j0", "tcp://s0", A, at=2.0)
-    for i in (2, 3):
-        fresh.dispatched(f"busy{i}", f"tcp://s{i}", None, at=2.0)
-    assert choose_server(fresh, GPU1, A).rule == "wait"
 
 
 def test_room_for_both_means_no_victim():
@@ -200,6 +197,22 @@ def test_own_job_late_start_does_not_hold_the_slot():
     view.apply(ev.JobStarted(at=1.0, key="mine", address="tcp://s0", context=A))
     assert view.servers["tcp://s0"].free
     assert view.servers["tcp://s0"].contexts[A].state == "ready"
+
+
+def test_own_results_measure_jobs_and_loads():
+    view = _fleet(warm=())
+    view.dispatched("mine", "tcp://s0", A, at=1.0)
+    view.finished(
+        "mine", "tcp://s0", identity=A, started=1.0, loaded=[A], job_seconds=2.5, load_seconds=4
+    )
+    assert view.measure.job_seconds(A, "h200") == 2.5
+    assert view.measure.load_seconds(A, "h200", "tcp://s3") == 4.0
+    # The server's own JobFinished for it, echoed later, is not counted twice.
+    view.apply(
+        ev.JobFinished(key="mine", address="tcp://s0", context=A, started=1, finished=9),
+        measure=False,
+    )
+    assert view.measure.job[(A, "h200")].count == 1
 
 
 def test_a_failed_job_does_not_leave_a_phantom_load():
