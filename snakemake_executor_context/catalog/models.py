@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    column,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -77,6 +78,16 @@ class Server(Base):
     """One incarnation of a context server (a Dask worker at one address)."""
 
     __tablename__ = "servers"
+    __table_args__ = (
+        # One live row per address: two writers racing to add a server make one.
+        Index(
+            "ux_servers_live_address",
+            "address",
+            unique=True,
+            sqlite_where=column("left").is_(None),
+            postgresql_where=column("left").is_(None),
+        ),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     address: Mapped[str] = mapped_column(String(256), index=True)
     name: Mapped[str] = mapped_column(String(256), default="")

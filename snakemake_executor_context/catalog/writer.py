@@ -214,8 +214,7 @@ class CatalogWriter(_Worker):
             batch, self._backlog = self._backlog + batch, []
         if batch:
             try:
-                with self.store.session() as session, session.begin():
-                    self.recorder.apply(session, batch)
+                self._write(batch)
             except Exception as error:
                 self.recorder.reset()
                 self.failures += 1
@@ -239,6 +238,21 @@ class CatalogWriter(_Worker):
             self.written += len(batch)
             self._dirty = True
         self._maybe_snapshot(now)
+
+    def _write(self, batch: list[Event]) -> None:
+        """One transaction; a unique-key race with another writer (PostgreSQL may
+        have several) is retried at once, with the ids looked up afresh."""
+        from sqlalchemy.exc import IntegrityError
+
+        for attempt in range(3):
+            try:
+                with self.store.session() as session, session.begin():
+                    self.recorder.apply(session, batch)
+                return
+            except IntegrityError:
+                self.recorder.reset()
+                if attempt == 2:
+                    raise
 
     def _maybe_snapshot(self, now: float, force: bool = False) -> None:
         location = self.store.location
