@@ -294,7 +294,9 @@ class Executor(RemoteExecutor):
                     "--context-catalog is not used."
                 )
             self.catalog_location = where
-            return DaskRelay(self.engine.client, warn=self._catalog_warning)
+            return DaskRelay(
+                self.engine.client, warn=self._catalog_warning, heartbeat_run=self.run_id
+            )
         spec = self.settings.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
         if spec.strip().lower() in ("none", "off", "no", "false"):
             self.catalog_location = None
@@ -517,7 +519,7 @@ class Executor(RemoteExecutor):
             self._queue = [t for t in self._queue if t.future is None and not t.cancelled]
 
     def _in_flight(self) -> list[_Tracked]:
-        return [t for t in self._flight.values() if t.future is not None]
+        return [t for t in list(self._flight.values()) if t.future is not None]
 
     def _submit(self, tracked: _Tracked, address: str | None, rule: str) -> None:
         from .catalog.events import JobDispatched
@@ -813,7 +815,8 @@ class Executor(RemoteExecutor):
 
     def _complete(self, tracked: _Tracked, result: JobResult | None) -> None:
         """A job's task ended: free its slot in the view, learn what its server holds."""
-        self._flight.pop(tracked.key, None)
+        with self._queue_lock:
+            self._flight.pop(tracked.key, None)
         with self.view.lock:
             if result is None:
                 self.view.forget(tracked.key)

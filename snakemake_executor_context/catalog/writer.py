@@ -57,8 +57,15 @@ class _Worker(EventSink):
     thread_name = "snakemake-context-sink"
 
     def __init__(
-        self, *, warn: Callable[[str], None], queue_size: int = QUEUE_SIZE, tick: float = 0.5
+        self,
+        *,
+        warn: Callable[[str], None],
+        queue_size: int = QUEUE_SIZE,
+        tick: float = 0.5,
+        heartbeat_run: str | None = None,
     ) -> None:
+        self.heartbeat_run = heartbeat_run
+        self._last_heartbeat = time.monotonic()
         self._queue: queue.Queue[Event | None] = queue.Queue(maxsize=queue_size)
         self._warn = warn
         self._warned: set[str] = set()
@@ -147,13 +154,18 @@ class _Worker(EventSink):
                     break
                 if item is not None:
                     batch.append(item)
+            taken = len(batch)
+            now = time.monotonic()
+            if self.heartbeat_run and now - self._last_heartbeat >= HEARTBEAT_SECONDS:
+                batch.append(RunHeartbeat(run_id=self.heartbeat_run))
+                self._last_heartbeat = now
             try:
                 self.handle(batch)
             except Exception as error:  # handle() reports its own; this is a bug guard
                 self.warn_once("bug", f"The context catalog's writer failed: {error!r}")
             finally:
                 with self._idle:
-                    self._pending -= len(batch)
+                    self._pending -= taken
                     self._idle.notify_all()
             if self._stop.is_set() and self._queue.empty():
                 return
@@ -185,11 +197,9 @@ class CatalogWriter(_Worker):
     ) -> None:
         from .record import Recorder
 
-        super().__init__(warn=warn, queue_size=queue_size)
+        super().__init__(warn=warn, queue_size=queue_size, heartbeat_run=heartbeat_run)
         self.store = store
         self.recorder: Recorder = Recorder()
-        self.heartbeat_run = heartbeat_run
-        self._last_heartbeat = time.monotonic()
         self._last_snapshot = 0.0
         self._dirty = False
         self._failing_since: float | None = None
@@ -202,9 +212,6 @@ class CatalogWriter(_Worker):
         the queue's size) and try again after a pause; a batch that fails three
         times is dropped."""
         now = time.monotonic()
-        if self.heartbeat_run and now - self._last_heartbeat >= HEARTBEAT_SECONDS:
-            batch.append(RunHeartbeat(run_id=self.heartbeat_run))
-            self._last_heartbeat = now
         if self._backlog:
             if self._failing_since is not None and now - self._failing_since < RETRY_SECONDS:
                 room = self._queue.maxsize - len(self._backlog)
@@ -298,8 +305,10 @@ class DaskRelay(_Worker):
 
     thread_name = "snakemake-context-relay"
 
-    def __init__(self, client: object, *, warn: Callable[[str], None]) -> None:
-        super().__init__(warn=warn, tick=0.2)
+    def __init__(
+        self, client: object, *, warn: Callable[[str], None], heartbeat_run: str | None = None
+    ) -> None:
+        super().__init__(warn=warn, tick=0.2, heartbeat_run=heartbeat_run)
         self.client = client
         self.start()
 
