@@ -306,3 +306,69 @@ def test_a_reader_polling_a_busy_writer_never_sees_a_lock_and_converges(tmp_path
     attempts = [poll["attempts"] for poll in polls]
     assert attempts == sorted(attempts)  # never went backwards
     assert polls[-1] == {"attempts": jobs, "jobs_ok": jobs}
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    from .conftest import BIN
+
+    return subprocess.run(
+        [str(BIN / "snakemake-context"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+def test_up_refuses_a_catalog_of_another_schema_before_starting(tmp_path):
+    path = tmp_path / "old.db"
+    catalog = open_store(path)
+    with catalog.session() as session, session.begin():
+        session.get(Meta, "schema_version").value = "0"
+    catalog.close()
+    scheduler = tmp_path / "s.json"
+    up = _cli("up", "--scheduler-file", str(scheduler), "--catalog", str(path))
+    assert up.returncode == 1
+    assert "has schema version 0" in up.stderr and "--context-catalog NEW.db" in up.stderr
+    assert not scheduler.exists() and not scheduler.with_suffix(".pid").exists()
+
+
+def test_status_reads_a_catalog_without_a_cluster(tmp_path):
+    with CatalogBuilder(tmp_path / "c.db") as b:
+        server = b.server("gpu0")
+        run = b.run()
+        b.job(run, "score", server=server, context=b.context("m"), items=4)
+        b.finish_run(run)
+    text = _cli(
+        "status",
+        "--scheduler-file",
+        str(tmp_path / "none.json"),
+        "--catalog",
+        str(tmp_path / "c.db"),
+    )
+    assert text.returncode == 0, text.stderr
+    for heading in (
+        "Fleet by GPU model:",
+        "Contexts:",
+        "Runs:",
+        "Recent server losses:",
+        "Recent jobs:",
+    ):
+        assert heading in text.stdout
+    assert "h200" in text.stdout and "score(i=" in text.stdout
+    data = json.loads(
+        _cli(
+            "status",
+            "--scheduler-file",
+            str(tmp_path / "none.json"),
+            "--catalog",
+            str(tmp_path / "c.db"),
+            "--json",
+        ).stdout
+    )
+    assert data["servers"] == {} and data["runs"][0]["jobs_ok"] == 1
+    # Nothing to show at all: a clear error.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nothing = _cli("status", "--scheduler-file", str(empty / "none.json"), cwd=empty)
+    assert nothing.returncode == 1 and "no catalog was found" in nothing.stderr
