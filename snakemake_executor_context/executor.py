@@ -504,6 +504,7 @@ class Executor(RemoteExecutor):
                         if tracked.identity:
                             demand[tracked.identity] += 1
                     ahead: Counter[str] = Counter()
+                    now = time.time()
                     for tracked in runnable:
                         decision = choose_server(
                             self.view,
@@ -511,6 +512,7 @@ class Executor(RemoteExecutor):
                             tracked.identity,
                             queued_ahead=ahead[tracked.identity or ""],
                             demand=demand,
+                            now=now,
                         )
                         if tracked.identity:
                             ahead[tracked.identity] += 1

@@ -100,8 +100,9 @@ class ServerState:
     assigned: set[str] = field(default_factory=set)
     #: Monotonic time the view learnt of it.
     seen: float = field(default_factory=time.monotonic)
-    #: When each running key started there.
+    #: When each running key started there, and its context.
     started: dict[str, float] = field(default_factory=dict)
+    running_context: dict[str, str | None] = field(default_factory=dict)
     #: When each context was last evicted (a late "ready" from before does not count).
     gone: dict[str, float] = field(default_factory=dict)
 
@@ -302,6 +303,7 @@ class FleetView:
             if server is not None:
                 server.running[event.key] = event.run_id
                 server.started[event.key] = event.at
+                server.running_context[event.key] = event.context
                 self._where[event.key] = event.address
         elif isinstance(event, JobFinished):
             self._unassign(event.key)
@@ -403,6 +405,7 @@ class FleetView:
             server.assigned.discard(key)
             server.running.pop(key, None)
             server.started.pop(key, None)
+            server.running_context.pop(key, None)
 
     def forget(self, key: str) -> None:
         """Drop a dispatched key without learning anything (cancelled, requeued)."""
@@ -434,6 +437,7 @@ class FleetView:
                     "cached": sorted(s.cached),
                     "running": dict(s.running),
                     "started": dict(s.started),
+                    "running_context": dict(s.running_context),
                 }
                 for s in self.servers.values()
             ],
@@ -455,6 +459,7 @@ class FleetView:
             server.cached.update(item.get("cached", []))
             server.running.update(item.get("running", {}))
             server.started.update(item.get("started", {}))
+            server.running_context.update(item.get("running_context", {}))
             for key in item.get("running", {}):
                 self._where[key] = server.address
             for identity, (state, at, nbytes, last_used) in item.get("contexts", {}).items():

@@ -11,7 +11,9 @@ fastest free server by measured time for this context and GPU model; then any fr
 one. While a server holds (or is loading) the context but none of those has a free
 slot, the job goes to a server that must load it only when the expected wait for a
 warm slot exceeds what the load costs there (:func:`expected_wait`,
-:func:`load_cost`); otherwise it waits in the executor's queue.
+:func:`load_cost`); otherwise it waits in the executor's queue. Times not measured
+yet are bounded from below by what is running (a job's elapsed time, a load's), so a
+long first job does not keep an idle server idle, and nothing is evicted on a guess.
 
 Servers advertise Dask resources (see :func:`server_resources`):
 
@@ -28,6 +30,7 @@ off servers that cannot run it, also after a server restarts under a new address
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -228,13 +231,15 @@ def choose_server(
     *,
     queued_ahead: int = 0,
     demand: Mapping[str, int] | None = None,
+    now: float | None = None,
 ) -> Decision:
     """Pick a server for one job (see the module's docstring for the order).
 
     ``wanted`` is the job's Dask resources (:func:`job_resources`), ``identity`` its
     context (None for a plain job), ``queued_ahead`` the jobs of the same context
-    ahead of it in the executor's queue, and ``demand`` the jobs queued or running
-    per context (a context with demand is costly to evict).
+    ahead of it in the executor's queue, ``demand`` the jobs queued or running per
+    context (a context with demand is costly to evict), and ``now`` the wall-clock
+    time (for times not measured yet, see :func:`expected_wait`).
     """
     candidates = view.runnable(wanted)
     if not candidates:
@@ -270,12 +275,10 @@ def choose_server(
     if not warm:
         return Decision(best.address, rule)
     demand = demand or {}
-    wait = expected_wait(view, identity, warm, queued_ahead)
-    cost = load_cost(view, identity, best, demand)
-    if wait is None or cost is None:
-        # Not measured yet: no load is shown to beat waiting, so the job waits. (The
-        # executor measures its own jobs as they end; history comes from the catalog.)
-        return Decision(None, "wait", "job or load time not measured yet")
+    wait = expected_wait(view, identity, warm, queued_ahead, now=now)
+    cost = load_cost(view, identity, best, demand, now=now)
+    if wait <= 0:
+        return Decision(None, "wait", "no job time measured or elapsed yet")
     if wait > cost:
         return Decision(best.address, "load", f"warm slot in {wait:.1f} s > load {cost:.1f} s")
     return Decision(None, "wait", f"warm slot in {wait:.1f} s <= load {cost:.1f} s")
@@ -302,29 +305,73 @@ def _best_cold(
 
 
 def expected_wait(
-    view: FleetView, identity: str, warm: Sequence[ServerState], queued_ahead: int
-) -> float | None:
+    view: FleetView,
+    identity: str,
+    warm: Sequence[ServerState],
+    queued_ahead: int,
+    *,
+    now: float | None = None,
+) -> float:
     """Seconds until a warm slot takes this job: the jobs ahead of it (and itself)
-    times the measured job time, shared over the warm slots. None if not measured."""
+    times the job time, shared over the warm slots.
+
+    The job time is the measured mean on the warm servers' GPU models; until one is
+    measured, the longest time a job of this context has been running on a warm
+    server since its context was ready (a lower bound that grows while it runs; 0
+    before any has started).
+    """
     times = [view.measure.job_seconds(identity, s.gpu_model) for s in warm]
     known = [t for t in times if t is not None]
-    if not known:
-        return None
+    if known:
+        seconds = sum(known) / len(known)
+    else:
+        seconds = _running_for(warm, identity, time.time() if now is None else now)
     slots = sum(s.slots for s in warm)
-    return (queued_ahead + 1) * (sum(known) / len(known)) / max(1, slots)
+    return (queued_ahead + 1) * seconds / max(1, slots)
+
+
+def _running_for(warm: Sequence[ServerState], identity: str, now: float) -> float:
+    longest = 0.0
+    for server in warm:
+        placed = server.contexts.get(identity)
+        if placed is None or placed.state != "ready":
+            continue
+        for key, started in server.started.items():
+            if server.running_context.get(key) == identity:
+                longest = max(longest, now - max(started, placed.at))
+    return longest
 
 
 def load_cost(
-    view: FleetView, identity: str, server: ServerState, demand: Mapping[str, int]
-) -> float | None:
+    view: FleetView,
+    identity: str,
+    server: ServerState,
+    demand: Mapping[str, int],
+    *,
+    now: float | None = None,
+) -> float:
     """Seconds a load of ``identity`` costs on ``server``: its measured load time
-    there, plus the reload of every context it would evict that jobs still want.
-    None if the load time was never measured."""
+    there (else on its GPU model, else anywhere), plus the reload of every context it
+    would evict that jobs still want.
+
+    Until a load is measured, the time a load of it in progress has taken so far
+    stands in (a lower bound), and every eviction counts as infinitely costly: the
+    policy never evicts on a guess.
+    """
     measure = view.measure
     seconds = measure.load_seconds(identity, server.gpu_model, server.address)
+    evicts = victims(server, identity, measure.bytes.get(identity))
     if seconds is None:
-        return None
-    for victim in victims(server, identity, measure.bytes.get(identity)):
+        if evicts:
+            return math.inf
+        now = time.time() if now is None else now
+        loading = []
+        for address in view.warm.get(identity, ()):
+            placed = view.servers[address].contexts.get(identity)
+            if placed is not None and placed.state == "loading":
+                loading.append(now - placed.at)
+        return max(loading, default=0.0)
+    for victim in evicts:
         if demand.get(victim, 0) > 0:
             reload = measure.load_seconds(victim, server.gpu_model, server.address)
             seconds += reload if reload is not None else seconds

@@ -46,8 +46,8 @@ def test_warm_servers_take_the_context_jobs_while_they_have_free_slots():
     first, second = _place(view), _place(view)
     assert {first.address, second.address} == {"tcp://s0", "tcp://s1"}
     assert first.rule == second.rule == "warm"
-    # Both warm slots busy, the cold servers idle, but A never measured: nothing
-    # shows a load would beat waiting, so it waits.
+    # Both warm slots busy, the cold servers idle, but A never measured and no job
+    # of it running yet: nothing shows a load would beat waiting, so it waits.
     third = _place(view)
     assert (third.address, third.rule) == (None, "wait")
     # Once measured, the wait-or-load rule decides.
@@ -65,6 +65,30 @@ def test_a_freed_warm_slot_is_taken_again():
     view.finished(key, "tcp://s0", identity=A, started=2.0, reused=[A])
     view.dispatched("job-y", "tcp://s1", A, at=3.0)
     assert choose_server(view, GPU1, A).address == "tcp://s0"
+
+
+def test_unmeasured_times_are_bounded_by_what_runs():
+    """A long first job must not keep idle servers idle; a guess never evicts."""
+    view = _fleet(warm=(0,))
+    view.measure.add_load(A, "h200", "tcp://s0", 0.5)  # its load was quick
+    view.apply(ev.JobStarted(at=100.0, key="first", address="tcp://s0", context=A))
+    # Just started: no job time shown yet.
+    assert choose_server(view, GPU1, A, now=100.2).rule == "wait"
+    # Running for 2 s already: a warm slot is at least 2 s away, a load 0.5 s.
+    decision = choose_server(view, GPU1, A, now=102.0)
+    assert decision.rule == "load" and decision.address in {"tcp://s1", "tcp://s2", "tcp://s3"}
+    # The same, but every idle server holds another context and no size is known.
+    crowded = _fleet(warm=(0,))
+    crowded.measure.add_job(A, "h200", 30.0)
+    for i in (1, 2, 3):
+        crowded.set_context(f"tcp://s{i}", B, "ready", at=1.0)
+    crowded.apply(ev.JobStarted(at=100.0, key="first", address="tcp://s0", context=A))
+    assert choose_server(crowded, GPU1, A, now=500.0).rule == "wait"
+    # A load in progress bounds the load time from below.
+    loading = _fleet(warm=())
+    loading.set_context("tcp://s0", A, "loading", at=100.0)
+    loading.dispatched("first", "tcp://s0", A, at=100.0)
+    assert choose_server(loading, GPU1, A, now=103.0).rule == "wait"
 
 
 def test_wait_or_load_both_ways():
