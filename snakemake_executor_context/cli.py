@@ -3,12 +3,13 @@
 ::
 
     snakemake-context up     [--scheduler-file F] [--servers N] [--memory-budget B]
-                             [--idle-timeout S]
+                             [--idle-timeout S] [--catalog PATH|URL|none]
     snakemake-context down   [--scheduler-file F]
-    snakemake-context status [--scheduler-file F] [--json]
+    snakemake-context status [--scheduler-file F] [--catalog PATH|URL] [--json]
 
 A run attaches with ``snakemake --executor context --context-scheduler-file F``; the
-servers keep their contexts loaded between runs.
+servers keep their contexts loaded between runs, and the cluster records into its
+catalog (``F`` with the suffix ``.db`` unless ``--catalog`` says otherwise).
 """
 
 from __future__ import annotations
@@ -82,14 +83,30 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for the servers to start"
     )
+    up.add_argument(
+        "--catalog",
+        default=None,
+        help="where the cluster records servers, contexts and jobs: a path, an SQLAlchemy "
+        "URL, or 'none' (default: the scheduler file with the suffix .db)",
+    )
     up.set_defaults(func=_up)
 
     down = commands.add_parser("down", help="stop a persistent local cluster")
     scheduler_file(down)
     down.set_defaults(func=_down)
 
-    status = commands.add_parser("status", help="servers and the contexts loaded on them")
+    status = commands.add_parser(
+        "status",
+        help="the fleet by GPU model, contexts and where they are warm, runs, losses, jobs",
+    )
     scheduler_file(status)
+    status.add_argument(
+        "--catalog",
+        default=None,
+        help="the catalog to read (default: the running cluster's, else the scheduler "
+        "file's .db, else .snakemake/context/catalog.db here)",
+    )
+    status.add_argument("--limit", type=int, default=10, help="runs, losses and jobs to show")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=_status)
     return parser
@@ -106,6 +123,15 @@ def _up(args: argparse.Namespace) -> int:
             f"(scheduler file {running.files.scheduler_file})."
         )
         return 0
+    from .cluster import ClusterFiles
+
+    catalog = args.catalog or str(ClusterFiles(args.scheduler_file.resolve()).catalog_file)
+    if catalog.strip().lower() in ("none", "off"):
+        catalog = None
+    else:
+        from .catalog.store import open_store
+
+        open_store(catalog).close()  # a schema mismatch or unwritable path stops here
     started = time.monotonic()
     local = LocalClusterProcess.start(
         args.scheduler_file,
@@ -113,6 +139,7 @@ def _up(args: argparse.Namespace) -> int:
         memory_budget=args.memory_budget,
         timeout=args.timeout,
         idle_timeout=args.idle_timeout,
+        catalog=catalog,
     )
     info = local.files.read_info() or {}
     servers = info.get("servers", [])
@@ -124,6 +151,7 @@ def _up(args: argparse.Namespace) -> int:
         f"[{time.monotonic() - started:.1f} s]\n"
         f"  scheduler file: {local.files.scheduler_file}\n"
         f"  log:            {local.files.log_file}\n"
+        f"  catalog:        {catalog or 'none'}\n"
         f"Attach with: snakemake --executor context --context-scheduler-file "
         f"{local.files.scheduler_file}"
     )
@@ -143,25 +171,166 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    inventories, catalog = _live(args.scheduler_file)
+    catalog = args.catalog or catalog or _default_catalog(args.scheduler_file)
+    report: dict[str, Any] = {}
+    if catalog is not None:
+        from .catalog import queries
+        from .catalog.store import open_reader
+
+        reader = open_reader(catalog)
+        try:
+            with reader.session() as session:
+                report = queries.overview(session, limit=args.limit)
+        finally:
+            reader.close()
+    if inventories is None and catalog is None:
+        raise ContextExecutorError(
+            f"No context cluster runs for {args.scheduler_file}, and no catalog was found. "
+            "Fix: start one (snakemake-context up), or name a catalog (--catalog PATH)."
+        )
+    if args.json:
+        print(
+            json.dumps(
+                {"servers": inventories or {}, "catalog": catalog, **report},
+                indent=1,
+                default=str,
+            )
+        )
+        return 0
+    if inventories is not None:
+        print(f"{len(inventories)} server(s) running at {args.scheduler_file}:")
+        for address, inventory in sorted(inventories.items()):
+            print("  " + _describe(address, inventory))
+            for context in inventory["contexts"]:
+                print(
+                    f"      {'/'.join(context['names'])}: {context['bytes'] / 1e6:.0f} MB, "
+                    f"loaded in {context['load_seconds']:.1f} s, {context['hits']} reuse(s)"
+                )
+    if report:
+        print(_format_report(str(catalog), report))
+    return 0
+
+
+def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The running cluster's inventories and the catalog it writes (None, None when
+    no cluster runs)."""
     from .cluster import Engine
 
-    engine = Engine.attach(address=None, scheduler_file=args.scheduler_file, timeout=10)
+    if not Path(scheduler_file).exists():
+        return None, None
+    try:
+        engine = Engine.attach(address=None, scheduler_file=scheduler_file, timeout=10)
+    except ContextExecutorError:
+        return None, None
     try:
         inventories = engine.inventories()
+        catalog = None
+        try:
+            from .catalog.plugin import fleet_snapshot
+
+            snapshot = engine.client.run_on_scheduler(fleet_snapshot)
+            catalog = ((snapshot or {}).get("catalog") or {}).get("requested")
+        except Exception:
+            pass
     finally:
         engine.client.close()
-    if args.json:
-        print(json.dumps({"servers": inventories}, indent=1, default=str))
-        return 0
-    print(f"{len(inventories)} server(s) at {args.scheduler_file}:")
-    for address, inventory in sorted(inventories.items()):
-        print("  " + _describe(address, inventory))
-        for context in inventory["contexts"]:
-            print(
-                f"      {'/'.join(context['names'])}: {context['bytes'] / 1e6:.0f} MB, loaded in "
-                f"{context['load_seconds']:.1f} s, {context['hits']} reuse(s)"
+    return inventories, catalog
+
+
+def _default_catalog(scheduler_file: Path) -> str | None:
+    from .cluster import ClusterFiles
+    from .executor import DEFAULT_CATALOG
+
+    for candidate in (ClusterFiles(Path(scheduler_file)).catalog_file, DEFAULT_CATALOG.absolute()):
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
+def _when(at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"
+
+
+def _size(nbytes: float | None) -> str:
+    if not nbytes:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if nbytes < 1000 or unit == "TB":
+            return f"{nbytes:.0f} {unit}"
+        nbytes /= 1000
+    return "?"
+
+
+def _format_report(catalog: str, report: dict[str, Any]) -> str:
+    """The catalog part of ``status`` as text."""
+    lines = [f"Catalog {catalog}", "", "Fleet by GPU model:"]
+    for row in report["fleet"]:
+        kind = row["gpu_name"] or row["gpu_model"]
+        extra = []
+        if row["gpu_memory_bytes"]:
+            extra.append(_size(row["gpu_memory_bytes"]))
+        if row["compute_capability"]:
+            extra.append(f"compute {row['compute_capability']}")
+        names = ", ".join(row["names"])
+        lines.append(
+            f"  {row['gpu_model']:<16} {row['servers']} server(s), {row['slots']} slot(s)"
+            f" ({kind}{'; ' + ', '.join(extra) if extra else ''})"
+            f"{': ' + names if names else ''}; {row['left']} left, {row['lost']} lost"
+        )
+    lines += ["", "Contexts:"]
+    for row in report["contexts"]:
+        warm = ", ".join(row["warm_on"]) or "nowhere"
+        loading = f" (loading on {', '.join(row['loading_on'])})" if row["loading_on"] else ""
+        mean = row["mean_load_seconds"]
+        lines.append(
+            f"  {row['name']} [{row['identity'][:10]}] {row['loader']}, {_size(row['bytes'])}: "
+            f"warm on {warm}{loading}; {row['loads']} load(s)"
+            + (f", {mean:.1f} s on average" if mean is not None else "")
+            + (f", {row['from_cache']} from the local cache" if row["from_cache"] else "")
+        )
+    if report["throughput"]:
+        lines += ["", "Throughput (successful jobs, loads excluded):"]
+        for row in report["throughput"]:
+            rate = row["items_per_second"]
+            lines.append(
+                f"  {row['context']} on {row['gpu_model']}: {row['jobs']} job(s), "
+                f"{row['mean_job_seconds']:.2f} s per job"
+                + (f", {rate:.1f} items/s" if rate else "")
             )
-    return 0
+    lines += ["", "Runs:"]
+    for row in report["runs"]:
+        total = f"/{row['jobs_total']}" if row["jobs_total"] is not None else ""
+        lines.append(
+            f"  {row['run_id']} {row['state']:<8} {row['jobs_ok']}{total} ok, "
+            f"{row['jobs_failed']} failed, {row['items']} item(s), {row['loads']} load(s); "
+            f"started {_when(row['started'])} in {row['workdir']}"
+        )
+    lines += ["", "Recent server losses:"]
+    for row in report["losses"] or []:
+        lines.append(
+            f"  {_when(row['at'])} {row['server']} ({row['gpu_model']}): {row['jobs_lost']} "
+            f"job(s) hit, {row['seconds_lost']:.1f} s of work lost ({row['reason']}): "
+            + ", ".join(row["jobs"])
+        )
+    if not report["losses"]:
+        lines.append("  none")
+    lines += ["", "Recent jobs:"]
+    for row in report["jobs"]:
+        wildcards = ",".join(f"{k}={v}" for k, v in row["wildcards"].items())
+        seconds = (
+            f"{row['finished'] - row['started']:.1f} s"
+            if row["finished"] is not None and row["started"] is not None
+            else "running"
+        )
+        lines.append(
+            f"  {_when(row['dispatched'] or row['started'])} {row['rule'] or '?'}"
+            f"{'(' + wildcards + ')' if wildcards else ''} on {row['server'] or '?'}: "
+            f"{row['outcome'] or 'running'}, {seconds}"
+            + (" (loaded its context)" if row["cold"] else "")
+            + (f" [placed: {row['placed_by']}]" if row["placed_by"] else "")
+        )
+    return "\n".join(lines)
 
 
 def _describe(address: str, inventory: dict[str, Any]) -> str:

@@ -79,7 +79,7 @@ def plan_servers(
         share = total_memory // len(gpus)
         return [
             ServerPlan(
-                name=f"gpu{gpu.index}",
+                name=gpu.server_name,
                 memory_bytes=share,
                 gpu=gpu,
                 resources=server_resources(share, [gpu]),
@@ -118,6 +118,11 @@ class ClusterFiles:
         """The log of the cluster process and its servers."""
         return self.scheduler_file.with_suffix(".log")
 
+    @property
+    def catalog_file(self) -> Path:
+        """The default catalog of a persistent cluster (``X.db``)."""
+        return self.scheduler_file.with_suffix(".db")
+
     def read_info(self) -> dict[str, Any] | None:
         """The cluster process's record, or None if it is not (yet) written."""
         try:
@@ -147,12 +152,14 @@ def serve(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--idle-timeout", type=float, default=0.0)
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--catalog", default=None)
     args = parser.parse_args(argv)
 
     import dask
     import psutil
     from distributed import Nanny, Scheduler, SpecCluster
 
+    from .catalog.plugin import CatalogSchedulerPlugin
     from .server import ContextServerPlugin, ServerConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -169,6 +176,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
         "dashboard": False,
         "dashboard_address": f"{args.host}:0",
         "scheduler_file": str(files.scheduler_file),
+        # The fleet's event hub; with --catalog, the catalog's one writer.
+        "plugins": [CatalogSchedulerPlugin(catalog=args.catalog)],
     }
     if args.idle_timeout > 0:
         scheduler_options["idle_timeout"] = args.idle_timeout
@@ -218,6 +227,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
             for plan in plans
         ],
         "started": time.time(),
+        "catalog": args.catalog,
     }
     files.pid_file.write_text(json.dumps(info, indent=1))
     logging.info("context cluster up at %s with %d servers", info["address"], len(plans))
@@ -264,6 +274,7 @@ class LocalClusterProcess:
         idle_timeout: float = 0.0,
         parent_pid: int = 0,
         host: str = "127.0.0.1",
+        catalog: str | None = None,
     ) -> LocalClusterProcess:
         """Start the cluster process and wait until its servers are up."""
         files = ClusterFiles(scheduler_file.resolve())
@@ -287,6 +298,8 @@ class LocalClusterProcess:
         ]
         if servers:
             command += ["--servers", str(servers)]
+        if catalog:
+            command += ["--catalog", catalog]
         with open(files.log_file, "ab") as log:
             process = subprocess.Popen(
                 command,
@@ -401,6 +414,7 @@ class Engine:
                 name=str(w.get("name", address)),
                 address=address,
                 resources=dict(w.get("resources") or {}),
+                slots=int(w.get("nthreads") or 1),
             )
             for address, w in info.get("workers", {}).items()
         ]

@@ -6,6 +6,13 @@ other job becomes Snakemake's own job command, run as a subprocess on a server.
 Outcomes are reported only from :meth:`Executor.check_active_jobs`; a Dask
 done-callback merely wakes that loop (see :meth:`Executor.sleep`).
 
+Late binding: jobs wait in the executor's own queue until placement
+(:func:`~.placement.choose_server`, over the in-memory :class:`~.fleet.FleetView`)
+picks a server with a free slot; only then are they submitted to Dask, pinned to
+that server. A pinned task whose server vanishes would wait forever in Dask, so the
+executor takes it back and queues it again under a new key: a vanished server never
+strands a job. Every state change is sent to the catalog (:mod:`.catalog`).
+
 Imports are cheap on purpose: Snakemake imports this module on every start, in every
 job it spawns. Dask and the server code are imported when a run starts.
 """
@@ -13,14 +20,18 @@ job it spawns. Dask and the server code are imported when a run starts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import json
 import os
 import pickle
 import re
+import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, Iterable
+from collections import Counter
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +47,10 @@ from .placement import Requirements, explain_unrunnable, job_resources, requirem
 from .settings import ExecutorSettings
 
 if TYPE_CHECKING:
+    from .catalog.events import Event
+    from .catalog.writer import EventSink
     from .cluster import Engine
+    from .fleet import FleetView
     from .jobspec import ContextJobSpec, JobResult, PlainJobSpec
     from .placement import ServerView
 
@@ -54,6 +68,10 @@ REQUIRED_SHARED_FS = (
 CONTEXT_DIR = Path(".snakemake") / "context"
 #: How often submitted jobs are checked against the fleet (servers may vanish).
 FLEET_CHECK_SECONDS = 2.0
+#: The embedded cluster's catalog, relative to the workflow directory.
+DEFAULT_CATALOG = CONTEXT_DIR / "catalog.db"
+#: Seconds the executor waits at its end for its servers' last events.
+LAST_EVENTS_SECONDS = 3.0
 
 
 @dataclass
@@ -67,11 +85,19 @@ class _Tracked:
     resources: dict[str, float]
     priority: int
     context: str | None = None
+    #: The context's identity (None for a plain job).
+    identity: str | None = None
     future: Any = None
     submitted: float = field(default_factory=time.time)
     waiting_since: float | None = None
     error: str | None = None
     cancelled: bool = False
+    #: The server placement pinned it to, and the policy's rule that chose it.
+    server: str | None = None
+    placed_by: str = ""
+    seq: int = 0
+    requeues: int = 0
+    info: Any = None
 
 
 class _Waker:
@@ -127,8 +153,21 @@ class Executor(RemoteExecutor):
         self._scripts: dict[str, tuple[Any, ...]] = {}
         self._fleet: tuple[float, list[ServerView]] = (0.0, [])
         self._results: list[JobResult] = []
+        self._flight: dict[str, _Tracked] = {}
+        self._queue: list[_Tracked] = []
+        self._queue_lock = threading.RLock()
+        self._seq = itertools.count()
+        self._failures = 0
+        self._awaiting: set[str] = set()
         self._quiet_dask()
         self.engine: Engine = self._start_engine()
+        from .fleet import FleetView
+
+        self.view: FleetView = FleetView()
+        self._sink: EventSink | None = None
+        self._writes = False
+        self._catalog_warned = False
+        self._start_catalog()
         self._announce_fleet()
         self._ready = True
 
@@ -169,6 +208,189 @@ class Executor(RemoteExecutor):
             log.handlers = [handler]
             log.propagate = False
 
+    # -- the catalog and the fleet view -------------------------------------------
+
+    def _catalog_warning(self, message: str) -> None:
+        """A catalog problem: said once, never fatal."""
+        if not self._catalog_warned:
+            self._catalog_warned = True
+            self.logger.warning(message)
+
+    def _start_catalog(self) -> None:
+        """Find the catalog's writer, seed the fleet view, subscribe to the fleet's
+        events. Nothing here can fail the run: a problem is a warning."""
+        from .catalog import events as ev
+
+        client = self.engine.client
+        try:
+            client.subscribe_topic(ev.TOPIC, self._on_events)
+        except Exception as error:
+            self._catalog_warning(f"Cannot follow the fleet's events: {error}")
+        snapshot = self._fleet_snapshot()
+        self._sink = self._open_sink(snapshot)
+        self._emit(
+            ev.RunStarted(
+                run_id=self.run_id,
+                workdir=self.workdir,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                cluster=self.engine.description,
+                jobs_total=self._jobs_total(),
+                versions=_versions(),
+            )
+        )
+        if self._writes:
+            with self.view.lock:
+                servers = list(self.view.servers.values())
+            for server in servers:
+                self._emit(
+                    ev.ServerJoined(
+                        address=server.address,
+                        name=server.name,
+                        slots=server.slots,
+                        resources=server.resources,
+                    )
+                )
+                if server.budget is not None or server.gpu is not None:
+                    self._emit(
+                        ev.ServerDescribed(
+                            address=server.address,
+                            name=server.name,
+                            memory_budget=server.budget or 0,
+                            gpu=server.gpu,
+                        )
+                    )
+        self._probe_caches()
+
+    def _fleet_snapshot(self) -> dict[str, Any] | None:
+        """The scheduler plugin's view of the fleet; the plugin is registered first on
+        a Dask scheduler this plugin did not start."""
+        from .catalog.plugin import CatalogSchedulerPlugin, fleet_snapshot
+
+        client = self.engine.client
+        snapshot = None
+        try:
+            snapshot = client.run_on_scheduler(fleet_snapshot)
+            if snapshot is None:
+                client.register_plugin(CatalogSchedulerPlugin())
+                snapshot = client.run_on_scheduler(fleet_snapshot)
+        except Exception as error:
+            self.logger.debug(f"No fleet snapshot from the scheduler: {error}")
+        if snapshot:
+            with self.view.lock:
+                self.view.load_wire(snapshot.get("view") or {})
+        self._servers(force=True)
+        return snapshot
+
+    def _open_sink(self, snapshot: dict[str, Any] | None) -> EventSink | None:
+        """A relay to the cluster's writer, or this process's own writer."""
+        from .catalog.writer import CatalogWriter, DaskRelay
+
+        if snapshot and snapshot.get("writer"):
+            where = (snapshot.get("catalog") or {}).get("requested")
+            if self.settings.catalog:
+                self.logger.info(
+                    f"The cluster records into its own catalog ({where}); "
+                    "--context-catalog is not used."
+                )
+            self.catalog_location = where
+            return DaskRelay(
+                self.engine.client, warn=self._catalog_warning, heartbeat_run=self.run_id
+            )
+        spec = self.settings.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
+        if spec.strip().lower() in ("none", "off", "no", "false"):
+            self.catalog_location = None
+            return None
+        try:
+            from .catalog.queries import placement_measurements
+            from .catalog.store import open_store
+
+            store = open_store(spec)
+            with store.session() as session:
+                measured = placement_measurements(session)
+            with self.view.lock:
+                self.view.measure.merge_wire(measured)
+        except Exception as error:
+            self._catalog_warning(
+                f"{error} The run goes on without recording into the catalog."
+                if isinstance(error, ContextExecutorError)
+                else f"Cannot open the context catalog {spec}: {error}. The run goes on "
+                "without recording into it."
+            )
+            self.catalog_location = None
+            return None
+        self._writes = True
+        self.catalog_location = store.location.describe()
+        return CatalogWriter(store, warn=self._catalog_warning, heartbeat_run=self.run_id)
+
+    def _probe_caches(self) -> None:
+        """Ask every server which declared contexts its local cache holds."""
+        from .server import probe_caches
+
+        declarations = list(self.declarations.values())
+        if not declarations:
+            return
+        try:
+            found = self.engine.client.run(probe_caches, declarations, on_error="return")
+        except Exception:
+            return
+        with self.view.lock:
+            for address, identities in found.items():
+                server = self.view.servers.get(address)
+                if server is not None and isinstance(identities, list):
+                    server.cached.update(identities)
+
+    def _emit(self, event: Event) -> None:
+        sink = self._sink
+        if sink is not None:
+            sink.submit(event)
+
+    def _emit_lazily(self, make: Callable[[], Event]) -> None:
+        """Build and send an event; a failure to build it costs the record, not the job."""
+        if self._sink is None:
+            return
+        try:
+            event = make()
+        except Exception as error:
+            self._catalog_warning(f"An event for the context catalog could not be made: {error!r}")
+            return
+        self._emit(event)
+
+    def _on_events(self, event: tuple[float, Any]) -> None:
+        """Dask delivers the fleet's events here (on the client's thread)."""
+        from .catalog import events as ev
+
+        try:
+            decoded = list(ev.decode(event[1]))
+        except Exception:
+            return
+        wake = False
+        with self.view.lock:
+            for item in decoded:
+                mine = getattr(item, "run_id", None) == self.run_id
+                if isinstance(item, ev.JobFinished) and mine:
+                    self._awaiting.discard(item.key)
+                if mine and isinstance(
+                    item, (ev.JobDispatched, ev.JobReported, ev.RunStarted, ev.RunFinished)
+                ):
+                    continue  # this executor's own, echoed by the scheduler
+                self.view.apply(item, measure=not mine)
+                wake = wake or isinstance(
+                    item,
+                    (ev.JobFinished, ev.ServerJoined, ev.ServerLeft, ev.ContextEvicted),
+                )
+        if self._writes and self._sink is not None:
+            for item in decoded:
+                self._sink.submit(item)
+        if wake:
+            self._waker.set()
+
+    def _jobs_total(self) -> int | None:
+        try:
+            return len(list(self.workflow.dag.needrun_jobs()))
+        except Exception:
+            return None
+
     def _announce_fleet(self) -> None:
         servers = self._servers(force=True)
         wants_gpu = any(_constant_resource(rule, "gpu") for rule in self.workflow.rules)
@@ -192,6 +414,7 @@ class Executor(RemoteExecutor):
         key = _task_key(job)
         context = None if job.is_group() else job.resources.get("context")
         tracked: _Tracked
+        identity = None
         try:
             if job.is_group():
                 self._warn_group(job)
@@ -200,6 +423,7 @@ class Executor(RemoteExecutor):
             elif context:
                 declaration = self._declaration(job, str(context))
                 spec = self._context_spec(job, key, declaration)
+                identity = declaration.identity
                 kind = "context"
             else:
                 spec = self._plain_spec(job, key)
@@ -213,6 +437,8 @@ class Executor(RemoteExecutor):
                 resources=job_resources(requirements),
                 priority=_priority(job),
                 context=str(context) if context else None,
+                identity=identity,
+                seq=next(self._seq),
             )
         except ContextExecutorError as error:
             tracked = _Tracked(
@@ -225,9 +451,12 @@ class Executor(RemoteExecutor):
                 error=str(error),
             )
         info = SubmittedJobInfo(job=job, external_jobid=key, aux={"tracked": tracked})
+        tracked.info = info
         self.report_job_submission(info)
         if tracked.error is None:
-            self._submit_if_runnable(job, tracked)
+            with self._queue_lock:
+                self._queue.append(tracked)
+            self._dispatch()
         self._waker.set()
 
     def _declaration(self, job: JobExecutorInterface, name: str) -> ContextDeclaration:
@@ -241,23 +470,70 @@ class Executor(RemoteExecutor):
             )
         return declaration
 
-    def _submit_if_runnable(self, job: JobExecutorInterface, tracked: _Tracked) -> bool:
+    def _runnable(self, tracked: _Tracked) -> bool:
+        """Whether any server has the job's resources (the fleet asked again if not);
+        a job no server can run starts waiting (see :meth:`_waited_too_long`)."""
         from .placement import runnable_on
 
-        servers = self._servers()
-        if not runnable_on(tracked.requirements, servers):
-            servers = self._servers(force=True)
-            if not runnable_on(tracked.requirements, servers):
-                if tracked.waiting_since is None:
-                    tracked.waiting_since = time.time()
-                return False
-        self._submit(tracked)
+        if not runnable_on(tracked.requirements, self._servers()) and not runnable_on(
+            tracked.requirements, self._servers(force=True)
+        ):
+            if tracked.waiting_since is None:
+                tracked.waiting_since = time.time()
+            return False
+        tracked.waiting_since = None
         return True
 
-    def _submit(self, tracked: _Tracked) -> None:
+    def _dispatch(self) -> None:
+        """Submit the queued jobs that placement finds a server for, in Snakemake's
+        priority order; the others stay queued."""
+        from .placement import choose_server
+
+        with self._queue_lock:
+            if not self._queue:
+                return
+            queued = sorted(self._queue, key=lambda t: (-t.priority, t.seq))
+            runnable = [t for t in queued if not t.cancelled and self._runnable(t)]
+            if self.settings.placement == "dask":
+                for tracked in runnable:
+                    self._submit(tracked, None, "dask")
+            else:
+                with self.view.lock:
+                    demand = Counter(t.identity for t in queued if t.identity)
+                    for tracked in self._in_flight():
+                        if tracked.identity:
+                            demand[tracked.identity] += 1
+                    ahead: Counter[str] = Counter()
+                    now = time.time()
+                    for tracked in runnable:
+                        decision = choose_server(
+                            self.view,
+                            tracked.resources,
+                            tracked.identity,
+                            queued_ahead=ahead[tracked.identity or ""],
+                            demand=demand,
+                            now=now,
+                        )
+                        if tracked.identity:
+                            ahead[tracked.identity] += 1
+                        if decision.address is not None:
+                            self._submit(tracked, decision.address, decision.rule)
+            self._queue = [t for t in self._queue if t.future is None and not t.cancelled]
+
+    def _in_flight(self) -> list[_Tracked]:
+        return [t for t in list(self._flight.values()) if t.future is not None]
+
+    def _submit(self, tracked: _Tracked, address: str | None, rule: str) -> None:
+        from .catalog.events import JobDispatched
         from .server import execute_job
 
         tracked.waiting_since = None
+        pin: dict[str, Any] = {}
+        if address is not None:
+            # Pinned hard: work stealing leaves it where placement put it. A server
+            # that vanishes takes the task with it into Dask's no-worker state;
+            # check_active_jobs then queues the job again (see _requeue).
+            pin = {"workers": [address], "allow_other_workers": False}
         future = self.engine.client.submit(
             execute_job,
             tracked.spec,
@@ -265,15 +541,65 @@ class Executor(RemoteExecutor):
             pure=False,
             resources=tracked.resources or None,
             priority=tracked.priority,
+            **pin,
         )
         future.add_done_callback(lambda _: self._waker.set())
         tracked.future = future
+        tracked.server = address
+        tracked.placed_by = rule
+        self._flight[tracked.key] = tracked
+        now = time.time()
+        if address is not None:
+            self.view.dispatched(tracked.key, address, tracked.identity, now)
+        job = tracked.info.job if tracked.info is not None else None
+        self._emit_lazily(
+            lambda: JobDispatched(
+                at=now,
+                run_id=self.run_id,
+                key=tracked.key,
+                jobid=str(getattr(job, "jobid", "")),
+                attempt=int(getattr(job, "attempt", 1) or 1),
+                rule=_rule_name(job),
+                wildcards=_wildcards(job),
+                job_kind=tracked.kind,
+                context=tracked.identity,
+                context_name=tracked.context,
+                target=address,
+                submitted=tracked.submitted,
+                reason=rule,
+            )
+        )
+
+    def _requeue(self, tracked: _Tracked) -> None:
+        """Take back a job whose pinned server vanished and queue it again."""
+        try:
+            tracked.future.cancel()
+        except Exception:
+            pass
+        self._flight.pop(tracked.key, None)
+        with self.view.lock:
+            self.view.forget(tracked.key)
+        tracked.requeues += 1
+        tracked.key = f"{tracked.key.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:8]}"
+        tracked.spec = dataclasses.replace(tracked.spec, key=tracked.key)
+        tracked.future = None
+        tracked.server = None
+        with self._queue_lock:
+            self._queue.append(tracked)
 
     def _servers(self, force: bool = False) -> list[ServerView]:
         stamp, servers = self._fleet
         if force or time.monotonic() - stamp > FLEET_CHECK_SECONDS:
+            polled = time.monotonic()
             servers = self.engine.servers()
             self._fleet = (time.monotonic(), servers)
+            view = getattr(self, "view", None)
+            if view is not None:
+                with view.lock:
+                    view.sync_servers(
+                        ((s.address, s.name, s.resources, s.slots) for s in servers),
+                        since=polled,
+                    )
         return servers
 
     def _warn_group(self, job: Any) -> None:
@@ -308,6 +634,7 @@ class Executor(RemoteExecutor):
             workdir=str(self.workflow.workdir_init),
             log_path=self._log_path(job, key),
             outputs=[str(f) for f in job.output],
+            run_id=self.run_id,
         )
 
     def _context_spec(self, job: Any, key: str, declaration: ContextDeclaration) -> ContextJobSpec:
@@ -372,6 +699,7 @@ class Executor(RemoteExecutor):
             latency_wait=float(self.workflow.execution_settings.latency_wait),
             log_path=self._log_path(job, key),
             shell_exec=job.resources.get("shell_exec"),
+            run_id=self.run_id,
         )
 
     def _script_source(self, job: Any) -> tuple[Any, ...]:
@@ -403,17 +731,20 @@ class Executor(RemoteExecutor):
         check_fleet = time.monotonic() - self._last_fleet_check > FLEET_CHECK_SECONDS
         if check_fleet:
             self._last_fleet_check = time.monotonic()
+            self._servers(force=True)
         for info in active_jobs:
             tracked: _Tracked = info.aux["tracked"]
             if tracked.cancelled:
                 continue
             if tracked.error is not None:
+                self._emit_reported(info, tracked, "invalid", tracked.error)
                 self.report_job_error(info, msg=tracked.error)
                 continue
             if tracked.future is None:
-                if self._submit_if_runnable(info.job, tracked):
-                    yield info
-                elif self._waited_too_long(tracked, now):
+                if tracked.waiting_since is not None and self._waited_too_long(tracked, now):
+                    with self._queue_lock:
+                        tracked.cancelled = True
+                        self._queue = [t for t in self._queue if t is not tracked]
                     self._fail_unrunnable(info, tracked, now)
                 else:
                     yield info
@@ -421,14 +752,23 @@ class Executor(RemoteExecutor):
             if tracked.future.done():
                 self._report(info, tracked)
                 continue
+            if tracked.server is not None and self._server_gone(tracked.server):
+                self._requeue(tracked)
+                yield info
+                continue
             if check_fleet and not self._still_runnable(tracked, now):
                 self._fail_unrunnable(info, tracked, now)
                 continue
             yield info
+        self._dispatch()
+
+    def _server_gone(self, address: str) -> bool:
+        with self.view.lock:
+            return address not in self.view.servers
 
     def _waited_too_long(self, tracked: _Tracked, now: float) -> bool:
         # The embedded cluster's fleet is fixed: nothing will join to run the job.
-        if self.engine.embedded and tracked.future is None:
+        if self.engine.embedded:
             return True
         since = tracked.waiting_since or now
         return now - since >= self.settings.wait_for_server
@@ -453,7 +793,53 @@ class Executor(RemoteExecutor):
             self._servers(force=True),
             waited=waited,
         )
+        self._flight.pop(tracked.key, None)
+        self._emit_reported(info, tracked, "unrunnable", message)
         self.report_job_error(info, msg=message)
+
+    def _emit_reported(
+        self, info: SubmittedJobInfo, tracked: _Tracked, outcome: str, message: str | None
+    ) -> None:
+        from .catalog.events import JobReported
+
+        if outcome not in ("ok", "cancelled"):
+            self._failures += 1
+        self._emit_lazily(
+            lambda: JobReported(
+                run_id=self.run_id,
+                key=tracked.key,
+                jobid=str(getattr(info.job, "jobid", "")),
+                rule=_rule_name(info.job),
+                outcome=outcome,
+                message=(message or "")[:4000] or None,
+            )
+        )
+
+    def _complete(self, tracked: _Tracked, result: JobResult | None) -> None:
+        """A job's task ended: free its slot in the view, learn what its server holds."""
+        with self._queue_lock:
+            self._flight.pop(tracked.key, None)
+        with self.view.lock:
+            if result is None:
+                self.view.forget(tracked.key)
+                return
+            self.view.finished(
+                tracked.key,
+                result.server.address or tracked.server,
+                identity=tracked.identity,
+                started=result.started,
+                loaded=result.loaded,
+                reused=result.reused,
+                evicted=result.evicted,
+                job_seconds=(
+                    max(0.0, result.finished - result.started - result.load_seconds)
+                    if result.ok
+                    else None
+                ),
+                load_seconds=result.load_seconds,
+            )
+            if self._sink is not None:
+                self._awaiting.add(tracked.key)
 
     def _report(self, info: SubmittedJobInfo, tracked: _Tracked) -> None:
         future = tracked.future
@@ -461,24 +847,36 @@ class Executor(RemoteExecutor):
             try:
                 result: JobResult = future.result()
             except Exception as error:  # the result could not be fetched
-                self.report_job_error(info, msg=f"{_title(info.job)}: {error}")
+                self._complete(tracked, None)
+                message = f"{_title(info.job)}: {error}"
+                self._emit_reported(info, tracked, "failed", message)
+                self.report_job_error(info, msg=message)
                 return
+            self._complete(tracked, result)
             result.extra["reported"] = time.time()
             result.extra["submitted"] = tracked.submitted
+            result.extra["placed_by"] = tracked.placed_by
             self._results.append(result)
             if result.ok:
+                self._emit_reported(info, tracked, "ok", None)
                 self.report_job_success(info)
             elif result.cancelled and tracked.cancelled:
-                pass
+                self._emit_reported(info, tracked, "cancelled", result.message)
             else:
                 aux = [result.log_path] if result.log_path else []
+                self._emit_reported(info, tracked, "failed", result.message)
                 self.report_job_error(info, msg=result.message, aux_logs=aux)
             return
+        self._complete(tracked, None)
         if future.status == "cancelled":
             if not tracked.cancelled:
-                self.report_job_error(info, msg=f"{_title(info.job)}: cancelled in Dask.")
+                message = f"{_title(info.job)}: cancelled in Dask."
+                self._emit_reported(info, tracked, "failed", message)
+                self.report_job_error(info, msg=message)
             return
-        self.report_job_error(info, msg=_explain_task_error(info.job, future.exception()))
+        message = _explain_task_error(info.job, future.exception())
+        self._emit_reported(info, tracked, "failed", message)
+        self.report_job_error(info, msg=message)
 
     def report_job_error(
         self, job_info: SubmittedJobInfo, msg: str | None = None, **kwargs: Any
@@ -504,8 +902,10 @@ class Executor(RemoteExecutor):
         10 s is restarted, so nothing keeps writing once the outputs are removed.
         """
         tracked = [info.aux["tracked"] for info in active_jobs]
-        for item in tracked:
-            item.cancelled = True
+        with self._queue_lock:
+            for item in tracked:
+                item.cancelled = True
+            self._queue = []
         if self.engine.embedded:
             self.engine.kill()
         else:
@@ -544,7 +944,27 @@ class Executor(RemoteExecutor):
         try:
             self._write_summary()
         finally:
-            self.engine.close()
+            try:
+                self._close_catalog()
+            finally:
+                self.engine.close()
+
+    def _close_catalog(self) -> None:
+        """Wait briefly for the servers' last events, record the run's end, and write
+        what is queued (a few seconds at most)."""
+        from .catalog.events import TOPIC, RunFinished
+
+        deadline = time.monotonic() + LAST_EVENTS_SECONDS
+        while self._awaiting and time.monotonic() < deadline and not self.engine.closed:
+            time.sleep(0.05)
+        self._emit(RunFinished(run_id=self.run_id, ok=self._failures == 0))
+        try:
+            self.engine.client.unsubscribe_topic(TOPIC)
+        except Exception:
+            pass
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            sink.close(timeout=5.0)
 
     def _write_summary(self) -> None:
         inventories = self.engine.inventories()
@@ -559,6 +979,8 @@ class Executor(RemoteExecutor):
                     "key": r.key,
                     "ok": r.ok,
                     "server": r.server.name,
+                    "address": r.server.address,
+                    "placed_by": r.extra.get("placed_by"),
                     "pid": r.server.pid,
                     "started": r.started,
                     "finished": r.finished,
@@ -707,6 +1129,29 @@ def _title(job: Any) -> str:
         return f"Group '{job.groupid}'"
     wildcards = ", ".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
     return f"Rule '{job.rule.name}'" + (f" ({wildcards})" if wildcards else "")
+
+
+def _rule_name(job: Any) -> str:
+    if job is None:
+        return ""
+    return f"group {job.groupid}" if job.is_group() else str(job.rule.name)
+
+
+def _wildcards(job: Any) -> dict[str, str]:
+    if job is None or job.is_group():
+        return {}
+    return {str(k): str(v) for k, v in job.wildcards_dict.items()}
+
+
+def _versions() -> dict[str, str]:
+    from ._version import __version__
+
+    try:
+        import snakemake
+
+        return {"snakemake": snakemake.__version__, "plugin": __version__}
+    except Exception:
+        return {"plugin": __version__}
 
 
 def _priority(job: Any) -> int:

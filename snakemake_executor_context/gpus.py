@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "GpuInfo",
     "discover_gpus",
+    "gpu_by_uuid",
     "gpu_model_matches",
     "gpu_model_tokens",
     "normalize_gpu_model",
@@ -39,6 +41,13 @@ class GpuInfo:
     def model(self) -> str:
         """The normalised model name (``"NVIDIA H200"`` -> ``"h200"``)."""
         return normalize_gpu_model(self.name)
+
+    @property
+    def server_name(self) -> str:
+        """The name of the server pinned to it: ``gpu0``, or ``gpu0-mig1``."""
+        if self.is_mig:
+            return f"gpu{self.index}-mig{self.extra.get('mig_index', 0)}"
+        return f"gpu{self.index}"
 
 
 def normalize_gpu_model(name: str) -> str:
@@ -71,8 +80,22 @@ def gpu_model_matches(requested: str, gpu_name: str) -> bool:
 def discover_gpus() -> list[GpuInfo]:
     """The GPUs of this machine that this process may use; [] without NVML or GPUs.
 
-    A ``CUDA_VISIBLE_DEVICES`` of indices or UUIDs restricts the list as CUDA would.
+    A GPU in MIG mode is listed as its MIG devices (CUDA can use only those). A
+    ``CUDA_VISIBLE_DEVICES`` of indices or UUIDs restricts the list as CUDA would.
     """
+    return _visible(_all_devices(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def gpu_by_uuid(uuid: str) -> GpuInfo | None:
+    """The NVML record of one GPU or MIG device, by UUID (what a server pinned with
+    ``CUDA_VISIBLE_DEVICES=<uuid>`` reads about itself); None if NVML lacks it."""
+    for gpu in _all_devices():
+        if gpu.uuid == uuid:
+            return gpu
+    return None
+
+
+def _all_devices() -> list[GpuInfo]:
     try:
         import pynvml
     except ImportError:
@@ -82,33 +105,72 @@ def discover_gpus() -> list[GpuInfo]:
     except Exception:  # no driver, no GPU: NVMLError_LibraryNotFound and friends
         return []
     try:
-        gpus = [_read_device(pynvml, index) for index in range(pynvml.nvmlDeviceGetCount())]
+        found: list[GpuInfo] = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            found.extend(_read_device(pynvml, index))
+        return found
+    except Exception:
+        return []
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:
             pass
-    return _visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
-def _read_device(pynvml: object, index: int) -> GpuInfo:
-    nvml = pynvml
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)  # type: ignore[attr-defined]
-    name = nvml.nvmlDeviceGetName(handle)  # type: ignore[attr-defined]
-    if isinstance(name, bytes):
-        name = name.decode()
-    uuid = nvml.nvmlDeviceGetUUID(handle)  # type: ignore[attr-defined]
-    if isinstance(uuid, bytes):
-        uuid = uuid.decode()
-    memory = nvml.nvmlDeviceGetMemoryInfo(handle).total  # type: ignore[attr-defined]
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _read_device(pynvml: object, index: int) -> list[GpuInfo]:
+    nvml: Any = pynvml
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
     try:
-        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)  # type: ignore[attr-defined]
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
         capability: str | None = f"{major}.{minor}"
     except Exception:
         capability = None
-    return GpuInfo(
-        index=index, uuid=uuid, name=name, memory_bytes=int(memory), compute_capability=capability
-    )
+    migs = _mig_devices(nvml, handle, index, capability)
+    if migs:
+        return migs
+    return [
+        GpuInfo(
+            index=index,
+            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+            name=_text(nvml.nvmlDeviceGetName(handle)),
+            memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+            compute_capability=capability,
+        )
+    ]
+
+
+def _mig_devices(nvml: Any, handle: object, index: int, capability: str | None) -> list[GpuInfo]:
+    """The MIG devices of a GPU in MIG mode; [] otherwise."""
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except Exception:  # not supported by this GPU or driver
+        return []
+    if current != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+        return []
+    parent = _text(nvml.nvmlDeviceGetUUID(handle))
+    found = []
+    for mig_index in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, mig_index)
+        except Exception:  # an empty slot: NVMLError_NotFound
+            continue
+        found.append(
+            GpuInfo(
+                index=index,
+                uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
+                name=_text(nvml.nvmlDeviceGetName(mig)),
+                memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(mig).total),
+                compute_capability=capability,
+                is_mig=True,
+                extra={"parent_uuid": parent, "mig_index": str(mig_index)},
+            )
+        )
+    return found
 
 
 def _visible(gpus: list[GpuInfo], visible: str | None) -> list[GpuInfo]:

@@ -56,6 +56,8 @@ class ContextJobSpec:
     #: Per-job log of stdout, stderr and the traceback, relative to ``workdir``.
     log_path: str
     shell_exec: str | None = None
+    #: The run that submitted it (recorded in the catalog).
+    run_id: str = ""
 
 
 @dataclass
@@ -68,6 +70,8 @@ class PlainJobSpec:
     workdir: str
     log_path: str
     outputs: list[str] = field(default_factory=list)
+    #: The run that submitted it (recorded in the catalog).
+    run_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class JobResult:
     #: Identities this job loaded (cold) and found loaded (warm).
     loaded: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
+    #: Identities the server evicted to make room during this job.
+    evicted: list[str] = field(default_factory=list)
     #: Work done, as the script reported through report_items().
     items: int = 0
     cancelled: bool = False

@@ -1,7 +1,19 @@
-"""Placement policy as pure functions: which servers can run a job, and why not.
+"""Placement policy as pure functions: which servers can run a job, which one should,
+and why none can.
 
-No I/O here: the executor passes in what it knows of the fleet (server names and the
-Dask resources each advertises) and gets decisions and messages back.
+No I/O here: the executor passes in what it knows of the fleet (the Dask resources
+each server advertises, and the in-memory :class:`~.fleet.FleetView` maintained from
+the catalog's events) and gets decisions and messages back.
+
+:func:`choose_server` picks, for one job, in this order: a server warm for the job's
+context with a free slot; then one whose local cache holds the weights; then the
+fastest free server by measured time for this context and GPU model; then any free
+one. While a server holds (or is loading) the context but none of those has a free
+slot, the job goes to a server that must load it only when the expected wait for a
+warm slot exceeds what the load costs there (:func:`expected_wait`,
+:func:`load_cost`); otherwise it waits in the executor's queue. Times not measured
+yet are bounded from below by what is running (a job's elapsed time, a load's), so a
+long first job does not keep an idle server idle, and nothing is evicted on a guess.
 
 Servers advertise Dask resources (see :func:`server_resources`):
 
@@ -17,19 +29,30 @@ off servers that cannot run it, also after a server restarts under a new address
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .gpus import GpuInfo, gpu_model_tokens, normalize_gpu_model
 
+if TYPE_CHECKING:
+    from .fleet import FleetView, ServerState
+
 __all__ = [
+    "Decision",
     "Requirements",
     "ServerView",
+    "choose_server",
+    "expected_wait",
     "explain_unrunnable",
     "job_resources",
+    "load_cost",
     "requirements_from",
     "runnable_on",
     "server_resources",
+    "victims",
 ]
 
 GPU = "gpu"
@@ -68,6 +91,8 @@ class ServerView:
     name: str
     address: str
     resources: Mapping[str, float]
+    #: Jobs it runs at once (its Dask threads).
+    slots: int = 1
 
     def describe(self) -> str:
         """'server-0 (gpu=1, h200, mem_mb=12000)'."""
@@ -178,3 +203,198 @@ def explain_unrunnable(
         f"Servers seen: {seen}. Fix: change the rule's resources (--set-resources "
         f"{rule}:...), or start servers that have them."
     )
+
+
+# ----------------------------------------------------------------------------------
+# Choosing a server for a job.
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a job goes now (``address``), or None: it waits in the executor's queue.
+
+    ``rule`` names the step of the policy that decided: ``warm``, ``cached``,
+    ``fastest``, ``any``, ``plain``, ``load`` (a cold server beat waiting),
+    ``wait`` (waiting for a warm slot beats loading), ``busy`` (no free slot) or
+    ``unrunnable`` (no server has the resources).
+    """
+
+    address: str | None
+    rule: str
+    reason: str = ""
+
+
+def choose_server(
+    view: FleetView,
+    wanted: Mapping[str, float],
+    identity: str | None,
+    *,
+    queued_ahead: int = 0,
+    demand: Mapping[str, int] | None = None,
+    now: float | None = None,
+) -> Decision:
+    """Pick a server for one job (see the module's docstring for the order).
+
+    ``wanted`` is the job's Dask resources (:func:`job_resources`), ``identity`` its
+    context (None for a plain job), ``queued_ahead`` the jobs of the same context
+    ahead of it in the executor's queue, ``demand`` the jobs queued or running per
+    context (a context with demand is costly to evict), and ``now`` the wall-clock
+    time (for times not measured yet, see :func:`expected_wait`).
+    """
+    candidates = view.runnable(wanted)
+    if not candidates:
+        return Decision(None, "unrunnable", "no server has the resources")
+    servers = view.servers
+    free = [servers[a] for a in candidates if servers[a].free]
+    if identity is None:
+        if not free:
+            return Decision(None, "busy", "no free slot")
+        # Plain jobs keep off servers that hold contexts, as far as they can.
+        best = min(free, key=lambda s: (len(s.contexts), s.busy, s.name, s.address))
+        return Decision(best.address, "plain")
+    holders = view.warm.get(identity, set())
+    warm = [servers[a] for a in candidates if a in holders]
+    warm_free = [s for s in warm if s.free]
+    if warm_free:
+        measure = view.measure
+
+        def warm_key(s: ServerState) -> tuple[bool, float, int, str]:
+            seconds = measure.job_seconds(identity, s.gpu_model)
+            return (
+                s.contexts[identity].state != "ready",
+                math.inf if seconds is None else seconds,
+                s.busy,
+                s.address,
+            )
+
+        return Decision(min(warm_free, key=warm_key).address, "warm")
+    cold = [s for s in free if s.address not in holders]
+    if not cold:
+        return Decision(None, "busy", "no free slot")
+    best, rule = _best_cold(view, cold, identity)
+    if not warm:
+        return Decision(best.address, rule)
+    demand = demand or {}
+    wait = expected_wait(view, identity, warm, queued_ahead, now=now)
+    cost = load_cost(view, identity, best, demand, now=now)
+    if wait <= 0:
+        return Decision(None, "wait", "no job time measured or elapsed yet")
+    if wait > cost:
+        return Decision(best.address, "load", f"warm slot in {wait:.1f} s > load {cost:.1f} s")
+    return Decision(None, "wait", f"warm slot in {wait:.1f} s <= load {cost:.1f} s")
+
+
+def _best_cold(
+    view: FleetView, cold: Sequence[ServerState], identity: str
+) -> tuple[ServerState, str]:
+    """The cold server to load on: one whose cache holds the weights, then the
+    fastest by measured time for this context on its GPU model, then any (fewest
+    contexts to evict first)."""
+    cached = [s for s in cold if identity in s.cached]
+    pool, rule = (cached, "cached") if cached else (list(cold), "any")
+    measure = view.measure
+    speeds = {s.gpu_model: measure.job_seconds(identity, s.gpu_model) for s in pool}
+    known = {model: seconds for model, seconds in speeds.items() if seconds is not None}
+    if known:
+        fastest = min(known.values())
+        fast = [s for s in pool if known.get(s.gpu_model) == fastest]
+        if len(fast) < len(pool) and rule == "any":
+            rule = "fastest"
+        pool = fast
+    return min(pool, key=lambda s: (len(s.contexts), s.busy, s.name, s.address)), rule
+
+
+def expected_wait(
+    view: FleetView,
+    identity: str,
+    warm: Sequence[ServerState],
+    queued_ahead: int,
+    *,
+    now: float | None = None,
+) -> float:
+    """Seconds until a warm slot takes this job: the jobs ahead of it (and itself)
+    times the job time, shared over the warm slots.
+
+    The job time is the measured mean on the warm servers' GPU models; until one is
+    measured, the longest time a job of this context has been running on a warm
+    server since its context was ready (a lower bound that grows while it runs; 0
+    before any has started).
+    """
+    times = [view.measure.job_seconds(identity, s.gpu_model) for s in warm]
+    known = [t for t in times if t is not None]
+    if known:
+        seconds = sum(known) / len(known)
+    else:
+        seconds = _running_for(warm, identity, time.time() if now is None else now)
+    slots = sum(s.slots for s in warm)
+    return (queued_ahead + 1) * seconds / max(1, slots)
+
+
+def _running_for(warm: Sequence[ServerState], identity: str, now: float) -> float:
+    longest = 0.0
+    for server in warm:
+        placed = server.contexts.get(identity)
+        if placed is None or placed.state != "ready":
+            continue
+        for key, started in server.started.items():
+            if server.running_context.get(key) == identity:
+                longest = max(longest, now - max(started, placed.at))
+    return longest
+
+
+def load_cost(
+    view: FleetView,
+    identity: str,
+    server: ServerState,
+    demand: Mapping[str, int],
+    *,
+    now: float | None = None,
+) -> float:
+    """Seconds a load of ``identity`` costs on ``server``: its measured load time
+    there (else on its GPU model, else anywhere), plus the reload of every context it
+    would evict that jobs still want.
+
+    Until a load is measured, the time a load of it in progress has taken so far
+    stands in (a lower bound), and every eviction counts as infinitely costly: the
+    policy never evicts on a guess.
+    """
+    measure = view.measure
+    seconds = measure.load_seconds(identity, server.gpu_model, server.address)
+    evicts = victims(server, identity, measure.bytes.get(identity))
+    if seconds is None:
+        if evicts:
+            return math.inf
+        now = time.time() if now is None else now
+        loading = []
+        for address in view.warm.get(identity, ()):
+            placed = view.servers[address].contexts.get(identity)
+            if placed is not None and placed.state == "loading":
+                loading.append(now - placed.at)
+        return max(loading, default=0.0)
+    for victim in evicts:
+        if demand.get(victim, 0) > 0:
+            reload = measure.load_seconds(victim, server.gpu_model, server.address)
+            seconds += reload if reload is not None else seconds
+    return seconds
+
+
+def victims(server: ServerState, identity: str, nbytes: int | None) -> list[str]:
+    """The contexts a server would evict to make room for ``identity`` (least
+    recently used first). Without a known size or budget, every context it holds."""
+    held = [
+        (placed.last_used, ident, placed.bytes)
+        for ident, placed in server.contexts.items()
+        if ident != identity
+    ]
+    if not held:
+        return []
+    if not nbytes or server.budget is None or any(size <= 0 for _, _, size in held):
+        return [ident for _, ident, _ in sorted(held)]
+    used = sum(size for _, _, size in held)
+    out = []
+    for _, ident, size in sorted(held):
+        if used + nbytes <= server.budget:
+            break
+        out.append(ident)
+        used -= size
+    return out

@@ -28,6 +28,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from . import contexts
 from ._version import __version__
+from .catalog import events as ev
 from .contexts import ContextDeclaration, JobHooks, LoadRecord
 from .errors import ContextLoadError, JobCancelled
 from .inprocess import RunningJob, run_context_job, torch_threads
@@ -39,6 +40,7 @@ __all__ = [
     "ServerConfig",
     "cancel_jobs",
     "execute_job",
+    "probe_caches",
     "resolve_budget",
     "server_inventory",
     "server_versions",
@@ -111,8 +113,11 @@ class ContextServer:
     _current: ClassVar[ContextServer | None] = None
     _current_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, config: ServerConfig, address: str = "") -> None:
+    def __init__(self, config: ServerConfig, address: str = "", worker: Any = None) -> None:
         self.config = config
+        self.config.gpu = _own_gpu(config.gpu)
+        self._worker = worker
+        self._local = threading.local()
         self.identity = ServerIdentity(
             name=config.name or f"server-{os.getpid()}",
             host=socket.gethostname(),
@@ -134,10 +139,10 @@ class ContextServer:
     # -- the process-wide instance -------------------------------------------------
 
     @classmethod
-    def install(cls, config: ServerConfig, address: str = "") -> ContextServer:
+    def install(cls, config: ServerConfig, address: str = "", worker: Any = None) -> ContextServer:
         """Make a server for this process (replacing any earlier one)."""
         with cls._current_lock:
-            cls._current = cls(config, address)
+            cls._current = cls(config, address, worker)
             return cls._current
 
     @classmethod
@@ -145,7 +150,7 @@ class ContextServer:
         """This process's server; made with defaults on a worker without the plugin."""
         with cls._current_lock:
             if cls._current is None:
-                name, address, memory = "", "", 0
+                name, address, memory, worker = "", "", 0, None
                 try:
                     from distributed import get_worker
 
@@ -154,8 +159,45 @@ class ContextServer:
                     memory = int(worker.memory_manager.memory_limit or 0)
                 except ValueError:
                     pass
-                cls._current = cls(ServerConfig(name=name, memory_bytes=memory), address)
+                config = ServerConfig(name=name, memory_bytes=memory)
+                cls._current = cls(config, address, worker)
+                cls._current.announce()
             return cls._current
+
+    # -- events --------------------------------------------------------------------
+
+    def emit(self, *events: ev.Event) -> None:
+        """Send events to the scheduler (and so to the catalog); never raises."""
+        worker = self._worker
+        if worker is None:
+            return
+        try:
+            worker.log_event(ev.TOPIC, ev.encode(events))
+        except Exception:
+            pass
+
+    def described(self) -> ev.ServerDescribed:
+        """This server as a ServerDescribed event."""
+        return ev.ServerDescribed(
+            address=self.identity.address,
+            name=self.identity.name,
+            host=self.identity.host,
+            pid=self.identity.pid,
+            memory_bytes=self.memory_bytes,
+            memory_budget=self.budget,
+            gpu=self.config.gpu,
+        )
+
+    def announce(self) -> None:
+        """Describe this server to the scheduler (GPU record, budget, process)."""
+        self.emit(self.described())
+
+    @property
+    def gpu_model(self) -> str:
+        """The normalised model of its GPU, or 'cpu'."""
+        from .fleet import model_of
+
+        return model_of({}, self.config.gpu) if self.config.gpu else "cpu"
 
     # -- contexts ------------------------------------------------------------------
 
@@ -187,15 +229,27 @@ class ContextServer:
 
     def _load(self, declaration: ContextDeclaration) -> tuple[Any, float, bool]:
         record = LoadRecord()
+        self.emit(
+            ev.ContextLoading(
+                address=self.identity.address,
+                identity=declaration.identity,
+                name=declaration.name,
+                loader=declaration.loader,
+                arguments=dict(declaration.kwargs),
+                from_cache=_probe(declaration),
+            )
+        )
         before = self._memory_in_use()
         started = time.perf_counter()
         try:
             obj = contexts.call_loader(declaration, record)
-        except (ContextLoadError, JobCancelled):
+        except (ContextLoadError, JobCancelled) as error:
             self.stats.load_failures += 1
+            self._load_failed(declaration, error)
             raise
         except BaseException as error:
             self.stats.load_failures += 1
+            self._load_failed(declaration, error)
             raise ContextLoadError(
                 f"Context '{declaration.name}': loader '{declaration.loader}' raised "
                 f"{type(error).__name__}: {error} on {self.identity.describe()}. The "
@@ -226,7 +280,25 @@ class ContextServer:
             self.stats.conversions += record.conversions
             entry.pins += 1
             self._make_room(0, keep=declaration.identity)
+        self.emit(
+            ev.ContextReady(
+                address=self.identity.address,
+                identity=declaration.identity,
+                load_seconds=seconds,
+                bytes=nbytes,
+                gpu_model=self.gpu_model,
+            )
+        )
         return obj, seconds, True
+
+    def _load_failed(self, declaration: ContextDeclaration, error: BaseException) -> None:
+        self.emit(
+            ev.ContextLoadFailed(
+                address=self.identity.address,
+                identity=declaration.identity,
+                error=f"{type(error).__name__}: {error}"[:1000],
+            )
+        )
 
     def _make_room(self, incoming: int, keep: str | None) -> None:
         """Evict least recently used, unpinned contexts until the budget holds."""
@@ -243,6 +315,10 @@ class ContextServer:
         del self._contexts[entry.identity]
         self.stats.evictions += 1
         self.stats.evicted.append(entry.identity)
+        evicted = getattr(self._local, "evicted", None)
+        if evicted is not None:
+            evicted.append(entry.identity)
+        self.emit(ev.ContextEvicted(address=self.identity.address, identity=entry.identity))
         close = getattr(entry.obj, "close", None)
         entry.obj = None
         if callable(close):
@@ -279,17 +355,42 @@ class ContextServer:
     def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
         """Run one job and report its outcome; never raises for a job's own failure."""
         running = RunningJob(key=spec.key, thread_id=threading.get_ident())
+        identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
         with self._lock:
             self._running[spec.key] = running
+        self.emit(
+            ev.JobStarted(
+                run_id=spec.run_id, key=spec.key, address=self.identity.address, context=identity
+            )
+        )
+        self._local.evicted = []
         try:
             if isinstance(spec, ContextJobSpec):
                 result = self._run_context(spec, running)
             else:
                 result = self._run_plain(spec, running)
+            result.evicted = list(self._local.evicted)
         finally:
+            self._local.evicted = None
             with self._lock:
                 self._running.pop(spec.key, None)
             running.done.set()
+        self.emit(
+            ev.JobFinished(
+                run_id=spec.run_id,
+                key=spec.key,
+                address=self.identity.address,
+                ok=result.ok,
+                cancelled=result.cancelled,
+                started=result.started,
+                finished=result.finished,
+                items=result.items,
+                load_seconds=result.load_seconds,
+                loaded=list(result.loaded),
+                context=identity,
+                gpu_model=self.gpu_model,
+            )
+        )
         self.stats.jobs += 1
         if result.cancelled:
             self.stats.jobs_cancelled += 1
@@ -442,6 +543,11 @@ async def cancel_jobs(keys: list[str], grace: float = 10.0) -> dict[str, str]:
     return await asyncio.to_thread(ContextServer.current().cancel, keys, grace)
 
 
+def probe_caches(declarations: list[ContextDeclaration]) -> list[str]:
+    """The identities whose weights this server's local disk holds (cache probes)."""
+    return [d.identity for d in declarations if _probe(d)]
+
+
 def server_inventory() -> dict[str, Any]:
     """This server's inventory."""
     return ContextServer.current().inventory()
@@ -476,13 +582,56 @@ class ContextServerPlugin(WorkerPlugin):
         config.name = config.name or str(worker.name)
         if not config.memory_bytes:
             config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
-        ContextServer.install(config, worker.address)
+        server = ContextServer.install(config, worker.address, worker)
+        # Worker plugins are set up before the worker registers with the scheduler,
+        # and events sent before that are dropped: announce once it is connected.
+        worker.loop.add_callback(_announce_when_connected, worker, server)
 
     def teardown(self, worker: Any) -> None:
         """Stop running jobs before the worker goes."""
         server = ContextServer._current
         if server is not None:
             server.shutdown()
+
+
+async def _announce_when_connected(worker: Any, server: ContextServer) -> None:
+    import asyncio
+
+    for _ in range(600):
+        stream = getattr(worker, "batched_stream", None)
+        if stream is not None and stream.comm is not None and not stream.comm.closed():
+            server.announce()
+            return
+        await asyncio.sleep(0.05)
+
+
+def _own_gpu(configured: dict[str, Any] | None) -> dict[str, Any] | None:
+    """This server's GPU record, read through NVML by the UUID it is pinned to.
+
+    CUDA and NVML may number devices differently: only the UUID is trusted. Without
+    a configured GPU, a single visible GPU is taken; a CPU server (no
+    ``CUDA_VISIBLE_DEVICES`` GPU, no NVML) has none.
+    """
+    from .gpus import discover_gpus, gpu_by_uuid
+
+    try:
+        if configured and configured.get("uuid"):
+            found = gpu_by_uuid(str(configured["uuid"]))
+            return asdict(found) if found is not None else configured
+        if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+            return None
+        visible = discover_gpus()
+        return asdict(visible[0]) if len(visible) == 1 else configured
+    except Exception:
+        return configured
+
+
+def _probe(declaration: ContextDeclaration) -> bool | None:
+    """The loader's cache probe (None without one, or if it fails)."""
+    try:
+        return contexts.cache_probe(declaration)
+    except Exception:
+        return None
 
 
 def _total_memory() -> int:

@@ -113,3 +113,31 @@ class ExecutorSettings(ExecutorSettingsBase):
             "required": False,
         },
     )
+    catalog: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Where this run records its servers, contexts and jobs: a path "
+            "(a SQLite file; on a network filesystem the live file stays on local "
+            "disk and a snapshot is published there every few seconds), an "
+            "SQLAlchemy URL (postgresql+psycopg://user@host/db), or 'none'. "
+            "Default: .snakemake/context/catalog.db in the workflow directory. A "
+            "cluster started by `snakemake-context up` records into its own catalog "
+            "instead. A catalog problem is a warning, never a failed run.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    placement: str = field(
+        default="affinity",
+        metadata={
+            "help": "How jobs find a server. 'affinity': the executor queues jobs "
+            "and sends each to a server warm for its context with a free slot (then "
+            "one whose disk caches the weights, then the fastest, then any), and "
+            "loads a context elsewhere only when waiting for a warm slot would take "
+            "longer than the load. 'dask': submit at once and let Dask choose (the "
+            "baseline, for comparisons).",
+            "env_var": False,
+            "required": False,
+            "choices": ["affinity", "dask"],
+        },
+    )

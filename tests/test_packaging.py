@@ -36,6 +36,8 @@ def test_snakemake_finds_the_plugin_and_lists_its_settings():
         "--context-status-interval",
         "--context-wait-for-server",
         "--context-connect-timeout",
+        "--context-catalog",
+        "--context-placement",
     ):
         assert flag in out.stdout
 

@@ -31,6 +31,13 @@ NVML_NAMES = {
     "Tesla V100-SXM2-16GB": ("tesla-v100-sxm2-16gb", {"tesla", "v100", "sxm2", "16gb"}),
     "NVIDIA A100-SXM4-40GB MIG 1g.5gb": ("a100-sxm4-40gb-mig-1g.5gb", {"a100", "mig", "1g.5gb"}),
     "NVIDIA L40S": ("l40s", {"l40s"}),
+    "NVIDIA H100 80GB HBM3": ("h100-80gb-hbm3", {"h100", "80gb", "hbm3"}),
+    "NVIDIA H100 80GB HBM3 MIG 3g.40gb": ("h100-80gb-hbm3-mig-3g.40gb", {"h100", "mig", "3g.40gb"}),
+    "NVIDIA H200 MIG 1g.18gb": ("h200-mig-1g.18gb", {"h200", "mig", "1g.18gb"}),
+    "NVIDIA GH200 480GB": ("gh200-480gb", {"gh200", "480gb"}),
+    "Tesla T4": ("tesla-t4", {"tesla", "t4"}),
+    "NVIDIA RTX A6000": ("rtx-a6000", {"rtx", "a6000"}),
+    "Quadro RTX 8000": ("quadro-rtx-8000", {"quadro", "rtx", "8000"}),
 }
 
 
@@ -46,7 +53,118 @@ def test_gpu_model_normalisation(name, expected):
 def test_gpu_model_does_not_match_other_models():
     assert not gpu_model_matches("h100", "NVIDIA H200")
     assert not gpu_model_matches("a10", "NVIDIA A100-SXM4-80GB")
+    assert not gpu_model_matches("h200", "NVIDIA GH200 480GB")
     assert gpu_model_matches("NVIDIA H200", "NVIDIA H200")
+    assert gpu_model_matches("h200-mig-1g.18gb", "NVIDIA H200 MIG 1g.18gb")
+
+
+class FakeNvml:
+    """NVML as nvidia-ml-py exposes it, for a machine with a plain H200 and an A100
+    in MIG mode with two MIG devices (no GPU exists here to ask)."""
+
+    NVML_DEVICE_MIG_ENABLE = 1
+
+    class NVMLError(Exception):
+        pass
+
+    class _Memory:
+        def __init__(self, total):
+            self.total = total
+
+    devices = [
+        {"name": "NVIDIA H200", "uuid": "GPU-aaaa", "memory": 150_000_000_000, "cc": (9, 0)},
+        {
+            "name": b"NVIDIA A100-SXM4-40GB",
+            "uuid": b"GPU-bbbb",
+            "memory": 40_000_000_000,
+            "cc": (8, 0),
+            "mig": [
+                {"name": "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "uuid": "MIG-1111", "memory": 5e9},
+                None,
+                {"name": "NVIDIA A100-SXM4-40GB MIG 3g.20gb", "uuid": "MIG-3333", "memory": 2e10},
+            ],
+        },
+    ]
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self.devices[index]
+
+    def nvmlDeviceGetName(self, handle):
+        return handle["name"]
+
+    def nvmlDeviceGetUUID(self, handle):
+        return handle["uuid"]
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return self._Memory(int(handle["memory"]))
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle):
+        return handle["cc"]
+
+    def nvmlDeviceGetMigMode(self, handle):
+        if "mig" not in handle:
+            raise self.NVMLError("Not Supported")
+        return (1, 1)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle):
+        return len(handle["mig"])
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle, index):
+        found = handle["mig"][index]
+        if found is None:
+            raise self.NVMLError("Not Found")
+        return found
+
+
+def test_nvml_discovery_lists_mig_devices_and_finds_them_by_uuid(monkeypatch):
+    import sys
+
+    from snakemake_executor_context.gpus import discover_gpus, gpu_by_uuid
+
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpus = discover_gpus()
+    assert [(g.index, g.uuid, g.name, g.is_mig) for g in gpus] == [
+        (0, "GPU-aaaa", "NVIDIA H200", False),
+        (1, "MIG-1111", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", True),
+        (1, "MIG-3333", "NVIDIA A100-SXM4-40GB MIG 3g.20gb", True),
+    ]
+    assert gpus[0].compute_capability == "9.0" and gpus[0].memory_bytes == 150_000_000_000
+    assert gpus[2].compute_capability == "8.0" and gpus[2].extra["parent_uuid"] == "GPU-bbbb"
+    assert [g.server_name for g in gpus] == ["gpu0", "gpu1-mig0", "gpu1-mig2"]
+    mig = gpu_by_uuid("MIG-3333")
+    assert mig is not None and mig.memory_bytes == 20_000_000_000
+    assert gpu_by_uuid("GPU-nope") is None
+    # A server pinned to a MIG device by UUID sees that one only.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1111")
+    assert [g.uuid for g in discover_gpus()] == ["MIG-1111"]
+    plans = plan_servers(gpus, None, 64_000_000_000, 16)
+    assert [p.env["CUDA_VISIBLE_DEVICES"] for p in plans] == ["GPU-aaaa", "MIG-1111", "MIG-3333"]
+    assert plans[1].resources["gpu_model:a100"] == 1 and plans[1].resources["gpu_model:mig"] == 1
+
+
+def test_no_nvml_means_no_gpus(monkeypatch):
+    import sys
+
+    from snakemake_executor_context.gpus import discover_gpus
+
+    class Broken(FakeNvml):
+        def nvmlInit(self):
+            raise self.NVMLError("NVML Shared Library Not Found")
+
+    monkeypatch.setitem(sys.modules, "pynvml", Broken())
+    assert discover_gpus() == []
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed at all
+    assert discover_gpus() == []
 
 
 def _gpu(index: int, name: str = "NVIDIA H200") -> GpuInfo:

@@ -23,7 +23,11 @@ def _outputs(workdir: Path, n: int) -> dict[int, tuple[int, int]]:
 
 def test_twenty_jobs_two_servers_two_loads(workflow):
     workdir = workflow("reuse")
-    run = context_run(workdir, "--context-servers", "2").check()
+    # Jobs (0.5 s) longer than a load (0.3 s): with jobs queued, placement loads the
+    # context on the second server too rather than have them wait for the first.
+    run = context_run(
+        workdir, "--context-servers", "2", "--config", "sleep=0.5", env={"TOY_LOAD_SECONDS": "0.3"}
+    ).check()
 
     outputs = _outputs(workdir, 20)
     per_server = Counter(pid for pid, _ in outputs.values())

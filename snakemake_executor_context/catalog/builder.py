@@ -1,0 +1,346 @@
+"""Build a catalog for tests and demos through the catalog's own recording code.
+
+The monitor's tests (and anyone who needs a catalog with a given history) build one
+here instead of writing SQL: every call makes the same events servers, the scheduler
+plugin and executors send, and :meth:`CatalogBuilder.commit` records them with the
+writer's :class:`~.record.Recorder`. Times come from a clock the builder advances, so
+catalogs are reproducible::
+
+    from snakemake_executor_context.catalog.builder import CatalogBuilder
+
+    with CatalogBuilder(tmp_path / "catalog.db") as b:
+        h200 = b.server("gpu0", gpu="NVIDIA H200")
+        a100 = b.server("gpu1", gpu="NVIDIA A100-SXM4-80GB")
+        model = b.context("smollm2")
+        run = b.run()
+        b.load(h200, model, seconds=12.0)
+        for i in range(10):
+            b.job(run, "score", server=h200, context=model, seconds=2.0, items=32)
+        b.start_job(run, "score", server=a100, context=model)
+        b.lose_server(a100)            # a loss record with the job it hit
+        b.finish_run(run)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..gpus import normalize_gpu_model
+from . import events as ev
+from .record import Recorder
+from .store import CatalogStore, open_store
+
+__all__ = ["CatalogBuilder"]
+
+#: The builder's clock starts here (2023-11-14), unless told otherwise.
+EPOCH = 1_700_000_000.0
+
+
+class CatalogBuilder:
+    """Makes servers, contexts, runs, jobs and losses in a catalog (see the module)."""
+
+    def __init__(self, spec: str | os.PathLike[str], *, start: float = EPOCH) -> None:
+        self.store: CatalogStore = open_store(spec)
+        self.recorder = Recorder()
+        self.now = start
+        self.pending: list[ev.Event] = []
+        self._counter = itertools.count(1)
+        self._servers: dict[str, dict[str, Any]] = {}
+        self._contexts: dict[str, str] = {}
+        self._running: dict[str, tuple[str, str, str | None, float]] = {}
+        self._context_args: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._jobids: dict[str, tuple[int, str]] = {}
+
+    # -- plumbing ------------------------------------------------------------------
+
+    def __enter__(self) -> CatalogBuilder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def tick(self, seconds: float = 1.0) -> float:
+        """Advance the clock; returns the new time."""
+        self.now += seconds
+        return self.now
+
+    def emit(self, event: ev.Event) -> ev.Event:
+        """Queue any event (stamped with the clock if it has no time of its own)."""
+        self.pending.append(event)
+        return event
+
+    def commit(self) -> None:
+        """Record the queued events in one transaction."""
+        if not self.pending:
+            return
+        with self.store.session() as session, session.begin():
+            self.recorder.apply(session, self.pending)
+        self.pending = []
+
+    def close(self) -> None:
+        """Commit and release the database."""
+        try:
+            self.commit()
+        finally:
+            self.store.close()
+
+    # -- the fleet -----------------------------------------------------------------
+
+    def server(
+        self,
+        name: str,
+        *,
+        gpu: str | None = "NVIDIA H200",
+        gpu_memory_bytes: int = 141_000_000_000,
+        compute_capability: str | None = "9.0",
+        mig: bool = False,
+        slots: int = 1,
+        host: str = "node1",
+        memory_bytes: int = 64_000_000_000,
+        memory_budget: int | None = None,
+    ) -> str:
+        """A server joins (with a GPU named as NVML names it, or ``gpu=None`` for a
+        CPU server). Returns its address."""
+        index = next(self._counter)
+        address = f"tcp://10.0.0.{index}:{40000 + index}"
+        resources: dict[str, float] = {"gpu": 1, "mem_mb": memory_bytes // 1_000_000}
+        record = None
+        if gpu is not None:
+            model = normalize_gpu_model(gpu)
+            resources[f"gpu_model:{model}"] = 1
+            record = {
+                "index": index - 1,
+                "uuid": ("MIG-" if mig else "GPU-") + hashlib.sha1(name.encode()).hexdigest()[:12],
+                "name": gpu,
+                "memory_bytes": gpu_memory_bytes,
+                "compute_capability": compute_capability,
+                "is_mig": mig,
+                "manufacturer": "nvidia",
+            }
+        budget = memory_budget or int(0.8 * (gpu_memory_bytes if gpu else memory_bytes))
+        self.emit(
+            ev.ServerJoined(
+                at=self.now,
+                address=address,
+                name=name,
+                host=host,
+                slots=slots,
+                memory_bytes=memory_bytes,
+                resources=resources,
+            )
+        )
+        self.emit(
+            ev.ServerDescribed(
+                at=self.now,
+                address=address,
+                name=name,
+                host=host,
+                pid=1000 + index,
+                memory_bytes=memory_bytes,
+                memory_budget=budget,
+                gpu=record,
+            )
+        )
+        self._servers[address] = {"name": name, "model": model if gpu else "cpu"}
+        return address
+
+    def leave(self, server: str, *, reason: str = "closed") -> None:
+        """A server leaves cleanly (nothing was running on it)."""
+        self.emit(ev.ServerLeft(at=self.now, address=server, reason=reason, expected=True))
+
+    def lose_server(self, server: str, *, reason: str = "lost (killed)") -> list[str]:
+        """A server is lost; the jobs running on it (:meth:`start_job`) are lost with
+        it. Returns their keys."""
+        lost = [key for key, (_, address, _, _) in self._running.items() if address == server]
+        self.emit(
+            ev.ServerLeft(
+                at=self.now,
+                address=server,
+                reason=reason,
+                expected=False,
+                lost=[
+                    ev.LostJob(
+                        key=key, run_id=self._running[key][0], started=self._running[key][3]
+                    ).to_wire()
+                    for key in lost
+                ],
+            )
+        )
+        for key in lost:
+            del self._running[key]
+        return lost
+
+    def context(
+        self,
+        name: str,
+        *,
+        loader: str = "loaders.py:load",
+        arguments: Mapping[str, Any] | None = None,
+    ) -> str:
+        """A context (recorded when first loaded or used). Returns its identity."""
+        identity = hashlib.sha256(
+            f"{name}:{loader}:{sorted((arguments or {}).items())}".encode()
+        ).hexdigest()
+        self._contexts[identity] = name
+        self._context_args[identity] = (loader, dict(arguments or {}))
+        return identity
+
+    def load(
+        self,
+        server: str,
+        context: str,
+        *,
+        seconds: float = 5.0,
+        nbytes: int = 500_000_000,
+        from_cache: bool | None = None,
+    ) -> None:
+        """A server loads a context (the clock advances by the load time)."""
+        loader, arguments = self._context_args[context]
+        self.emit(
+            ev.ContextLoading(
+                at=self.now,
+                address=server,
+                identity=context,
+                name=self._contexts[context],
+                loader=loader,
+                arguments=arguments,
+                from_cache=from_cache,
+            )
+        )
+        self.tick(seconds)
+        self.emit(
+            ev.ContextReady(
+                at=self.now,
+                address=server,
+                identity=context,
+                load_seconds=seconds,
+                bytes=nbytes,
+                gpu_model=self._servers[server]["model"],
+            )
+        )
+
+    def evict(self, server: str, context: str) -> None:
+        """A server evicts a context."""
+        self.emit(ev.ContextEvicted(at=self.now, address=server, identity=context))
+
+    # -- runs and jobs -------------------------------------------------------------
+
+    def run(
+        self, run_id: str | None = None, *, workdir: str = "/work/wf", jobs_total: int | None = None
+    ) -> str:
+        """A run starts. Returns its id."""
+        run_id = run_id or f"run-{next(self._counter)}"
+        self.emit(
+            ev.RunStarted(
+                at=self.now,
+                run_id=run_id,
+                workdir=workdir,
+                host="login1",
+                pid=4242,
+                cluster="builder",
+                jobs_total=jobs_total,
+            )
+        )
+        return run_id
+
+    def finish_run(self, run_id: str, *, ok: bool = True) -> None:
+        """A run ends."""
+        self.emit(ev.RunFinished(at=self.now, run_id=run_id, ok=ok))
+
+    def start_job(
+        self,
+        run_id: str,
+        rule: str,
+        *,
+        server: str,
+        context: str | None = None,
+        wildcards: Mapping[str, str] | None = None,
+        placed_by: str = "warm",
+    ) -> str:
+        """A job is dispatched to a server and starts there. Returns its key."""
+        jobid = next(self._counter)
+        key = f"{rule}-{jobid}-a1-{jobid:08x}"
+        self.emit(
+            ev.JobDispatched(
+                at=self.now,
+                run_id=run_id,
+                key=key,
+                jobid=str(jobid),
+                rule=rule,
+                wildcards=dict(wildcards or {"i": str(jobid)}),
+                job_kind="context" if context else "plain",
+                context=context,
+                context_name=self._contexts.get(context or ""),
+                target=server,
+                submitted=self.now,
+                reason=placed_by,
+            )
+        )
+        self.emit(
+            ev.JobStarted(at=self.now, run_id=run_id, key=key, address=server, context=context)
+        )
+        self._running[key] = (run_id, server, context, self.now)
+        self._jobids[key] = (jobid, rule)
+        return key
+
+    def finish_job(
+        self,
+        key: str,
+        *,
+        seconds: float = 1.0,
+        items: int = 0,
+        ok: bool = True,
+        load_seconds: float = 0.0,
+    ) -> None:
+        """A started job finishes after ``seconds`` and is reported."""
+        run_id, server, context, started = self._running.pop(key)
+        jobid, rule = self._jobids[key]
+        self.tick(seconds)
+        self.emit(
+            ev.JobFinished(
+                at=self.now,
+                run_id=run_id,
+                key=key,
+                address=server,
+                ok=ok,
+                started=started,
+                finished=self.now,
+                items=items,
+                load_seconds=load_seconds,
+                loaded=[context] if load_seconds and context else [],
+                context=context,
+                gpu_model=self._servers[server]["model"],
+            )
+        )
+        self.emit(
+            ev.JobReported(
+                at=self.now,
+                run_id=run_id,
+                key=key,
+                jobid=str(jobid),
+                rule=rule,
+                outcome="ok" if ok else "failed",
+                message=None if ok else f"{rule} failed",
+            )
+        )
+
+    def job(
+        self,
+        run_id: str,
+        rule: str,
+        *,
+        server: str,
+        context: str | None = None,
+        seconds: float = 1.0,
+        items: int = 0,
+        ok: bool = True,
+        wildcards: Mapping[str, str] | None = None,
+    ) -> str:
+        """A whole job: dispatched, started, finished and reported. Returns its key."""
+        key = self.start_job(run_id, rule, server=server, context=context, wildcards=wildcards)
+        self.finish_job(key, seconds=seconds, items=items, ok=ok)
+        return key

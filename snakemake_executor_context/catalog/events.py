@@ -1,0 +1,303 @@
+"""What happens in the fleet, as plain dataclasses that travel through Dask.
+
+Servers, the scheduler plugin and executors describe every state change as one of
+these events. They go to the scheduler with ``log_event`` on :data:`TOPIC` (as lists
+of plain dicts, :func:`encode`, since Dask's event channel takes msgpack values
+only), reach every subscribed executor, and end up in the catalog through its one
+writer. The in-memory fleet view that placement reads (:mod:`..fleet`) is maintained
+from the same events.
+
+Standard library only: servers and the scheduler import this module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+__all__ = [
+    "TOPIC",
+    "ContextEvicted",
+    "ContextLoadFailed",
+    "ContextLoading",
+    "ContextReady",
+    "Event",
+    "JobDispatched",
+    "JobFinished",
+    "JobReported",
+    "JobStarted",
+    "LostJob",
+    "RunFinished",
+    "RunHeartbeat",
+    "RunStarted",
+    "ServerDescribed",
+    "ServerJoined",
+    "ServerLeft",
+    "decode",
+    "encode",
+]
+
+#: The Dask event topic every event of this plugin is logged under.
+TOPIC = "snakemake-context"
+
+_KINDS: dict[str, type[Event]] = {}
+
+
+@dataclass(kw_only=True)
+class Event:
+    """Base of every event: ``at`` is the wall-clock time it happened."""
+
+    kind: ClassVar[str] = "event"
+    at: float = field(default_factory=time.time)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _KINDS[cls.kind] = cls
+
+    def to_wire(self) -> dict[str, Any]:
+        """A plain dict (msgpack-able), tagged with the event's kind."""
+        out: dict[str, Any] = {"kind": self.kind}
+        for item in fields(self):
+            out[item.name] = getattr(self, item.name)
+        return out
+
+
+# -- runs ----------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class RunStarted(Event):
+    """A Snakemake run started (sent by its executor)."""
+
+    kind: ClassVar[str] = "run-started"
+    run_id: str
+    workdir: str = ""
+    host: str = ""
+    pid: int = 0
+    cluster: str = ""
+    #: Jobs Snakemake plans to run (its DAG's needrun jobs), if known.
+    jobs_total: int | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class RunHeartbeat(Event):
+    """A run is still alive (sent every few seconds)."""
+
+    kind: ClassVar[str] = "run-heartbeat"
+    run_id: str
+
+
+@dataclass(kw_only=True)
+class RunFinished(Event):
+    """A run ended."""
+
+    kind: ClassVar[str] = "run-finished"
+    run_id: str
+    ok: bool | None = None
+
+
+# -- servers -------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class ServerJoined(Event):
+    """A Dask worker joined (sent by the scheduler plugin)."""
+
+    kind: ClassVar[str] = "server-joined"
+    address: str
+    name: str = ""
+    host: str = ""
+    slots: int = 1
+    memory_bytes: int = 0
+    resources: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class ServerDescribed(Event):
+    """A context server describes itself: process, memory budget and its GPU record
+    as NVML reports it (``None`` on a CPU server)."""
+
+    kind: ClassVar[str] = "server-described"
+    address: str
+    name: str = ""
+    host: str = ""
+    pid: int = 0
+    memory_bytes: int = 0
+    memory_budget: int = 0
+    gpu: dict[str, Any] | None = None
+
+
+@dataclass(kw_only=True)
+class LostJob:
+    """A job that was running on a server when it left."""
+
+    key: str
+    run_id: str = ""
+    started: float | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """A plain dict."""
+        return {"key": self.key, "run_id": self.run_id, "started": self.started}
+
+
+@dataclass(kw_only=True)
+class ServerLeft(Event):
+    """A server left the fleet; ``lost`` are the jobs it was running (sent by the
+    scheduler plugin)."""
+
+    kind: ClassVar[str] = "server-left"
+    address: str
+    reason: str = ""
+    #: Whether Dask expected it (a clean close or retirement) or lost it.
+    expected: bool = False
+    lost: list[dict[str, Any]] = field(default_factory=list)
+
+    def lost_jobs(self) -> list[LostJob]:
+        """``lost`` as :class:`LostJob` records."""
+        return [LostJob(**item) for item in self.lost]
+
+
+# -- contexts ------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class ContextLoading(Event):
+    """A server started to load a context."""
+
+    kind: ClassVar[str] = "context-loading"
+    address: str
+    identity: str
+    name: str = ""
+    loader: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    #: The loader's cache probe: were the weights on local disk (None: no probe)?
+    from_cache: bool | None = None
+
+
+@dataclass(kw_only=True)
+class ContextReady(Event):
+    """A server finished loading a context."""
+
+    kind: ClassVar[str] = "context-ready"
+    address: str
+    identity: str
+    load_seconds: float = 0.0
+    bytes: int = 0
+    gpu_model: str = ""
+
+
+@dataclass(kw_only=True)
+class ContextEvicted(Event):
+    """A server evicted a context (memory budget)."""
+
+    kind: ClassVar[str] = "context-evicted"
+    address: str
+    identity: str
+
+
+@dataclass(kw_only=True)
+class ContextLoadFailed(Event):
+    """A server's load of a context raised."""
+
+    kind: ClassVar[str] = "context-load-failed"
+    address: str
+    identity: str
+    error: str = ""
+
+
+# -- jobs ----------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class JobDispatched(Event):
+    """An executor handed a job to Dask (``target``: the server placement chose)."""
+
+    kind: ClassVar[str] = "job-dispatched"
+    run_id: str
+    key: str
+    #: Snakemake's job id (a number, or a UUID for a group job).
+    jobid: str = ""
+    attempt: int = 1
+    rule: str = ""
+    wildcards: dict[str, str] = field(default_factory=dict)
+    job_kind: str = "context"
+    context: str | None = None
+    context_name: str | None = None
+    target: str | None = None
+    #: When Snakemake handed the job to the executor.
+    submitted: float | None = None
+    reason: str = ""
+
+
+@dataclass(kw_only=True)
+class JobStarted(Event):
+    """A server started a job."""
+
+    kind: ClassVar[str] = "job-started"
+    run_id: str = ""
+    key: str
+    address: str
+    context: str | None = None
+
+
+@dataclass(kw_only=True)
+class JobFinished(Event):
+    """A server finished a job (its own view: ok, times, items, loads)."""
+
+    kind: ClassVar[str] = "job-finished"
+    run_id: str = ""
+    key: str
+    address: str
+    ok: bool = True
+    cancelled: bool = False
+    started: float = 0.0
+    finished: float = 0.0
+    items: int = 0
+    load_seconds: float = 0.0
+    loaded: list[str] = field(default_factory=list)
+    context: str | None = None
+    gpu_model: str = ""
+
+
+@dataclass(kw_only=True)
+class JobReported(Event):
+    """An executor reported a job's outcome to Snakemake."""
+
+    kind: ClassVar[str] = "job-reported"
+    run_id: str
+    key: str
+    jobid: str = ""
+    rule: str = ""
+    #: ok, failed, cancelled, requeued (its server vanished), unrunnable or invalid.
+    outcome: str = "ok"
+    message: str | None = None
+
+
+# -- wire ----------------------------------------------------------------------------
+
+
+def encode(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """Events as a list of plain dicts, for ``log_event``."""
+    return [event.to_wire() for event in events]
+
+
+def decode(message: Any) -> Iterator[Event]:
+    """The events of one ``log_event`` message (a dict or a list of dicts).
+
+    Unknown kinds and malformed items are skipped: a newer server may send more.
+    """
+    items = message if isinstance(message, (list, tuple)) else [message]
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        cls = _KINDS.get(str(item.get("kind")))
+        if cls is None:
+            continue
+        names = {f.name for f in fields(cls)}
+        try:
+            yield cls(**{k: v for k, v in item.items() if k in names})
+        except TypeError:
+            continue

@@ -1,0 +1,217 @@
+"""The catalog's tables (SQLAlchemy 2 typed models).
+
+Times are Unix seconds (floats) throughout: they compare across hosts and sort
+in SQL without time-zone surprises. JSON values (wildcards, loader arguments, event
+details) are stored as text.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    column,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Attempt",
+    "Base",
+    "Context",
+    "EventRecord",
+    "Job",
+    "Meta",
+    "Placement",
+    "Run",
+    "Server",
+    "ServerLoss",
+]
+
+#: Bumped on every change to the tables below; checked when a catalog is opened.
+SCHEMA_VERSION = 1
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the catalog's tables."""
+
+
+class Meta(Base):
+    """Key/value facts about the catalog itself (``schema_version``, ``created``)."""
+
+    __tablename__ = "catalog_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Run(Base):
+    """One Snakemake run under ``--executor context``."""
+
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(128), unique=True)
+    workdir: Mapped[str] = mapped_column(Text, default="")
+    host: Mapped[str] = mapped_column(String(256), default="")
+    pid: Mapped[int] = mapped_column(Integer, default=0)
+    cluster: Mapped[str] = mapped_column(Text, default="")
+    #: Jobs Snakemake planned to run.
+    jobs_total: Mapped[int | None] = mapped_column(Integer)
+    started: Mapped[float] = mapped_column(Float)
+    finished: Mapped[float | None] = mapped_column(Float)
+    #: Last sign of life from the run (its writer's heartbeat).
+    heartbeat: Mapped[float | None] = mapped_column(Float)
+    ok: Mapped[bool | None] = mapped_column(Boolean)
+    jobs_ok: Mapped[int] = mapped_column(Integer, default=0)
+    jobs_failed: Mapped[int] = mapped_column(Integer, default=0)
+    items: Mapped[int] = mapped_column(BigInteger, default=0)
+    loads: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Server(Base):
+    """One incarnation of a context server (a Dask worker at one address)."""
+
+    __tablename__ = "servers"
+    __table_args__ = (
+        # One live row per address: two writers racing to add a server make one.
+        Index(
+            "ux_servers_live_address",
+            "address",
+            unique=True,
+            sqlite_where=column("left").is_(None),
+            postgresql_where=column("left").is_(None),
+        ),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    address: Mapped[str] = mapped_column(String(256), index=True)
+    name: Mapped[str] = mapped_column(String(256), default="")
+    host: Mapped[str] = mapped_column(String(256), default="")
+    pid: Mapped[int | None] = mapped_column(Integer)
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
+    gpu_uuid: Mapped[str | None] = mapped_column(String(128))
+    #: The GPU's name as NVML reports it ("NVIDIA H200").
+    gpu_name: Mapped[str | None] = mapped_column(String(256))
+    #: Normalised ("h200"); "cpu" for a server without a GPU.
+    gpu_model: Mapped[str] = mapped_column(String(256), default="cpu")
+    gpu_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    compute_capability: Mapped[str | None] = mapped_column(String(16))
+    is_mig: Mapped[bool] = mapped_column(Boolean, default=False)
+    slots: Mapped[int] = mapped_column(Integer, default=1)
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    memory_budget: Mapped[int | None] = mapped_column(BigInteger)
+    joined: Mapped[float] = mapped_column(Float)
+    left: Mapped[float | None] = mapped_column(Float)
+    left_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class Context(Base):
+    """A context by identity (the hash of loader, arguments and loader code)."""
+
+    __tablename__ = "contexts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    identity: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(256), default="")
+    loader: Mapped[str] = mapped_column(Text, default="")
+    #: The loader's keyword arguments as JSON.
+    arguments: Mapped[str] = mapped_column(Text, default="{}")
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    first_seen: Mapped[float] = mapped_column(Float)
+
+
+class Placement(Base):
+    """A context on a server, from its load to its eviction (or the server's loss)."""
+
+    __tablename__ = "placements"
+    __table_args__ = (Index("ix_placements_server_context", "server_id", "context_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    context_id: Mapped[int] = mapped_column(ForeignKey("contexts.id"))
+    server_id: Mapped[int] = mapped_column(ForeignKey("servers.id"))
+    #: loading, ready, evicted, lost (or failed: the load raised).
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    loading_at: Mapped[float] = mapped_column(Float)
+    ready_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    load_seconds: Mapped[float | None] = mapped_column(Float)
+    #: Whether the loader's cache probe found the weights on local disk.
+    from_cache: Mapped[bool | None] = mapped_column(Boolean)
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class Job(Base):
+    """One Snakemake job of a run (its attempts are in :class:`Attempt`)."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("run_pk", "jobid"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_pk: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    #: Snakemake's job id (a number, or a UUID for a group job).
+    jobid: Mapped[str] = mapped_column(String(64))
+    rule: Mapped[str] = mapped_column(String(256), default="")
+    #: JSON object.
+    wildcards: Mapped[str] = mapped_column(Text, default="{}")
+    #: context or plain.
+    kind: Mapped[str] = mapped_column(String(16), default="context")
+    context_id: Mapped[int | None] = mapped_column(ForeignKey("contexts.id"))
+    submitted: Mapped[float | None] = mapped_column(Float)
+    finished: Mapped[float | None] = mapped_column(Float)
+    #: The outcome reported to Snakemake: ok, failed, cancelled, unrunnable, invalid.
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    items: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Attempt(Base):
+    """One execution of a job's task on one server."""
+
+    __tablename__ = "attempts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), index=True)
+    #: The Dask task key (a new one per Snakemake retry and per requeue).
+    key: Mapped[str] = mapped_column(String(256), index=True)
+    #: Snakemake's attempt number.
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    server_id: Mapped[int | None] = mapped_column(ForeignKey("servers.id"), index=True)
+    #: How placement chose the server (warm, cached, fastest, any, load, plain).
+    placed_by: Mapped[str | None] = mapped_column(String(64))
+    dispatched: Mapped[float | None] = mapped_column(Float)
+    started: Mapped[float | None] = mapped_column(Float)
+    finished: Mapped[float | None] = mapped_column(Float, index=True)
+    #: ok, failed, cancelled, lost (its server left mid-job).
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    items: Mapped[int] = mapped_column(BigInteger, default=0)
+    load_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    #: Whether this attempt loaded its context (cold) rather than found it warm.
+    cold: Mapped[bool] = mapped_column(Boolean, default=False)
+    loss_id: Mapped[int | None] = mapped_column(ForeignKey("server_losses.id"))
+
+
+class ServerLoss(Base):
+    """A server that left while running jobs (preempted, killed, crashed)."""
+
+    __tablename__ = "server_losses"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    server_id: Mapped[int] = mapped_column(ForeignKey("servers.id"))
+    at: Mapped[float] = mapped_column(Float, index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    jobs_lost: Mapped[int] = mapped_column(Integer, default=0)
+    #: Seconds of work the lost jobs had done there.
+    seconds_lost: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class EventRecord(Base):
+    """Fleet-level events worth a line in a log: servers joining and leaving,
+    loads, evictions, losses, failed jobs, runs starting and ending."""
+
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    run_pk: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
+    server_id: Mapped[int | None] = mapped_column(ForeignKey("servers.id"))
+    #: A one-line human description.
+    text: Mapped[str] = mapped_column(Text, default="")

@@ -1,0 +1,151 @@
+"""The scheduler plugin: the fleet's event hub, and the catalog's writer on a
+persistent cluster.
+
+Installed in every scheduler this plugin starts (and registered by an executor on any
+other Dask scheduler), it
+
+- turns workers joining and leaving into :class:`~.events.ServerJoined` and
+  :class:`~.events.ServerLeft` events, the latter with the jobs that were running
+  on the server (a loss record);
+- keeps a :class:`~..fleet.FleetView` from every event on :data:`~.events.TOPIC`,
+  which an executor that attaches takes as its starting point
+  (:func:`fleet_snapshot`);
+- with a catalog (``snakemake-context up``), writes every event into it: the one
+  writer of that catalog. Executors then send their events here, never to the
+  database.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+from ..fleet import FleetView
+from . import events as ev
+
+__all__ = ["PLUGIN_NAME", "CatalogSchedulerPlugin", "fleet_snapshot"]
+
+PLUGIN_NAME = "snakemake-context-catalog"
+logger = logging.getLogger("snakemake_executor_context.catalog")
+
+
+class CatalogSchedulerPlugin(SchedulerPlugin):
+    """See the module docstring. ``catalog``: a path or URL to write, or None."""
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(self, catalog: str | None = None) -> None:
+        self.catalog = catalog
+        self.view = FleetView()
+        self.writer: Any = None
+        self.error: str | None = None
+        self.scheduler: Any = None
+
+    async def start(self, scheduler: Any) -> None:
+        """Open the catalog (a failure is logged once; the cluster runs on)."""
+        self.scheduler = scheduler
+        if self.catalog:
+            try:
+                from .queries import placement_measurements
+                from .store import open_store
+                from .writer import CatalogWriter
+
+                store = open_store(self.catalog)
+                with store.session() as session:
+                    self.view.measure.merge_wire(placement_measurements(session))
+                self.writer = CatalogWriter(store, warn=logger.warning)
+                logger.info("context catalog: %s", store.location.describe())
+            except Exception as error:
+                self.error = str(error)
+                logger.warning("context catalog disabled: %s", error)
+        for address in list(scheduler.workers):
+            self.add_worker(scheduler, address)
+
+    def _publish(self, event: ev.Event) -> None:
+        # Scheduler.log_event reaches subscribed clients and every plugin's
+        # log_event, this one included: the view and the writer see it there.
+        self.scheduler.log_event(ev.TOPIC, ev.encode([event]))
+
+    def add_worker(self, scheduler: Any, worker: str) -> None:
+        """A worker joined: publish a ServerJoined."""
+        ws = scheduler.workers.get(worker)
+        if ws is None:
+            return
+        host = worker.split("://")[-1].rsplit(":", 1)[0]
+        self._publish(
+            ev.ServerJoined(
+                address=worker,
+                name=str(ws.name),
+                host=host,
+                slots=int(ws.nthreads),
+                memory_bytes=int(ws.memory_limit or 0),
+                resources={k: float(v) for k, v in (ws.resources or {}).items()},
+            )
+        )
+
+    def log_event(self, topic: str, msg: Any) -> None:
+        """Every event of the topic updates the view and goes to the writer; Dask's
+        own remove-worker event becomes a ServerLeft with the jobs it hit."""
+        if topic == ev.TOPIC:
+            with self.view.lock:
+                decoded = list(ev.decode(msg))
+                for item in decoded:
+                    self.view.apply(item)
+            if self.writer is not None:
+                for item in decoded:
+                    self.writer.submit(item)
+        elif topic == "all" and isinstance(msg, dict) and msg.get("action") == "remove-worker":
+            self._server_left(msg)
+
+    def _server_left(self, msg: dict[str, Any]) -> None:
+        address = str(msg.get("worker", ""))
+        expected = bool(msg.get("expected"))
+        with self.view.lock:
+            server = self.view.servers.get(address)
+            running = dict(server.running) if server else {}
+            started = dict(server.started) if server else {}
+        lost = [
+            ev.LostJob(key=key, run_id=run_id, started=started.get(key)).to_wire()
+            for key, run_id in running.items()
+        ]
+        for key in msg.get("processing-tasks") or ():
+            # Dask was running it there, but its start had not reached us yet.
+            if isinstance(key, str) and key not in running and _is_job_key(key):
+                lost.append(ev.LostJob(key=key).to_wire())
+        stimulus = str(msg.get("stimulus_id", ""))
+        reason = ("closed" if expected else "lost") + (f" ({stimulus})" if stimulus else "")
+        self._publish(ev.ServerLeft(address=address, reason=reason, expected=expected, lost=lost))
+
+    async def close(self) -> None:
+        """Write what is queued (a few seconds at most) and close the catalog."""
+        if self.writer is not None:
+            self.writer.close(timeout=5.0)
+
+    def info(self) -> dict[str, Any]:
+        """Whether this plugin writes a catalog, and where."""
+        location = None
+        if self.writer is not None:
+            loc = self.writer.store.location
+            location = {"requested": loc.requested, "live": loc.describe()}
+        return {"writer": self.writer is not None, "catalog": location, "error": self.error}
+
+
+def _is_job_key(key: str) -> bool:
+    # The executor's task keys: <rule>-<jobid>-a<attempt>-<hex>.
+    parts = key.rsplit("-", 3)
+    return len(parts) == 4 and parts[2].startswith("a")
+
+
+def fleet_snapshot(dask_scheduler: Any) -> dict[str, Any] | None:
+    """Run on the scheduler (``Client.run_on_scheduler``): the plugin's fleet view
+    and whether it writes a catalog; None if the plugin is not installed."""
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is None:
+        return None
+    with plugin.view.lock:
+        view = plugin.view.to_wire()
+    return {"view": view, "taken": time.time(), **plugin.info()}

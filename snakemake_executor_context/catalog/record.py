@@ -1,0 +1,533 @@
+"""How events become rows: one :class:`Recorder` per writer.
+
+Every event kind has one handler. Handlers tolerate any order between events that
+come from different processes (a server's ``JobStarted`` may reach the writer before
+the executor's ``JobDispatched``) and duplicates (a run that attaches replays the
+fleet's state); run totals count a job once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from ..fleet import model_of
+from . import events as ev
+from .models import Attempt, Context, EventRecord, Job, Placement, Run, Server, ServerLoss
+
+__all__ = ["Recorder"]
+
+K = TypeVar("K")
+OPEN_STATES = ("loading", "ready")
+CACHE_SIZE = 50_000
+
+
+class _Lru(OrderedDict[K, int]):
+    def put(self, key: K, value: int) -> int:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > CACHE_SIZE:
+            self.popitem(last=False)
+        return value
+
+
+class Recorder:
+    """Applies events to a session; caches the ids of rows it has seen."""
+
+    def __init__(self) -> None:
+        self._runs: _Lru[str] = _Lru()
+        self._servers: _Lru[str] = _Lru()
+        self._contexts: _Lru[str] = _Lru()
+        self._attempts: _Lru[str] = _Lru()
+        self._jobs: _Lru[tuple[int, str]] = _Lru()
+        self._handlers: dict[type[ev.Event], Callable[[Session, Any], None]] = {
+            ev.RunStarted: self._run_started,
+            ev.RunHeartbeat: self._run_heartbeat,
+            ev.RunFinished: self._run_finished,
+            ev.ServerJoined: self._server_joined,
+            ev.ServerDescribed: self._server_described,
+            ev.ServerLeft: self._server_left,
+            ev.ContextLoading: self._context_loading,
+            ev.ContextReady: self._context_ready,
+            ev.ContextEvicted: self._context_ended,
+            ev.ContextLoadFailed: self._context_ended,
+            ev.JobDispatched: self._job_dispatched,
+            ev.JobStarted: self._job_started,
+            ev.JobFinished: self._job_finished,
+            ev.JobReported: self._job_reported,
+        }
+
+    def reset(self) -> None:
+        """Forget cached ids (after a rolled-back transaction)."""
+        for cache in (self._runs, self._servers, self._contexts, self._attempts, self._jobs):
+            cache.clear()
+
+    def apply(self, session: Session, events: Iterable[ev.Event]) -> None:
+        """Apply events in order, inside the caller's transaction."""
+        for event in events:
+            handler = self._handlers.get(type(event))
+            if handler is not None:
+                handler(session, event)
+
+    # -- lookups -------------------------------------------------------------------
+
+    def _run(self, session: Session, run_id: str, at: float) -> int:
+        found = self._runs.get(run_id)
+        if found is None:
+            found = session.scalar(select(Run.id).where(Run.run_id == run_id))
+            if found is None:
+                row = Run(run_id=run_id, started=at, heartbeat=at)
+                session.add(row)
+                session.flush()
+                found = row.id
+            self._runs.put(run_id, found)
+        return found
+
+    def _server(self, session: Session, address: str, at: float) -> int:
+        found = self._servers.get(address)
+        if found is None:
+            found = session.scalar(
+                select(Server.id)
+                .where(Server.address == address, Server.left.is_(None))
+                .order_by(Server.id.desc())
+                .limit(1)
+            )
+            if found is None:
+                row = Server(address=address, joined=at)
+                session.add(row)
+                session.flush()
+                found = row.id
+            self._servers.put(address, found)
+        return found
+
+    def _context(self, session: Session, identity: str, at: float, name: str = "") -> int:
+        found = self._contexts.get(identity)
+        if found is None:
+            found = session.scalar(select(Context.id).where(Context.identity == identity))
+            if found is None:
+                row = Context(identity=identity, name=name, first_seen=at)
+                session.add(row)
+                session.flush()
+                found = row.id
+            self._contexts.put(identity, found)
+        return found
+
+    def _attempt(self, session: Session, key: str) -> int | None:
+        found = self._attempts.get(key)
+        if found is None:
+            found = session.scalar(
+                select(Attempt.id).where(Attempt.key == key).order_by(Attempt.id.desc()).limit(1)
+            )
+            if found is not None:
+                self._attempts.put(key, found)
+        return found
+
+    def _new_attempt(self, session: Session, key: str, **values: Any) -> int:
+        row = Attempt(key=key, **values)
+        session.add(row)
+        session.flush()
+        return self._attempts.put(key, row.id)
+
+    def _job(self, session: Session, run_pk: int, jobid: str, **values: Any) -> int:
+        found = self._jobs.get((run_pk, jobid))
+        if found is None:
+            found = session.scalar(select(Job.id).where(Job.run_pk == run_pk, Job.jobid == jobid))
+            if found is None:
+                row = Job(run_pk=run_pk, jobid=jobid, **values)
+                session.add(row)
+                session.flush()
+                found = row.id
+            self._jobs.put((run_pk, jobid), found)
+        return found
+
+    def _note(
+        self,
+        session: Session,
+        kind: str,
+        at: float,
+        text: str,
+        *,
+        run_pk: int | None = None,
+        server_id: int | None = None,
+    ) -> None:
+        session.add(EventRecord(at=at, kind=kind, text=text, run_pk=run_pk, server_id=server_id))
+
+    # -- runs ----------------------------------------------------------------------
+
+    def _run_started(self, session: Session, event: ev.RunStarted) -> None:
+        run_pk = self._run(session, event.run_id, event.at)
+        session.execute(
+            update(Run)
+            .where(Run.id == run_pk)
+            .values(
+                workdir=event.workdir,
+                host=event.host,
+                pid=event.pid,
+                cluster=event.cluster,
+                jobs_total=event.jobs_total,
+                started=event.at,
+                heartbeat=event.at,
+            )
+        )
+        jobs = f", {event.jobs_total} job(s) planned" if event.jobs_total is not None else ""
+        self._note(
+            session,
+            "run-started",
+            event.at,
+            f"run {event.run_id} started in {event.workdir}{jobs}",
+            run_pk=run_pk,
+        )
+
+    def _run_heartbeat(self, session: Session, event: ev.RunHeartbeat) -> None:
+        run_pk = self._run(session, event.run_id, event.at)
+        session.execute(update(Run).where(Run.id == run_pk).values(heartbeat=event.at))
+
+    def _run_finished(self, session: Session, event: ev.RunFinished) -> None:
+        run_pk = self._run(session, event.run_id, event.at)
+        session.execute(
+            update(Run)
+            .where(Run.id == run_pk)
+            .values(finished=event.at, heartbeat=event.at, ok=event.ok)
+        )
+        self._note(session, "run-finished", event.at, f"run {event.run_id} ended", run_pk=run_pk)
+
+    # -- servers -------------------------------------------------------------------
+
+    def _server_joined(self, session: Session, event: ev.ServerJoined) -> None:
+        known = self._servers.get(event.address) is not None
+        server_id = self._server(session, event.address, event.at)
+        values: dict[str, Any] = {"slots": event.slots, "memory_bytes": event.memory_bytes or None}
+        if event.name:
+            values["name"] = event.name
+        if event.host:
+            values["host"] = event.host
+        row = session.get(Server, server_id)
+        if row is not None and row.gpu_name is None:
+            values["gpu_model"] = model_of(event.resources)
+        session.execute(update(Server).where(Server.id == server_id).values(**values))
+        if not known:
+            self._note(
+                session,
+                "server-joined",
+                event.at,
+                f"{event.name or event.address} joined ({event.address})",
+                server_id=server_id,
+            )
+
+    def _server_described(self, session: Session, event: ev.ServerDescribed) -> None:
+        server_id = self._server(session, event.address, event.at)
+        gpu = event.gpu or {}
+        values: dict[str, Any] = {
+            "pid": event.pid or None,
+            "memory_budget": event.memory_budget or None,
+            "gpu_model": model_of({}, gpu) if gpu else "cpu",
+        }
+        if event.name:
+            values["name"] = event.name
+        if event.host:
+            values["host"] = event.host
+        if event.memory_bytes:
+            values["memory_bytes"] = event.memory_bytes
+        if gpu:
+            values.update(
+                gpu_index=gpu.get("index"),
+                gpu_uuid=gpu.get("uuid"),
+                gpu_name=gpu.get("name"),
+                gpu_memory_bytes=gpu.get("memory_bytes"),
+                compute_capability=gpu.get("compute_capability"),
+                is_mig=bool(gpu.get("is_mig")),
+            )
+        session.execute(update(Server).where(Server.id == server_id).values(**values))
+
+    def _server_left(self, session: Session, event: ev.ServerLeft) -> None:
+        server_id = self._server(session, event.address, event.at)
+        session.execute(
+            update(Server)
+            .where(Server.id == server_id)
+            .values(left=event.at, left_reason=event.reason)
+        )
+        session.execute(
+            update(Placement)
+            .where(Placement.server_id == server_id, Placement.state.in_(OPEN_STATES))
+            .values(state="closed" if event.expected else "lost", ended_at=event.at)
+        )
+        self._servers.pop(event.address, None)
+        name = session.scalar(select(Server.name).where(Server.id == server_id)) or event.address
+        lost = event.lost_jobs()
+        if not lost:
+            self._note(
+                session,
+                "server-left",
+                event.at,
+                f"{name} left ({event.reason})",
+                server_id=server_id,
+            )
+            return
+        loss = ServerLoss(server_id=server_id, at=event.at, reason=event.reason)
+        session.add(loss)
+        session.flush()
+        seconds = 0.0
+        for job in lost:
+            attempt_id = self._attempt(session, job.key)
+            started = job.started
+            if attempt_id is None:
+                attempt_id = self._new_attempt(
+                    session, job.key, server_id=server_id, started=started
+                )
+            elif started is None:
+                started = session.scalar(select(Attempt.started).where(Attempt.id == attempt_id))
+            lost_seconds = max(0.0, event.at - started) if started else 0.0
+            seconds += lost_seconds
+            session.execute(
+                update(Attempt)
+                .where(Attempt.id == attempt_id)
+                .values(outcome="lost", finished=event.at, loss_id=loss.id, server_id=server_id)
+            )
+        loss.jobs_lost = len(lost)
+        loss.seconds_lost = seconds
+        self._note(
+            session,
+            "server-lost",
+            event.at,
+            f"{name} lost with {len(lost)} job(s) running, {seconds:.1f} s of work "
+            f"({event.reason})",
+            server_id=server_id,
+        )
+
+    # -- contexts ------------------------------------------------------------------
+
+    def _open_placement(self, session: Session, server_id: int, context_id: int) -> int | None:
+        return session.scalar(
+            select(Placement.id)
+            .where(
+                Placement.server_id == server_id,
+                Placement.context_id == context_id,
+                Placement.state.in_(OPEN_STATES),
+            )
+            .order_by(Placement.id.desc())
+            .limit(1)
+        )
+
+    def _context_loading(self, session: Session, event: ev.ContextLoading) -> None:
+        context_id = self._context(session, event.identity, event.at, event.name)
+        session.execute(
+            update(Context)
+            .where(Context.id == context_id)
+            .values(
+                name=event.name,
+                loader=event.loader,
+                arguments=json.dumps(event.arguments, sort_keys=True, default=str),
+            )
+        )
+        server_id = self._server(session, event.address, event.at)
+        placement_id = self._open_placement(session, server_id, context_id)
+        if placement_id is None:
+            session.add(
+                Placement(
+                    context_id=context_id,
+                    server_id=server_id,
+                    state="loading",
+                    loading_at=event.at,
+                    from_cache=event.from_cache,
+                )
+            )
+
+    def _context_ready(self, session: Session, event: ev.ContextReady) -> None:
+        context_id = self._context(session, event.identity, event.at)
+        server_id = self._server(session, event.address, event.at)
+        placement_id = self._open_placement(session, server_id, context_id)
+        values = {
+            "state": "ready",
+            "ready_at": event.at,
+            "load_seconds": event.load_seconds,
+            "bytes": event.bytes or None,
+        }
+        if placement_id is None:
+            session.add(
+                Placement(
+                    context_id=context_id,
+                    server_id=server_id,
+                    loading_at=event.at - event.load_seconds,
+                    **values,
+                )
+            )
+        else:
+            session.execute(update(Placement).where(Placement.id == placement_id).values(**values))
+        if event.bytes:
+            session.execute(
+                update(Context).where(Context.id == context_id).values(bytes=event.bytes)
+            )
+        context_name = session.scalar(select(Context.name).where(Context.id == context_id))
+        server_name = session.scalar(select(Server.name).where(Server.id == server_id))
+        self._note(
+            session,
+            "context-ready",
+            event.at,
+            f"{context_name or event.identity[:10]} loaded on {server_name or event.address} in "
+            f"{event.load_seconds:.1f} s",
+            server_id=server_id,
+        )
+
+    def _context_ended(
+        self, session: Session, event: ev.ContextEvicted | ev.ContextLoadFailed
+    ) -> None:
+        context_id = self._context(session, event.identity, event.at)
+        server_id = self._server(session, event.address, event.at)
+        placement_id = self._open_placement(session, server_id, context_id)
+        failed = isinstance(event, ev.ContextLoadFailed)
+        if placement_id is not None:
+            session.execute(
+                update(Placement)
+                .where(Placement.id == placement_id)
+                .values(state="failed" if failed else "evicted", ended_at=event.at)
+            )
+        name = session.scalar(select(Context.name).where(Context.id == context_id))
+        text = (
+            f"load of {name} failed: {event.error}"
+            if isinstance(event, ev.ContextLoadFailed)
+            else f"{name} evicted"
+        )
+        self._note(
+            session,
+            "context-failed" if failed else "context-evicted",
+            event.at,
+            text[:2000],
+            server_id=server_id,
+        )
+
+    # -- jobs ----------------------------------------------------------------------
+
+    def _job_dispatched(self, session: Session, event: ev.JobDispatched) -> None:
+        run_pk = self._run(session, event.run_id, event.at)
+        context_id = (
+            self._context(session, event.context, event.at, event.context_name or "")
+            if event.context
+            else None
+        )
+        job_id = self._job(
+            session,
+            run_pk,
+            str(event.jobid),
+            rule=event.rule,
+            wildcards=json.dumps(event.wildcards, sort_keys=True),
+            kind=event.job_kind,
+            context_id=context_id,
+            submitted=event.submitted or event.at,
+        )
+        target = self._server(session, event.target, event.at) if event.target else None
+        values: dict[str, Any] = {
+            "job_id": job_id,
+            "attempt": event.attempt,
+            "placed_by": event.reason or None,
+            "dispatched": event.at,
+        }
+        attempt_id = self._attempt(session, event.key)
+        if attempt_id is None:
+            self._new_attempt(session, event.key, server_id=target, **values)
+        else:
+            session.execute(update(Attempt).where(Attempt.id == attempt_id).values(**values))
+
+    def _job_started(self, session: Session, event: ev.JobStarted) -> None:
+        server_id = self._server(session, event.address, event.at)
+        attempt_id = self._attempt(session, event.key)
+        if attempt_id is not None:
+            row = session.execute(
+                select(Attempt.started, Attempt.job_id, Attempt.attempt, Attempt.server_id).where(
+                    Attempt.id == attempt_id
+                )
+            ).one()
+            if row.started is not None and row.server_id != server_id:
+                # Dask ran the same task again elsewhere (its first server was lost).
+                self._new_attempt(
+                    session,
+                    event.key,
+                    job_id=row.job_id,
+                    attempt=row.attempt,
+                    server_id=server_id,
+                    started=event.at,
+                )
+                return
+            session.execute(
+                update(Attempt)
+                .where(Attempt.id == attempt_id)
+                .values(started=event.at, server_id=server_id)
+            )
+        else:
+            self._new_attempt(session, event.key, server_id=server_id, started=event.at)
+
+    def _job_finished(self, session: Session, event: ev.JobFinished) -> None:
+        server_id = self._server(session, event.address, event.at)
+        attempt_id = self._attempt(session, event.key)
+        outcome = "ok" if event.ok else ("cancelled" if event.cancelled else "failed")
+        values: dict[str, Any] = {
+            "server_id": server_id,
+            "started": event.started or None,
+            "finished": event.finished or event.at,
+            "outcome": outcome,
+            "items": event.items,
+            "load_seconds": event.load_seconds,
+            "cold": bool(event.loaded),
+        }
+        if attempt_id is None:
+            self._new_attempt(session, event.key, **values)
+        else:
+            session.execute(update(Attempt).where(Attempt.id == attempt_id).values(**values))
+        if event.loaded and event.run_id:
+            run_pk = self._run(session, event.run_id, event.at)
+            session.execute(
+                update(Run).where(Run.id == run_pk).values(loads=Run.loads + len(event.loaded))
+            )
+
+    def _job_reported(self, session: Session, event: ev.JobReported) -> None:
+        run_pk = self._run(session, event.run_id, event.at)
+        job_id = self._job(session, run_pk, str(event.jobid), rule=event.rule, submitted=event.at)
+        previous = session.scalar(select(Job.outcome).where(Job.id == job_id))
+        attempt_id = self._attempt(session, event.key)
+        if attempt_id is not None:
+            session.execute(
+                update(Attempt)
+                .where(Attempt.key == event.key, Attempt.job_id.is_(None))
+                .values(job_id=job_id)
+            )
+        items = (
+            session.scalar(
+                select(func.coalesce(func.sum(Attempt.items), 0)).where(
+                    Attempt.job_id == job_id, Attempt.outcome == "ok"
+                )
+            )
+            or 0
+        )
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id)
+            .values(outcome=event.outcome, finished=event.at, items=items)
+        )
+        if previous is not None:
+            return  # counted already (a duplicate)
+        ok = event.outcome == "ok"
+        session.execute(
+            update(Run)
+            .where(Run.id == run_pk)
+            .values(
+                jobs_ok=Run.jobs_ok + (1 if ok else 0),
+                jobs_failed=Run.jobs_failed + (0 if ok else 1),
+                items=Run.items + (items if ok else 0),
+                heartbeat=event.at,
+            )
+        )
+        if not ok and event.outcome != "cancelled":
+            message = (event.message or "").strip().splitlines()
+            self._note(
+                session,
+                "job-failed",
+                event.at,
+                f"{event.rule} ({event.key}) {event.outcome}: {message[0] if message else ''}"[
+                    :2000
+                ],
+                run_pk=run_pk,
+            )

@@ -1,0 +1,332 @@
+"""The catalog's one writer: a thread that drains a bounded queue into the database.
+
+:meth:`CatalogWriter.submit` never blocks: when the queue is full the event is
+dropped. A database error (locked past the busy timeout, disk full, a schema
+mismatch) warns once through the ``warn`` callback and the writer degrades: it
+keeps draining the queue, retries after a pause, and never fails or stalls the
+process it runs in. Each batch is one transaction, so the catalog holds whole
+batches only.
+
+The same thread publishes snapshots of a SQLite catalog whose requested location is
+on a network filesystem (see :mod:`.store`).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from .events import Event, RunHeartbeat
+
+if TYPE_CHECKING:
+    from .record import Recorder
+    from .store import CatalogStore
+
+__all__ = ["CatalogWriter", "DaskRelay", "EventSink"]
+
+#: Events a writer holds before it drops new ones.
+QUEUE_SIZE = 20_000
+#: Events written in one transaction at most.
+BATCH_SIZE = 1_000
+#: Seconds between two snapshots of a catalog on a network filesystem.
+SNAPSHOT_SECONDS = 3.0
+#: Seconds between two heartbeats of the run a writer records.
+HEARTBEAT_SECONDS = 5.0
+#: Seconds a failing writer pauses before it tries the database again.
+RETRY_SECONDS = 2.0
+
+
+class EventSink:
+    """Where events go: a writer, or a relay to the writer on the scheduler."""
+
+    def submit(self, event: Event) -> bool:
+        """Queue one event; False if it was dropped. Never blocks."""
+        raise NotImplementedError
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write (or send) what is queued, for at most ``timeout`` seconds, and stop."""
+        raise NotImplementedError
+
+
+class _Worker(EventSink):
+    """A daemon thread draining a bounded queue in batches; warns once on failure."""
+
+    thread_name = "snakemake-context-sink"
+
+    def __init__(
+        self,
+        *,
+        warn: Callable[[str], None],
+        queue_size: int = QUEUE_SIZE,
+        tick: float = 0.5,
+        heartbeat_run: str | None = None,
+    ) -> None:
+        self.heartbeat_run = heartbeat_run
+        self._last_heartbeat = time.monotonic()
+        self._queue: queue.Queue[Event | None] = queue.Queue(maxsize=queue_size)
+        self._warn = warn
+        self._warned: set[str] = set()
+        self._tick = tick
+        self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._pending = 0
+        self.dropped = 0
+        self.written = 0
+        self.failures = 0
+        self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def warn_once(self, topic: str, message: str) -> None:
+        """Warn through the callback, once per topic."""
+        if topic in self._warned:
+            return
+        self._warned.add(topic)
+        try:
+            self._warn(message)
+        except Exception:
+            pass
+
+    def submit(self, event: Event) -> bool:
+        """Queue one event; False if it was dropped (the queue is full). Never blocks."""
+        with self._idle:
+            self._pending += 1
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+            self.dropped += 1
+            self.warn_once(
+                "full",
+                f"The context catalog cannot keep up: its queue of {self._queue.maxsize} "
+                "events is full, so some events are not recorded. The workflow is not "
+                "affected.",
+            )
+            return False
+        return True
+
+    def submit_all(self, events: Iterable[Event]) -> None:
+        """Queue several events."""
+        for item in events:
+            self.submit(item)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued event is handled; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._pending > 0:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    return False
+                self._idle.wait(min(left, 0.1))
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Handle what is queued (at most ``timeout`` seconds), then stop the thread."""
+        if self._thread.is_alive():
+            self.flush(timeout)
+            self._stop.set()
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                pass
+            self._thread.join(max(0.1, min(timeout, 2.0)))
+        self.finish()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                first = self._queue.get(timeout=self._tick)
+            except queue.Empty:
+                first = None
+            batch = [first] if first is not None else []
+            while len(batch) < BATCH_SIZE:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    batch.append(item)
+            taken = len(batch)
+            now = time.monotonic()
+            if self.heartbeat_run and now - self._last_heartbeat >= HEARTBEAT_SECONDS:
+                batch.append(RunHeartbeat(run_id=self.heartbeat_run))
+                self._last_heartbeat = now
+            try:
+                self.handle(batch)
+            except Exception as error:  # handle() reports its own; this is a bug guard
+                self.warn_once("bug", f"The context catalog's writer failed: {error!r}")
+            finally:
+                with self._idle:
+                    self._pending -= taken
+                    self._idle.notify_all()
+            if self._stop.is_set() and self._queue.empty():
+                return
+
+    def handle(self, batch: list[Event]) -> None:
+        """Write or send one batch (may be empty: a tick)."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Called once the thread has stopped (or given up)."""
+
+
+class CatalogWriter(_Worker):
+    """Writes events into a catalog (the one writer of a SQLite catalog).
+
+    ``heartbeat_run``: a run whose heartbeat the writer updates every few seconds
+    while it lives (the executor's own run, when the executor is the writer).
+    """
+
+    thread_name = "snakemake-context-catalog"
+
+    def __init__(
+        self,
+        store: CatalogStore,
+        *,
+        warn: Callable[[str], None],
+        heartbeat_run: str | None = None,
+        queue_size: int = QUEUE_SIZE,
+    ) -> None:
+        from .record import Recorder
+
+        super().__init__(warn=warn, queue_size=queue_size, heartbeat_run=heartbeat_run)
+        self.store = store
+        self.recorder: Recorder = Recorder()
+        self._last_snapshot = 0.0
+        self._dirty = False
+        self._failing_since: float | None = None
+        self._backlog: list[Event] = []
+        self._tries = 0
+        self.start()
+
+    def handle(self, batch: list[Event]) -> None:
+        """One transaction per batch. On failure: warn once, keep the batch (up to
+        the queue's size) and try again after a pause; a batch that fails three
+        times is dropped."""
+        now = time.monotonic()
+        if self._backlog:
+            if self._failing_since is not None and now - self._failing_since < RETRY_SECONDS:
+                room = self._queue.maxsize - len(self._backlog)
+                self._backlog.extend(batch[: max(0, room)])
+                self.dropped += max(0, len(batch) - max(0, room))
+                return
+            batch, self._backlog = self._backlog + batch, []
+        if batch:
+            try:
+                self._write(batch)
+            except Exception as error:
+                self.recorder.reset()
+                self.failures += 1
+                self._tries += 1
+                self._failing_since = now
+                if self._tries >= 3:
+                    self.dropped += len(batch)
+                    self._tries = 0
+                else:
+                    self._backlog = batch[: self._queue.maxsize]
+                    self.dropped += len(batch) - len(self._backlog)
+                self.warn_once(
+                    "write",
+                    f"The context catalog {self.store.location.describe()} cannot be "
+                    f"written ({type(error).__name__}: {_first_line(error)}); events are "
+                    "not recorded while this lasts. The workflow is not affected.",
+                )
+                return
+            self._tries = 0
+            self._failing_since = None
+            self.written += len(batch)
+            self._dirty = True
+        self._maybe_snapshot(now)
+
+    def _write(self, batch: list[Event]) -> None:
+        """One transaction; a unique-key race with another writer (PostgreSQL may
+        have several) is retried at once, with the ids looked up afresh."""
+        from sqlalchemy.exc import IntegrityError
+
+        for attempt in range(3):
+            try:
+                with self.store.session() as session, session.begin():
+                    self.recorder.apply(session, batch)
+                return
+            except IntegrityError:
+                self.recorder.reset()
+                if attempt == 2:
+                    raise
+
+    def _maybe_snapshot(self, now: float, force: bool = False) -> None:
+        location = self.store.location
+        if location.snapshot is None or location.path is None or not self._dirty:
+            return
+        if not force and now - self._last_snapshot < SNAPSHOT_SECONDS:
+            return
+        from .store import publish_snapshot
+
+        try:
+            publish_snapshot(location.path, location.snapshot)
+        except Exception as error:
+            self.warn_once(
+                "snapshot",
+                f"The context catalog's snapshot {location.snapshot} cannot be published "
+                f"({type(error).__name__}: {_first_line(error)}); the live catalog is "
+                f"{location.path}.",
+            )
+        self._last_snapshot = now
+        self._dirty = False
+
+    def finish(self) -> None:
+        """Try a kept-back batch once more, publish a last snapshot, release the
+        database."""
+        try:
+            if self._backlog and not self._thread.is_alive():
+                self._failing_since = None
+                self.handle([])
+            self._maybe_snapshot(time.monotonic(), force=True)
+        finally:
+            self.store.close()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+class DaskRelay(_Worker):
+    """Sends events to the scheduler (``Client.log_event`` on :data:`.events.TOPIC`),
+    in batches, from its own thread: for an executor attached to a cluster whose
+    scheduler plugin writes the catalog."""
+
+    thread_name = "snakemake-context-relay"
+
+    def __init__(
+        self, client: object, *, warn: Callable[[str], None], heartbeat_run: str | None = None
+    ) -> None:
+        super().__init__(warn=warn, tick=0.2, heartbeat_run=heartbeat_run)
+        self.client = client
+        self.start()
+
+    def handle(self, batch: list[Event]) -> None:
+        """Send one batch as one message; on failure warn once and drop it."""
+        if not batch:
+            return
+        from .events import TOPIC, encode
+
+        try:
+            self.client.log_event(TOPIC, encode(batch))  # type: ignore[attr-defined]
+        except Exception as error:
+            self.dropped += len(batch)
+            self.warn_once(
+                "relay",
+                "Events for the cluster's context catalog cannot be sent to its scheduler "
+                f"({type(error).__name__}: {_first_line(error)}); they are not recorded. "
+                "The workflow is not affected.",
+            )
+            return
+        self.written += len(batch)

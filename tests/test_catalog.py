@@ -1,0 +1,374 @@
+"""The catalog on its own: schema, writer, readers, snapshots, the builder."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from snakemake_executor_context.catalog import events as ev
+from snakemake_executor_context.catalog import queries, store, writer
+from snakemake_executor_context.catalog.builder import CatalogBuilder
+from snakemake_executor_context.catalog.models import SCHEMA_VERSION, Meta
+from snakemake_executor_context.catalog.store import (
+    CatalogError,
+    CatalogSchemaError,
+    is_network_fs,
+    open_reader,
+    open_store,
+)
+from snakemake_executor_context.catalog.writer import CatalogWriter
+
+MODEL = "m" * 64
+
+
+class Warnings(list):
+    """Collects the writer's warnings (its warn callback)."""
+
+    def __call__(self, message: str) -> None:
+        self.append(message)
+
+
+def _job_events(run_id: str, i: int, address: str = "tcp://s0", at: float = 0.0) -> list[ev.Event]:
+    """The four events of one job, as an executor and a server send them."""
+    key = f"use-{i}-a1-{i:08x}"
+    at = at or time.time()
+    return [
+        ev.JobDispatched(
+            at=at, run_id=run_id, key=key, jobid=str(i), rule="use", context=MODEL, target=address
+        ),
+        ev.JobStarted(at=at, run_id=run_id, key=key, address=address, context=MODEL),
+        ev.JobFinished(
+            at=at + 0.5,
+            run_id=run_id,
+            key=key,
+            address=address,
+            context=MODEL,
+            started=at,
+            finished=at + 0.5,
+            items=2,
+        ),
+        ev.JobReported(at=at + 0.5, run_id=run_id, key=key, jobid=str(i), rule="use"),
+    ]
+
+
+def test_builder_makes_a_catalog_the_queries_read(tmp_path):
+    with CatalogBuilder(tmp_path / "c.db") as b:
+        h200 = b.server("gpu0", gpu="NVIDIA H200")
+        a100 = b.server("gpu1", gpu="NVIDIA A100-SXM4-80GB MIG 3g.40gb", mig=True)
+        cpu = b.server("cpu0", gpu=None)
+        model = b.context("smollm2", arguments={"source": "SmolLM2-135M"})
+        run = b.run(jobs_total=14)
+        b.load(h200, model, seconds=12.0, from_cache=True)
+        for _ in range(10):
+            b.job(run, "score", server=h200, context=model, seconds=2.0, items=32)
+        b.load(a100, model, seconds=20.0)
+        b.job(run, "score", server=a100, context=model, seconds=4.0, items=32, ok=False)
+        b.job(run, "report", server=cpu)
+        b.start_job(run, "score", server=a100, context=model)
+        b.tick(7)
+        (lost,) = b.lose_server(a100)
+        b.finish_run(run, ok=False)
+    reader = open_reader(tmp_path / "c.db")
+    with reader.session() as session:
+        report = queries.overview(session)
+    fleet = {row["gpu_model"]: row for row in report["fleet"]}
+    assert fleet["h200"]["servers"] == 1 and fleet["h200"]["compute_capability"] == "9.0"
+    assert fleet["cpu"]["servers"] == 1
+    assert fleet["a100-sxm4-80gb-mig-3g.40gb"]["lost"] == 1
+    (context,) = report["contexts"]
+    assert context["name"] == "smollm2" and context["warm_on"] == ["gpu0"]
+    assert context["loads"] == 2 and context["from_cache"] == 1
+    assert context["arguments"] == {"source": "SmolLM2-135M"}
+    (run_row,) = report["runs"]
+    assert run_row["state"] == "failed" and run_row["jobs_total"] == 14
+    assert (run_row["jobs_ok"], run_row["jobs_failed"], run_row["items"]) == (11, 1, 320)
+    (loss,) = report["losses"]
+    assert loss["server"] == "gpu1" and loss["jobs_lost"] == 1 and loss["seconds_lost"] == 7.0
+    assert loss["jobs"] == [f"score ({lost})"]
+    assert report["jobs"][0]["key"] == lost and report["jobs"][0]["outcome"] == "lost"
+    speed = {(row["context"], row["gpu_model"]): row for row in report["throughput"]}
+    assert speed[("smollm2", "h200")]["items_per_second"] == 16.0
+    kinds = [event["kind"] for event in report["events"]]
+    assert {"server-lost", "context-ready", "job-failed", "run-finished"} <= set(kinds)
+    measured = queries.placement_measurements(reader.session())
+    assert [model, "h200", 2.0, 10] in measured["job"]
+    assert json.dumps(report)  # plain data all the way down
+
+
+def test_schema_version_mismatch_is_refused_with_what_to_do(tmp_path):
+    path = tmp_path / "old.db"
+    open_store(path).close()
+    catalog = open_store(path)
+    with catalog.session() as session, session.begin():
+        session.get(Meta, "schema_version").value = str(SCHEMA_VERSION + 1)
+    catalog.close()
+    with pytest.raises(CatalogSchemaError) as raised:
+        open_store(path)
+    message = str(raised.value)
+    assert f"has schema version {SCHEMA_VERSION + 1}" in message
+    assert f"writes schema version {SCHEMA_VERSION}" in message
+    assert "--context-catalog NEW.db" in message and f"mv {path} {path}.old" in message
+    assert "upgrade snakemake-executor-plugin-context" in message  # it is newer
+    with pytest.raises(CatalogSchemaError):
+        open_reader(path)
+    # A SQLite file that is something else entirely is not taken over either.
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as connection:
+        connection.execute("CREATE TABLE runs (x)")
+    with pytest.raises(CatalogSchemaError, match="is not a catalog of this plugin"):
+        open_store(other)
+
+
+def test_unwritable_catalog_path_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(CatalogError, match=r"Cannot open the catalog .*a-file/catalog\.db"):
+        open_store(blocker / "catalog.db")
+
+
+def test_a_locked_catalog_warns_once_and_the_writer_catches_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_MS", 100)
+    monkeypatch.setattr(writer, "RETRY_SECONDS", 0.2)
+    path = tmp_path / "c.db"
+    warnings = Warnings()
+    catalog = CatalogWriter(open_store(path), warn=warnings)
+    catalog.submit(ev.RunStarted(run_id="r"))
+    assert catalog.flush(30)
+    blocker = sqlite3.connect(path, timeout=0)
+    blocker.execute("BEGIN EXCLUSIVE")
+    for i in range(5):
+        for item in _job_events("r", i):
+            assert catalog.submit(item)  # never blocks
+    while not warnings:
+        time.sleep(0.05)
+    blocker.rollback()
+    blocker.close()
+    for i in range(5, 8):
+        catalog.submit_all(_job_events("r", i))
+    deadline = time.monotonic() + 60
+    while catalog.written < 1 + 8 * 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    catalog.close()
+    assert len(warnings) == 1 and "cannot be written" in warnings[0], warnings
+    assert "locked" in warnings[0]
+    with open_reader(path).session() as session:
+        assert queries.counts(session).attempts == 8  # the kept-back batch got in
+        assert queries.runs(session)[0].jobs_ok == 8
+
+
+def test_a_full_queue_drops_and_warns_once_without_blocking(tmp_path):
+    path = tmp_path / "c.db"
+    warnings = Warnings()
+    catalog = CatalogWriter(open_store(path), warn=warnings, queue_size=3)
+    # The writer is stuck behind a lock (up to its busy timeout) while events pour in.
+    blocker = sqlite3.connect(path, timeout=0)
+    blocker.execute("BEGIN EXCLUSIVE")
+    accepted = [catalog.submit(ev.RunHeartbeat(run_id="r")) for _ in range(200)]
+    blocker.rollback()
+    blocker.close()
+    catalog.close(timeout=1.0)
+    assert not all(accepted) and catalog.dropped > 0
+    assert any("queue of 3 events is full" in w for w in warnings)
+    assert len([w for w in warnings if "is full" in w]) == 1
+
+
+MOUNTS = """\
+sysfs /sys sysfs rw 0 0
+/dev/sda1 / ext4 rw 0 0
+tmpfs /tmp tmpfs rw 0 0
+server:/export/home {nfs} nfs4 rw,vers=4.2 0 0
+lustre@o2ib:/scratch {lustre} lustre rw 0 0
+sshfs#me@h: {fuse} fuse.sshfs rw 0 0
+"""
+
+
+@pytest.fixture
+def network_mounts(tmp_path, monkeypatch):
+    """A mount table in which tmp_path/nfs is NFS, tmp_path/lustre Lustre and
+    tmp_path/fuse an sshfs mount (no real network filesystem exists here)."""
+    dirs = {name: tmp_path / name for name in ("nfs", "lustre", "fuse", "local")}
+    for directory in dirs.values():
+        directory.mkdir()
+    table = tmp_path / "mounts"
+    table.write_text(MOUNTS.format(**{k: v for k, v in dirs.items() if k != "local"}))
+    monkeypatch.setattr(store, "MOUNT_TABLE", table)
+    monkeypatch.setenv("SNAKEMAKE_CONTEXT_LOCAL_DIR", str(tmp_path / "node-local"))
+    return dirs
+
+
+def test_network_filesystems_are_recognised(network_mounts):
+    assert is_network_fs(network_mounts["nfs"] / "deeper" / "catalog.db")
+    assert is_network_fs(network_mounts["lustre"])
+    assert is_network_fs(network_mounts["fuse"] / "x.db")
+    assert not is_network_fs(network_mounts["local"] / "x.db")
+
+
+def test_catalog_on_a_network_filesystem_is_a_published_snapshot(
+    tmp_path, network_mounts, monkeypatch
+):
+    monkeypatch.setattr(writer, "SNAPSHOT_SECONDS", 0.1)
+    requested = network_mounts["nfs"] / "ctx" / "catalog.db"
+    catalog = open_store(requested)
+    location = catalog.location
+    assert location.snapshot == requested
+    assert location.path is not None and str(location.path).startswith(str(tmp_path / "node-local"))
+    warnings = Warnings()
+    live = CatalogWriter(catalog, warn=warnings)
+    live.submit(ev.RunStarted(run_id="r1"))
+    for i in range(3):
+        live.submit_all(_job_events("r1", i))
+    deadline = time.monotonic() + 60
+    while not requested.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Published while the writer runs, and readable immutable.
+    reader = open_reader(requested)
+    assert "immutable=1" in str(reader.engine.url)
+    live.close()
+    assert not warnings
+    with open_reader(requested).session() as session:
+        assert queries.counts(session).attempts == 3
+    # Only the snapshot is on the network filesystem: no WAL or journal beside it.
+    assert sorted(p.name for p in requested.parent.iterdir()) == ["catalog.db"]
+    assert sqlite3.connect(requested).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    # On another node (no local copy), a writer goes on from the published snapshot.
+    location.path.unlink()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{location.path}{suffix}").unlink(missing_ok=True)
+    again = CatalogWriter(open_store(requested), warn=warnings)
+    again.submit_all(_job_events("r2", 9))
+    again.close()
+    with open_reader(requested).session() as session:
+        assert queries.counts(session).attempts == 4
+        assert queries.counts(session).runs == 2
+
+
+READER = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    from snakemake_executor_context.catalog import queries
+    from snakemake_executor_context.catalog.store import open_reader
+
+    path, stop = sys.argv[1], Path(sys.argv[2])
+    catalog = None
+    while True:
+        last = stop.exists()
+        try:
+            if catalog is None:
+                catalog = open_reader(path)
+            with catalog.session() as session:
+                counts = queries.counts(session)
+                runs = queries.runs(session)
+            done = runs[0].jobs_ok if runs else 0
+            print(json.dumps({"attempts": counts.attempts, "jobs_ok": done}), flush=True)
+        except Exception as error:
+            print(json.dumps({"error": f"{type(error).__name__}: {error}"}), flush=True)
+        if last:
+            break
+        time.sleep(0.02)
+""")
+
+
+def test_a_reader_polling_a_busy_writer_never_sees_a_lock_and_converges(tmp_path):
+    path = tmp_path / "c.db"
+    warnings = Warnings()
+    catalog = CatalogWriter(open_store(path), warn=warnings)
+    catalog.submit(ev.RunStarted(run_id="r"))
+    assert catalog.flush(30)
+    stop = tmp_path / "stop"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(path), str(stop)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    jobs, sent, started = 150, 0, time.monotonic()
+    for i in range(jobs):
+        for item in _job_events("r", i):
+            catalog.submit(item)
+            sent += 1
+        # Paced at 200 events per second (50 jobs of 4 events): a busy run.
+        time.sleep(max(0.0, started + sent / 200 - time.monotonic()))
+    assert catalog.flush(60)
+    stop.touch()
+    output, _ = reader.communicate(timeout=120)
+    catalog.close()
+    polls = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    assert not warnings
+    assert "locked" not in output and not any("error" in poll for poll in polls), output[-2000:]
+    assert len(polls) >= 10  # it polled while the writer wrote
+    attempts = [poll["attempts"] for poll in polls]
+    assert attempts == sorted(attempts)  # never went backwards
+    assert polls[-1] == {"attempts": jobs, "jobs_ok": jobs}
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    from .conftest import BIN
+
+    return subprocess.run(
+        [str(BIN / "snakemake-context"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+def test_up_refuses_a_catalog_of_another_schema_before_starting(tmp_path):
+    path = tmp_path / "old.db"
+    catalog = open_store(path)
+    with catalog.session() as session, session.begin():
+        session.get(Meta, "schema_version").value = "0"
+    catalog.close()
+    scheduler = tmp_path / "s.json"
+    up = _cli("up", "--scheduler-file", str(scheduler), "--catalog", str(path))
+    assert up.returncode == 1
+    assert "has schema version 0" in up.stderr and "--context-catalog NEW.db" in up.stderr
+    assert not scheduler.exists() and not scheduler.with_suffix(".pid").exists()
+
+
+def test_status_reads_a_catalog_without_a_cluster(tmp_path):
+    with CatalogBuilder(tmp_path / "c.db") as b:
+        server = b.server("gpu0")
+        run = b.run()
+        b.job(run, "score", server=server, context=b.context("m"), items=4)
+        b.finish_run(run)
+    text = _cli(
+        "status",
+        "--scheduler-file",
+        str(tmp_path / "none.json"),
+        "--catalog",
+        str(tmp_path / "c.db"),
+    )
+    assert text.returncode == 0, text.stderr
+    for heading in (
+        "Fleet by GPU model:",
+        "Contexts:",
+        "Runs:",
+        "Recent server losses:",
+        "Recent jobs:",
+    ):
+        assert heading in text.stdout
+    assert "h200" in text.stdout and "score(i=" in text.stdout
+    data = json.loads(
+        _cli(
+            "status",
+            "--scheduler-file",
+            str(tmp_path / "none.json"),
+            "--catalog",
+            str(tmp_path / "c.db"),
+            "--json",
+        ).stdout
+    )
+    assert data["servers"] == {} and data["runs"][0]["jobs_ok"] == 1
+    # Nothing to show at all: a clear error.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nothing = _cli("status", "--scheduler-file", str(empty / "none.json"), cwd=empty)
+    assert nothing.returncode == 1 and "no catalog was found" in nothing.stderr

@@ -1,0 +1,279 @@
+"""Pure placement policy over the in-memory fleet view, and the view's upkeep from
+events (no cluster, no database)."""
+
+from __future__ import annotations
+
+from snakemake_executor_context.catalog import events as ev
+from snakemake_executor_context.fleet import FleetView
+from snakemake_executor_context.placement import (
+    Requirements,
+    choose_server,
+    expected_wait,
+    job_resources,
+    load_cost,
+    victims,
+)
+
+GPU1 = job_resources(Requirements(gpu=1))
+A, B = "a" * 64, "b" * 64
+
+
+def _fleet(models=("h200", "h200", "h200", "h200"), warm=(0, 1), budget=None) -> FleetView:
+    """Servers s0.. of the given GPU models; those in ``warm`` hold context A."""
+    view = FleetView()
+    for i, model in enumerate(models):
+        server = view.add_server(
+            f"tcp://s{i}",
+            name=f"s{i}",
+            resources={"gpu": 1, "mem_mb": 64000, f"gpu_model:{model}": 1},
+            slots=1,
+        )
+        server.budget = budget
+    for i in warm:
+        view.set_context(f"tcp://s{i}", A, "ready", at=1.0, nbytes=40)
+    return view
+
+
+def _place(view: FleetView, identity=A, **kwargs):
+    decision = choose_server(view, GPU1, identity, **kwargs)
+    if decision.address is not None:
+        view.dispatched(f"job-{len(view._where)}", decision.address, identity, at=2.0)
+    return decision
+
+
+def test_warm_servers_take_the_context_jobs_while_they_have_free_slots():
+    view = _fleet()
+    first, second = _place(view), _place(view)
+    assert {first.address, second.address} == {"tcp://s0", "tcp://s1"}
+    assert first.rule == second.rule == "warm"
+    # Both warm slots busy, the cold servers idle, but A never measured and no job
+    # of it running yet: nothing shows a load would beat waiting, so it waits.
+    third = _place(view)
+    assert (third.address, third.rule) == (None, "wait")
+    # Once measured, the wait-or-load rule decides.
+    view.measure.add_job(A, "h200", 4.0)
+    view.measure.add_load(A, "h200", "tcp://s0", 1.0)
+    third = _place(view)
+    assert third.rule == "load" and third.address in {"tcp://s2", "tcp://s3"}
+
+
+def test_a_freed_warm_slot_is_taken_again():
+    view = _fleet()
+    key = "job-x"
+    view.dispatched(key, "tcp://s0", A, at=2.0)
+    assert choose_server(view, GPU1, A).address == "tcp://s1"
+    view.finished(key, "tcp://s0", identity=A, started=2.0, reused=[A])
+    view.dispatched("job-y", "tcp://s1", A, at=3.0)
+    assert choose_server(view, GPU1, A).address == "tcp://s0"
+
+
+def test_unmeasured_times_are_bounded_by_what_runs():
+    """A long first job must not keep idle servers idle; a guess never evicts."""
+    view = _fleet(warm=(0,))
+    view.measure.add_load(A, "h200", "tcp://s0", 0.5)  # its load was quick
+    view.apply(ev.JobStarted(at=100.0, key="first", address="tcp://s0", context=A))
+    # Just started: no job time shown yet.
+    assert choose_server(view, GPU1, A, now=100.2).rule == "wait"
+    # Running for 2 s already: a warm slot is at least 2 s away, a load 0.5 s.
+    decision = choose_server(view, GPU1, A, now=102.0)
+    assert decision.rule == "load" and decision.address in {"tcp://s1", "tcp://s2", "tcp://s3"}
+    # The same, but every idle server holds another context and no size is known.
+    crowded = _fleet(warm=(0,))
+    crowded.measure.add_job(A, "h200", 30.0)
+    for i in (1, 2, 3):
+        crowded.set_context(f"tcp://s{i}", B, "ready", at=1.0)
+    crowded.apply(ev.JobStarted(at=100.0, key="first", address="tcp://s0", context=A))
+    assert choose_server(crowded, GPU1, A, now=500.0).rule == "wait"
+    # A load in progress bounds the load time from below.
+    loading = _fleet(warm=())
+    loading.set_context("tcp://s0", A, "loading", at=100.0)
+    loading.dispatched("first", "tcp://s0", A, at=100.0)
+    assert choose_server(loading, GPU1, A, now=103.0).rule == "wait"
+
+
+def test_wait_or_load_both_ways():
+    view = _fleet()
+    view.measure.add_job(A, "h200", 1.0)  # a job takes 1 s
+    view.measure.add_load(A, "h200", "tcp://s0", 10.0)  # a load 10 s
+    view.dispatched("j0", "tcp://s0", A, at=2.0)
+    view.dispatched("j1", "tcp://s1", A, at=2.0)
+    warm = [view.servers["tcp://s0"], view.servers["tcp://s1"]]
+    # Few jobs ahead: a warm slot comes sooner than a load ends.
+    assert expected_wait(view, A, warm, queued_ahead=3) == 2.0
+    decision = choose_server(view, GPU1, A, queued_ahead=3)
+    assert (decision.address, decision.rule) == (None, "wait")
+    assert "warm slot in 2.0 s <= load 10.0 s" in decision.reason
+    # Many jobs ahead: loading on a cold server wins.
+    decision = choose_server(view, GPU1, A, queued_ahead=30)
+    assert decision.rule == "load" and decision.address in {"tcp://s2", "tcp://s3"}
+    assert "warm slot in 15.5 s > load 10.0 s" in decision.reason
+
+
+def test_a_load_that_evicts_a_wanted_context_costs_its_reload_too():
+    view = _fleet(warm=(0,), budget=60)
+    view.set_context("tcp://s1", B, "ready", at=1.0, nbytes=40)
+    view.measure.bytes.update({A: 40, B: 40})
+    for identity in (A, B):
+        view.measure.add_job(identity, "h200", 1.0)
+        view.measure.add_load(identity, "h200", "tcp://s9", 3.0)
+    view.dispatched("j0", "tcp://s0", A, at=2.0)
+    for i in (2, 3):  # only s1 is free
+        view.dispatched(f"busy{i}", f"tcp://s{i}", None, at=2.0)
+    s1 = view.servers["tcp://s1"]
+    assert victims(s1, A, 40) == [B]
+    assert load_cost(view, A, s1, {B: 0}) == 3.0
+    assert load_cost(view, A, s1, {B: 2}) == 6.0
+    # 4 jobs ahead: a wait of 5 s beats a 6 s load-and-reload, though not a 3 s load.
+    assert choose_server(view, GPU1, A, queued_ahead=4, demand={A: 5, B: 2}).rule == "wait"
+    assert choose_server(view, GPU1, A, queued_ahead=4, demand={A: 5}).rule == "load"
+
+
+def test_room_for_both_means_no_victim():
+    view = _fleet(warm=(), budget=100)
+    view.set_context("tcp://s0", B, "ready", at=1.0, nbytes=40)
+    assert victims(view.servers["tcp://s0"], A, 40) == []
+    assert victims(view.servers["tcp://s0"], A, 70) == [B]
+    view.servers["tcp://s0"].budget = None  # size unknown: assume it must go
+    assert victims(view.servers["tcp://s0"], A, 40) == [B]
+
+
+def test_cold_order_cache_then_fastest_then_any():
+    view = _fleet(models=("a100", "h200", "a100", "h200"), warm=())
+    # Fastest: A runs in 1 s on an H200 and 3 s on an A100.
+    view.measure.add_job(A, "h200", 1.0)
+    view.measure.add_job(A, "a100", 3.0)
+    decision = choose_server(view, GPU1, A)
+    assert (decision.address, decision.rule) == ("tcp://s1", "fastest")
+    # A local cache beats speed.
+    view.servers["tcp://s2"].cached.add(A)
+    assert (choose_server(view, GPU1, A).address, choose_server(view, GPU1, A).rule) == (
+        "tcp://s2",
+        "cached",
+    )
+    # Nothing measured, nothing cached: any, the one holding the fewest contexts.
+    plain = _fleet(warm=())
+    plain.set_context("tcp://s0", B, "ready", at=1.0)
+    decision = choose_server(plain, GPU1, A)
+    assert decision.rule == "any" and decision.address == "tcp://s1"
+
+
+def test_gpu_model_and_busy_and_unrunnable():
+    view = _fleet(models=("a100", "h200"), warm=())
+    h200 = job_resources(Requirements(gpu=1, gpu_model="h200"))
+    assert choose_server(view, h200, A).address == "tcp://s1"
+    view.dispatched("j", "tcp://s1", A, at=1.0)
+    assert choose_server(view, h200, A).rule == "busy"
+    l40 = job_resources(Requirements(gpu=1, gpu_model="l40s"))
+    assert choose_server(view, l40, A).rule == "unrunnable"
+
+
+def test_plain_jobs_keep_off_servers_that_hold_contexts():
+    view = _fleet(warm=(0, 1, 2))
+    assert choose_server(view, GPU1, None).address == "tcp://s3"
+
+
+def test_view_follows_events():
+    view = FleetView()
+    view.apply(
+        ev.ServerJoined(
+            address="tcp://w", name="gpu0", resources={"gpu": 1, "gpu_model:h200": 1}, slots=2
+        )
+    )
+    view.apply(
+        ev.ServerDescribed(
+            address="tcp://w", memory_budget=100, gpu={"name": "NVIDIA H200", "uuid": "GPU-1"}
+        )
+    )
+    server = view.servers["tcp://w"]
+    assert (server.slots, server.gpu_model, server.budget) == (2, "h200", 100)
+    view.apply(ev.ContextLoading(at=10, address="tcp://w", identity=A, from_cache=True))
+    assert view.warm[A] == {"tcp://w"} and A in server.cached
+    view.apply(ev.ContextReady(at=12, address="tcp://w", identity=A, load_seconds=2.0, bytes=9))
+    assert server.contexts[A].state == "ready"
+    assert view.measure.load_seconds(A, "h200", "tcp://w") == 2.0
+    # Another run's job occupies a slot until its server says it finished.
+    view.apply(ev.JobStarted(at=13, run_id="other", key="k1", address="tcp://w", context=A))
+    assert server.busy == 1 and server.free
+    view.apply(ev.JobStarted(at=13, run_id="other", key="k2", address="tcp://w", context=A))
+    assert not server.free
+    view.apply(
+        ev.JobFinished(
+            at=15, key="k1", address="tcp://w", context=A, started=13, finished=15, gpu_model="h200"
+        )
+    )
+    assert server.busy == 1
+    assert view.measure.job_seconds(A, "h200") == 2.0
+    # An eviction, then a late "ready" from before it: still gone.
+    view.apply(ev.ContextEvicted(at=20, address="tcp://w", identity=A))
+    view.set_context("tcp://w", A, "ready", at=18)
+    assert A not in server.contexts and A not in view.warm
+    view.apply(ev.ServerLeft(at=30, address="tcp://w"))
+    assert "tcp://w" not in view.servers
+    # A late event of the server that left does not bring it back.
+    view.apply(ev.ServerDescribed(at=31, address="tcp://w"))
+    assert "tcp://w" not in view.servers
+
+
+def test_own_job_late_start_does_not_hold_the_slot():
+    view = _fleet(warm=())
+    view.dispatched("mine", "tcp://s0", A, at=1.0)
+    view.finished("mine", "tcp://s0", identity=A, started=1.0, loaded=[A])
+    view.apply(ev.JobStarted(at=1.0, key="mine", address="tcp://s0", context=A))
+    assert view.servers["tcp://s0"].free
+    assert view.servers["tcp://s0"].contexts[A].state == "ready"
+
+
+def test_own_results_measure_jobs_and_loads():
+    view = _fleet(warm=())
+    view.dispatched("mine", "tcp://s0", A, at=1.0)
+    view.finished(
+        "mine", "tcp://s0", identity=A, started=1.0, loaded=[A], job_seconds=2.5, load_seconds=4
+    )
+    assert view.measure.job_seconds(A, "h200") == 2.5
+    assert view.measure.load_seconds(A, "h200", "tcp://s3") == 4.0
+    # The server's own JobFinished for it, echoed later, is not counted twice.
+    view.apply(
+        ev.JobFinished(key="mine", address="tcp://s0", context=A, started=1, finished=9),
+        measure=False,
+    )
+    assert view.measure.job[(A, "h200")].count == 1
+
+
+def test_a_failed_job_does_not_leave_a_phantom_load():
+    view = _fleet(warm=())
+    view.dispatched("mine", "tcp://s0", A, at=1.0)
+    assert view.warm[A] == {"tcp://s0"}  # expected to load it
+    view.finished("mine", "tcp://s0", identity=A, started=1.5)  # failed before loading
+    assert A not in view.warm
+
+
+def test_sync_with_dask_drops_vanished_servers():
+    view = _fleet(warm=(0,))
+    gone = view.sync_servers(
+        [("tcp://s1", "s1", {"gpu": 1}, 1), ("tcp://new", "n", {"gpu": 1}, 1)], since=1e18
+    )
+    assert sorted(gone) == ["tcp://s0", "tcp://s2", "tcp://s3"]
+    assert sorted(view.servers) == ["tcp://new", "tcp://s1"]
+    assert A not in view.warm
+
+
+def test_snapshot_round_trip():
+    view = _fleet()
+    view.measure.add_job(A, "h200", 1.5)
+    view.apply(ev.JobStarted(at=5, run_id="r", key="k", address="tcp://s2"))
+    copy = FleetView()
+    copy.load_wire(view.to_wire())
+    assert copy.warm == view.warm
+    assert copy.measure.job_seconds(A, "h200") == 1.5
+    assert not copy.servers["tcp://s2"].free
+
+
+def test_events_round_trip_as_plain_data():
+    event = ev.ServerLeft(
+        address="tcp://x", reason="lost", lost=[ev.LostJob(key="k", started=1.0).to_wire()]
+    )
+    wire = ev.encode([event, ev.RunHeartbeat(run_id="r")])
+    assert all(isinstance(item, dict) for item in wire)
+    decoded = list(ev.decode(tuple(wire)))  # Dask delivers lists as tuples
+    assert decoded[0] == event and decoded[0].lost_jobs()[0].key == "k"
+    assert list(ev.decode([{"kind": "from-the-future"}, "junk"])) == []
