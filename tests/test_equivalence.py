@@ -37,6 +37,7 @@ def _prepare(workdir: Path) -> None:
     stale.write_text("stale")
     old = time.time() - 3600
     os.utime(stale, (old, old))
+    (workdir / "data/a.txt").touch()  # copies keep the repository's mtime
 
 
 def _run(workflow, executor: str) -> dict:
