@@ -6,6 +6,7 @@
                              [--idle-timeout S] [--catalog PATH|URL|none]
     snakemake-context down   [--scheduler-file F]
     snakemake-context status [--scheduler-file F] [--catalog PATH|URL] [--json]
+    snakemake-context monitor [--catalog PATH|URL] [--interval S]
 
 A run attaches with ``snakemake --executor context --context-scheduler-file F``; the
 servers keep their contexts loaded between runs, and the cluster records into its
@@ -109,7 +110,42 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--limit", type=int, default=10, help="runs, losses and jobs to show")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=_status)
+
+    monitor = commands.add_parser(
+        "monitor",
+        help="a live terminal view of a catalog: fleet, contexts, losses, throughput, progress",
+    )
+    scheduler_file(monitor)
+    monitor.add_argument(
+        "--catalog",
+        default=None,
+        help="a catalog path or SQLAlchemy URL (default: .snakemake/context/catalog.db "
+        "here, else the scheduler file's .db)",
+    )
+    monitor.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between reads of the catalog"
+    )
+    monitor.set_defaults(func=_monitor)
     return parser
+
+
+def _monitor(args: argparse.Namespace) -> int:
+    from .executor import DEFAULT_CATALOG
+
+    catalog = args.catalog
+    if catalog is None:
+        here = DEFAULT_CATALOG.absolute()
+        catalog = str(here) if here.exists() else _default_catalog(args.scheduler_file)
+        catalog = catalog or str(here)
+    try:
+        from snakemake_context_monitor import run
+    except ImportError as error:
+        raise ContextExecutorError(
+            f"The monitor is not installed ({error}). Fix: pip install "
+            "snakemake-executor-plugin-context (it ships snakemake_context_monitor)."
+        ) from error
+    run(catalog, interval=args.interval)
+    return 0
 
 
 def _up(args: argparse.Namespace) -> int:

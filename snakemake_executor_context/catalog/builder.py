@@ -81,6 +81,17 @@ class CatalogBuilder:
             self.recorder.apply(session, self.pending)
         self.pending = []
 
+    def mark_schema_version(self, version: int) -> None:
+        """Record another schema version in this catalog (for tests of readers that
+        must refuse it with a clear message)."""
+        from .models import Meta
+
+        self.commit()
+        with self.store.session() as session, session.begin():
+            meta = session.get(Meta, "schema_version")
+            assert meta is not None
+            meta.value = str(version)
+
     def close(self) -> None:
         """Commit and release the database."""
         try:

@@ -23,18 +23,29 @@ __all__ = [
     "FleetRow",
     "JobRow",
     "LossRow",
+    "LossTotals",
+    "PlacementRow",
+    "Progress",
     "RunRow",
+    "Series",
+    "ServerRow",
     "ThroughputRow",
+    "TimelineRow",
     "contexts",
     "counts",
     "fleet",
     "losses",
     "overview",
     "placement_measurements",
+    "placement_rows",
+    "progress",
     "recent_events",
     "recent_jobs",
     "runs",
+    "server_rows",
     "throughput",
+    "throughput_series",
+    "timeline",
 ]
 
 #: A run whose heartbeat is older than this (seconds) and that never ended is stale.
@@ -476,3 +487,327 @@ def overview(session: Session, *, limit: int = 10) -> dict[str, Any]:
         ],
         "counts": asdict(counts(session)),
     }
+
+
+# ------------------------------------------------------------------------------------
+# What the monitor shows (snakemake_context_monitor): per server, per placement, the
+# fleet's timeline, throughput over time and the current run's progress.
+
+
+@dataclass(frozen=True)
+class ServerRow:
+    """One live server, with what it holds and has done."""
+
+    address: str
+    name: str
+    host: str
+    gpu_model: str
+    gpu_name: str | None
+    gpu_memory_bytes: int | None
+    compute_capability: str | None
+    slots: int
+    busy: int
+    contexts: list[str]
+    jobs_ok: int
+    jobs_failed: int
+    items: int
+    joined: float
+
+
+def server_rows(session: Session) -> list[ServerRow]:
+    """Every live server: busy slots (attempts running there), contexts ready there,
+    and the jobs it finished (four grouped queries, whatever the fleet's size)."""
+    live = list(
+        session.execute(
+            select(Server).where(Server.left.is_(None)).order_by(Server.gpu_model, Server.name)
+        ).scalars()
+    )
+    busy: dict[int | None, int] = {
+        server_id: int(n)
+        for server_id, n in session.execute(
+            select(Attempt.server_id, func.count())
+            .where(
+                Attempt.started.is_not(None),
+                Attempt.finished.is_(None),
+                Attempt.outcome.is_(None),
+            )
+            .group_by(Attempt.server_id)
+        )
+    }
+    done = {
+        server_id: (int(ok or 0), int(failed or 0), int(items or 0))
+        for server_id, ok, failed, items in session.execute(
+            select(
+                Attempt.server_id,
+                func.sum(case((Attempt.outcome == "ok", 1), else_=0)),
+                func.sum(case((Attempt.outcome == "failed", 1), else_=0)),
+                func.sum(Attempt.items),
+            )
+            .where(Attempt.finished.is_not(None))
+            .group_by(Attempt.server_id)
+        )
+    }
+    held: dict[int, list[str]] = {}
+    for server_id, name in session.execute(
+        select(Placement.server_id, Context.name)
+        .join(Context, Placement.context_id == Context.id)
+        .where(Placement.state == "ready")
+        .order_by(Context.name)
+    ):
+        held.setdefault(server_id, []).append(name)
+    return [
+        ServerRow(
+            address=s.address,
+            name=s.name or s.address,
+            host=s.host,
+            gpu_model=s.gpu_model,
+            gpu_name=s.gpu_name,
+            gpu_memory_bytes=s.gpu_memory_bytes,
+            compute_capability=s.compute_capability,
+            slots=s.slots,
+            busy=int(busy.get(s.id, 0)),
+            contexts=held.get(s.id, []),
+            jobs_ok=done.get(s.id, (0, 0, 0))[0],
+            jobs_failed=done.get(s.id, (0, 0, 0))[1],
+            items=done.get(s.id, (0, 0, 0))[2],
+            joined=s.joined,
+        )
+        for s in live
+    ]
+
+
+@dataclass(frozen=True)
+class PlacementRow:
+    """A context on a server: its latest state, and what it was used for there."""
+
+    context: str
+    identity: str
+    server: str
+    address: str
+    gpu_model: str
+    state: str
+    load_seconds: float | None
+    from_cache: bool | None
+    loads: int
+    evictions: int
+    jobs_warm: int
+
+
+def placement_rows(session: Session) -> list[PlacementRow]:
+    """Per context and live server: the latest placement's state and load time, how
+    many loads and evictions there were, and how many jobs found it warm there."""
+    latest = (
+        select(func.max(Placement.id))
+        .join(Server, Placement.server_id == Server.id)
+        .where(Server.left.is_(None))
+        .group_by(Placement.server_id, Placement.context_id)
+    )
+    counts_by_pair = {
+        (server_id, context_id): (int(loads), int(evictions or 0))
+        for server_id, context_id, loads, evictions in session.execute(
+            select(
+                Placement.server_id,
+                Placement.context_id,
+                func.count(),
+                func.sum(case((Placement.state == "evicted", 1), else_=0)),
+            ).group_by(Placement.server_id, Placement.context_id)
+        )
+    }
+    warm = {
+        (server_id, context_id): int(n)
+        for server_id, context_id, n in session.execute(
+            select(Attempt.server_id, Job.context_id, func.count())
+            .join(Job, Attempt.job_id == Job.id)
+            .where(Attempt.outcome == "ok", Attempt.cold.is_(False), Job.context_id.is_not(None))
+            .group_by(Attempt.server_id, Job.context_id)
+        )
+    }
+    rows = []
+    for placement, context, identity, server, address, model in session.execute(
+        select(
+            Placement, Context.name, Context.identity, Server.name, Server.address, Server.gpu_model
+        )
+        .join(Context, Placement.context_id == Context.id)
+        .join(Server, Placement.server_id == Server.id)
+        .where(Placement.id.in_(latest))
+        .order_by(Context.name, Server.name)
+    ):
+        pair = (placement.server_id, placement.context_id)
+        loads, evictions = counts_by_pair.get(pair, (1, 0))
+        rows.append(
+            PlacementRow(
+                context=context,
+                identity=identity,
+                server=server or address,
+                address=address,
+                gpu_model=model,
+                state=placement.state,
+                load_seconds=placement.load_seconds,
+                from_cache=placement.from_cache,
+                loads=loads,
+                evictions=evictions,
+                jobs_warm=warm.get(pair, 0),
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    """A server joining, leaving, or lost (with what its loss cost)."""
+
+    at: float
+    kind: str  # joined, left, lost
+    server: str
+    address: str
+    gpu_model: str
+    reason: str = ""
+    jobs_lost: int = 0
+    seconds_lost: float = 0.0
+    jobs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LossTotals:
+    """Every loss in the catalog, summed."""
+
+    servers_lost: int
+    jobs_sent_back: int
+    seconds_lost: float
+    servers_joined: int
+    servers_left: int
+
+
+def timeline(session: Session, limit: int = 100) -> tuple[list[TimelineRow], LossTotals]:
+    """The latest joins, departures and losses, newest first, and the running totals."""
+    rows: list[TimelineRow] = []
+    for s in session.scalars(select(Server).order_by(Server.joined.desc()).limit(limit)):
+        rows.append(TimelineRow(s.joined, "joined", s.name or s.address, s.address, s.gpu_model))
+    lost_ids = set()
+    for loss in losses(session, limit):
+        rows.append(
+            TimelineRow(
+                loss.at,
+                "lost",
+                loss.server,
+                loss.address,
+                loss.gpu_model,
+                loss.reason,
+                loss.jobs_lost,
+                loss.seconds_lost,
+                loss.jobs,
+            )
+        )
+        lost_ids.add((loss.address, round(loss.at, 3)))
+    for s in session.scalars(
+        select(Server).where(Server.left.is_not(None)).order_by(Server.left.desc()).limit(limit)
+    ):
+        assert s.left is not None
+        if (s.address, round(s.left, 3)) not in lost_ids:
+            rows.append(
+                TimelineRow(
+                    s.left, "left", s.name or s.address, s.address, s.gpu_model, s.left_reason or ""
+                )
+            )
+    rows.sort(key=lambda row: row.at, reverse=True)
+    lost, sent_back, seconds = session.execute(
+        select(func.count(), func.sum(ServerLoss.jobs_lost), func.sum(ServerLoss.seconds_lost))
+    ).one()
+    joined = int(session.scalar(select(func.count()).select_from(Server)) or 0)
+    left = int(session.scalar(select(func.count()).where(Server.left.is_not(None))) or 0)
+    totals = LossTotals(int(lost or 0), int(sent_back or 0), float(seconds or 0.0), joined, left)
+    return rows[:limit], totals
+
+
+@dataclass(frozen=True)
+class Series:
+    """Jobs and items finished per time bucket, for one GPU model (or all)."""
+
+    gpu_model: str
+    start: float
+    bucket_seconds: float
+    jobs: list[int]
+    items: list[int]
+
+    @property
+    def jobs_per_minute(self) -> list[float]:
+        """Jobs per minute in each bucket."""
+        return [n * 60.0 / self.bucket_seconds for n in self.jobs]
+
+    @property
+    def items_per_second(self) -> list[float]:
+        """Items per second in each bucket."""
+        return [n / self.bucket_seconds for n in self.items]
+
+
+def throughput_series(
+    session: Session, *, since: float, until: float, buckets: int = 60
+) -> list[Series]:
+    """Successful attempts finished in [since, until], bucketed, overall (``all``, first)
+    and per GPU model (one grouped query over the attempts' index on ``finished``)."""
+    width = max(1e-6, (until - since) / buckets)
+    index = func.floor((Attempt.finished - since) / width)
+    rows = session.execute(
+        select(Server.gpu_model, index, func.count(), func.sum(Attempt.items))
+        .select_from(Attempt)
+        .join(Server, Attempt.server_id == Server.id)
+        .where(Attempt.outcome == "ok", Attempt.finished >= since, Attempt.finished <= until)
+        .group_by(Server.gpu_model, index)
+    ).all()
+    per_model: dict[str, Series] = {}
+
+    def series(model: str) -> Series:
+        if model not in per_model:
+            per_model[model] = Series(model, since, width, [0] * buckets, [0] * buckets)
+        return per_model[model]
+
+    series("all")
+    for model, bucket, jobs, items in rows:
+        position = min(buckets - 1, max(0, int(bucket)))
+        for target in (series("all"), series(model)):
+            target.jobs[position] += int(jobs)
+            target.items[position] += int(items or 0)
+    return [per_model["all"]] + [per_model[m] for m in sorted(per_model) if m != "all"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far the current run is, and when it may end."""
+
+    run: RunRow
+    done: int
+    failed: int
+    total: int | None
+    jobs_per_minute: float | None
+    eta_seconds: float | None
+
+
+def progress(session: Session, now: float | None = None, window: float = 300.0) -> Progress | None:
+    """The current run (the newest running or stale one, else the newest): jobs done of
+    planned, failures, the recent rate and the time left at that rate."""
+    now = time.time() if now is None else now
+    latest = runs(session, 10, now)
+    if not latest:
+        return None
+    current = next((r for r in latest if r.state in ("running", "stale")), latest[0])
+    run_pk = session.scalar(select(Run.id).where(Run.run_id == current.run_id))
+    recent_from = max(current.started, (current.finished or now) - window)
+    recent = int(
+        session.scalar(
+            select(func.count())
+            .select_from(Attempt)
+            .join(Job, Attempt.job_id == Job.id)
+            .where(Job.run_pk == run_pk, Attempt.outcome == "ok", Attempt.finished >= recent_from)
+        )
+        or 0
+    )
+    span = max(1e-6, (current.finished or now) - recent_from)
+    rate = recent * 60.0 / span if recent else None
+    total = current.jobs_total
+    remaining = (total - current.jobs_ok - current.jobs_failed) if total is not None else None
+    eta = None
+    if current.state == "finished" or current.state == "failed":
+        eta = 0.0
+    elif rate and remaining is not None:
+        eta = max(0.0, remaining) / rate * 60.0
+    return Progress(current, current.jobs_ok, current.jobs_failed, total, rate, eta)

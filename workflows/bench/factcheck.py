@@ -67,6 +67,8 @@ def run_workflow(
         ".",
         "--workflow-profile",
         "none",
+        "--scheduler",
+        "greedy",
         "--quiet",
         "rules",
         "--config",

@@ -329,3 +329,54 @@ def rank(accuracies: Sequence[dict[str, Any]], rule: str = "calibrated") -> dict
         summary["runner_up"] = runner["template"]
         summary["overlaps_runner_up"] = low_best <= high_runner
     return summary
+
+
+# ------------------------------------------------------------------------------------
+# The workflow's local steps (called from `run:` blocks: no subprocess per step).
+
+
+def prepare_claims(
+    output: str,
+    *,
+    source: str | None,
+    n_claims: int,
+    seed: int,
+    nei: str,
+    calibration_fraction: float,
+    generated_pool: int,
+) -> None:
+    """Write the claims to score: from a FEVER file, or a generated balanced set."""
+    if source:
+        records = read_jsonl(source)
+        label = source
+    else:
+        from claimgen import generate
+
+        records = generate(generated_pool, seed)
+        label = f"the generated set ({generated_pool} claims)"
+    chosen = select_claims(
+        records,
+        n_claims=n_claims,
+        nei=nei,
+        seed=seed,
+        calibration_fraction=calibration_fraction,
+        source=label,
+    )
+    write_jsonl(output, chosen)
+
+
+def accuracy_from_shards(paths: Sequence[str | Path], output: str | Path) -> None:
+    """Join a template's scored shards and write its accuracies (JSON)."""
+    rows: list[dict[str, Any]] = []
+    content_free: list[float] = []
+    template = ""
+    for path in paths:
+        with open(path) as handle:
+            scored = json.load(handle)
+        template = scored["template"]
+        rows += scored["rows"]
+        if scored.get("content_free_score") is not None:
+            content_free.append(scored["content_free_score"])
+    free = sum(content_free) / len(content_free) if content_free else 0.0
+    with open(output, "w") as handle:
+        json.dump(template_accuracy(template, rows, free), handle, indent=1)

@@ -20,9 +20,13 @@ for start in range(0, len(claims), batch):
     prompts = [template.render(c["claim"], model.tokenizer) for c in chunk]
     scores += model.score(prompts, true_id, false_id, batch_size=batch)
     report_items(len(chunk))
-content_free = model.score(
-    [template.render(CONTENT_FREE, model.tokenizer)], true_id, false_id, batch_size=1
-)[0]
+# The content-free input's score is the same for every shard of a template: the first
+# shard measures it (one more forward pass), the others do not repeat it.
+content_free = None
+if snakemake.wildcards.shard == "0":
+    content_free = model.score(
+        [template.render(CONTENT_FREE, model.tokenizer)], true_id, false_id, batch_size=1
+    )[0]
 
 result = {
     "template": template.name,

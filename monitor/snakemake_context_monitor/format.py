@@ -1,0 +1,47 @@
+"""Plain formatting of numbers and times for the views."""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["ago", "bytes_", "clock", "duration", "rate"]
+
+
+def bytes_(value: float | None) -> str:
+    """'141 GB', '512 MB', '-'."""
+    if not value:
+        return "-"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.0f} {unit}"
+    return f"{value:.0f} B"
+
+
+def duration(seconds: float | None) -> str:
+    """'0.4 s', '12 s', '3 min 5 s', '2 h 4 min', '-'."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+def rate(value: float | None, digits: int = 1) -> str:
+    """A rate, or '-' when unknown."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def clock(at: float | None) -> str:
+    """'14:03:22' (local time), '-'."""
+    return time.strftime("%H:%M:%S", time.localtime(at)) if at else "-"
+
+
+def ago(seconds: float) -> str:
+    """'now', '5 s ago', '3 min ago'."""
+    if seconds < 1:
+        return "now"
+    return f"{duration(seconds)} ago".replace(".0 s", " s")

@@ -1,0 +1,1 @@
+"""One view (a widget) per module; each has ``show(snapshot)``."""

@@ -1,0 +1,58 @@
+"""Contexts: which context is warm on which server, load times, cache hits, evictions."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from ..data import Snapshot
+from ..format import bytes_, rate
+from ..tables import clip, setup_columns, sync_rows
+
+COLUMNS = [
+    ("context", "context", 12),
+    ("server", "server", 10),
+    ("state", "state", 7),
+    ("load", "load s", 6),
+    ("cache", "cache", 5),
+    ("loads", "loads", 5),
+    ("evicted", "evicted", 7),
+    ("warm", "warm jobs", 9),
+]
+
+
+class ContextsView(Vertical):
+    """One row per context and live server it was placed on."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="contexts-summary", classes="summary")
+        yield DataTable(id="contexts-table", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        setup_columns(self.query_one("#contexts-table", DataTable), COLUMNS)
+
+    def show(self, snapshot: Snapshot) -> None:
+        """Update from a poll."""
+        rows = {}
+        for p in snapshot.placements:
+            cache = "-" if p.from_cache is None else ("hit" if p.from_cache else "miss")
+            rows[f"{p.identity}@{p.address}"] = (
+                clip(p.context, 12),
+                clip(p.server, 10),
+                p.state,
+                rate(p.load_seconds),
+                cache,
+                str(p.loads),
+                str(p.evictions),
+                str(p.jobs_warm),
+            )
+        sync_rows(self.query_one("#contexts-table", DataTable), rows)
+        warm = sum(1 for p in snapshot.placements if p.state == "ready")
+        hits = sum(1 for p in snapshot.placements if p.from_cache)
+        evictions = sum(p.evictions for p in snapshot.placements)
+        sizes = ", ".join(f"{c.name} {bytes_(c.bytes)}" for c in snapshot.contexts[:4])
+        self.query_one("#contexts-summary", Static).update(
+            f"{len(snapshot.contexts)} context(s) ({sizes or 'none'}); warm in {warm} "
+            f"place(s); {hits} load(s) from local cache; {evictions} eviction(s)."
+        )

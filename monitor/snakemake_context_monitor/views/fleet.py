@@ -1,0 +1,118 @@
+"""Fleet: servers grouped by GPU model, and every live server."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Static
+
+from ..data import Snapshot
+from ..format import bytes_, rate
+from ..tables import clip, setup_columns, sync_rows
+
+MODEL_COLUMNS = [
+    ("model", "GPU model", 14),
+    ("servers", "srv", 3),
+    ("busy", "busy", 4),
+    ("free", "free", 4),
+    ("memory", "GPU mem", 7),
+    ("contexts", "ctx", 3),
+    ("jobs", "jobs", 6),
+    ("jpm", "jobs/min", 8),
+    ("ips", "items/s", 7),
+]
+SERVER_COLUMNS = [
+    ("name", "server", 12),
+    ("model", "GPU model", 14),
+    ("busy", "busy", 4),
+    ("contexts", "contexts", 14),
+    ("jobs", "jobs", 6),
+    ("failed", "failed", 6),
+    ("items", "items", 7),
+]
+
+
+class FleetView(Vertical):
+    """Servers grouped by GPU model (heterogeneity at a glance), then each server."""
+
+    class ServerChosen(Message):
+        """The user picked a server (Enter on its row)."""
+
+        def __init__(self, address: str) -> None:
+            super().__init__()
+            self.address = address
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-summary", classes="summary")
+        yield DataTable(id="fleet-models", cursor_type="none", zebra_stripes=True)
+        yield DataTable(id="fleet-servers", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        models = self.query_one("#fleet-models", DataTable)
+        models.can_focus = False  # a summary: Tab goes straight to the servers
+        setup_columns(models, MODEL_COLUMNS)
+        setup_columns(self.query_one("#fleet-servers", DataTable), SERVER_COLUMNS)
+
+    def show(self, snapshot: Snapshot) -> None:
+        """Update the tables from a poll."""
+        by_model: dict[str, list] = {}
+        for server in snapshot.servers:
+            by_model.setdefault(server.gpu_model, []).append(server)
+        window_minutes = _window_minutes(snapshot)
+        series = {s.gpu_model: s for s in snapshot.series}
+        rows = {}
+        for row in snapshot.fleet:
+            if row.servers == 0:
+                continue
+            members = by_model.get(row.gpu_model, [])
+            busy = sum(s.busy for s in members)
+            done = series.get(row.gpu_model)
+            jobs = sum(done.jobs) if done else 0
+            items = sum(done.items) if done else 0
+            rows[row.gpu_model] = (
+                clip(row.gpu_model, 14),
+                str(row.servers),
+                str(busy),
+                str(max(0, row.slots - busy)),
+                bytes_(row.gpu_memory_bytes),
+                str(len({c for s in members for c in s.contexts})),
+                str(sum(s.jobs_ok for s in members)),
+                rate(jobs / window_minutes if window_minutes else None),
+                rate(items / (window_minutes * 60) if window_minutes else None),
+            )
+        sync_rows(self.query_one("#fleet-models", DataTable), rows)
+        sync_rows(
+            self.query_one("#fleet-servers", DataTable),
+            {
+                s.address: (
+                    clip(s.name, 12),
+                    clip(s.gpu_model, 14),
+                    f"{s.busy}/{s.slots}",
+                    clip(", ".join(s.contexts) or "-", 14),
+                    str(s.jobs_ok),
+                    str(s.jobs_failed),
+                    str(s.items),
+                )
+                for s in snapshot.servers
+            },
+        )
+        busy = sum(s.busy for s in snapshot.servers)
+        slots = sum(s.slots for s in snapshot.servers)
+        models = len([r for r in snapshot.fleet if r.servers])
+        self.query_one("#fleet-summary", Static).update(
+            f"{len(snapshot.servers)} servers of {models} GPU model(s), {busy} of {slots} "
+            f"slots busy; throughput over the last {snapshot.window}. Enter: a server's page."
+        )
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a server row opens its page."""
+        if event.data_table.id == "fleet-servers" and event.row_key.value:
+            self.post_message(self.ServerChosen(event.row_key.value))
+
+
+def _window_minutes(snapshot: Snapshot) -> float:
+    first = snapshot.series[0] if snapshot.series else None
+    if first is None:
+        return 0.0
+    return first.bucket_seconds * len(first.jobs) / 60.0

@@ -1,0 +1,440 @@
+"""The terminal monitor: every view, bad input, 80x24, snapshots, and a live writer.
+
+Catalogs are built only through the catalog's own builder (tests/monitor_catalogs.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from snakemake_context_monitor import VIEWS, CatalogSource, MonitorApp
+from snakemake_context_monitor.statusbar import StatusBar
+from snakemake_context_monitor.views.help import HelpScreen
+from snakemake_context_monitor.views.server import ServerScreen
+from textual.widgets import DataTable, Sparkline, Static, TabbedContent
+
+from snakemake_executor_context.catalog.builder import EPOCH, CatalogBuilder
+from snakemake_executor_context.catalog.store import open_store
+
+from .monitor_catalogs import DEMO_NOW, demo_catalog
+
+TAB_KEYS = {key: tab for tab, _, key, _ in VIEWS}
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Path:
+    return demo_catalog(tmp_path / "catalog.db")
+
+
+def make_app(spec: Path | str, now: float = DEMO_NOW) -> MonitorApp:
+    """The app on a fixed clock, reading once per action instead of on a timer."""
+    clock = lambda: now  # noqa: E731
+    return MonitorApp(CatalogSource(spec, clock=clock), live=False, clock=clock)
+
+
+def drive(
+    app: MonitorApp, script: Callable[[Any], Awaitable[None]], size: tuple[int, int] = (120, 36)
+) -> None:
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await script(pilot)
+
+    asyncio.run(main())
+
+
+def rows(app: MonitorApp, table_id: str) -> dict[str, list[Any]]:
+    table = app.screen.query_one(f"#{table_id}", DataTable)
+    return {key.value: table.get_row(key) for key in table.rows}
+
+
+def text(app: MonitorApp, widget_id: str) -> str:
+    return str(app.screen.query_one(f"#{widget_id}", Static).render())
+
+
+# ----------------------------------------------------------------------------------
+# Each view on a built catalog.
+
+
+def test_fleet_groups_servers_by_gpu_model_and_opens_a_server_page(catalog):
+    app = make_app(catalog)
+
+    async def script(pilot):
+        models = rows(app, "fleet-models")
+        assert set(models) == {"h200", "cpu"}  # the A100 was lost
+        assert models["h200"][:4] == ["h200", "3", "1", "2"]  # servers, busy, free
+        assert models["h200"][4] == "141 GB"
+        servers = rows(app, "fleet-servers")
+        assert len(servers) == 4
+        gpu0 = next(cells for cells in servers.values() if cells[0] == "gpu0")
+        assert gpu0[2:5] == ["1/1", "smollm2", "12"]
+        assert "4 servers of 2 GPU model(s), 1 of 4 slots busy" in text(app, "fleet-summary")
+
+        table = app.query_one("#fleet-servers", DataTable)
+        table.focus()
+        table.move_cursor(row=[c[0] for c in servers.values()].index("gpu0"))
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ServerScreen)
+        assert "gpu0 on node1" in text(app, "server-title")
+        assert "NVIDIA H200" in text(app, "server-title")
+        assert [c[0] for c in rows(app, "server-contexts").values()] == ["smollm2"]
+        assert len(rows(app, "server-jobs")) >= 1
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ServerScreen)
+
+    drive(app, script)
+
+
+def test_contexts_view_shows_where_each_context_is_warm(catalog):
+    app = make_app(catalog)
+
+    async def script(pilot):
+        await pilot.press("c")
+        await pilot.pause()
+        assert app.query_one("#views", TabbedContent).active == "contexts"
+        table = rows(app, "contexts-table")
+        by_pair = {(c[0], c[1]): c for c in table.values()}
+        assert by_pair[("smollm2", "gpu0")][2:5] == ["ready", "12.0", "miss"]
+        assert by_pair[("smollm2", "gpu1")][2:5] == ["ready", "3.0", "hit"]
+        assert by_pair[("embedder", "cpu0")][2] == "evicted"
+        assert by_pair[("embedder", "cpu0")][6] == "1"  # evictions
+        assert ("smollm2", "gpu2") not in by_pair  # lost with its server
+        summary = text(app, "contexts-summary")
+        assert "2 context(s)" in summary and "1 eviction(s)" in summary
+
+    drive(app, script)
+
+
+def test_losses_view_has_a_timeline_and_running_totals(catalog):
+    app = make_app(catalog)
+
+    async def script(pilot):
+        await pilot.press("l")
+        await pilot.pause()
+        summary = text(app, "losses-summary")
+        assert "Lost 1 server(s): 1 job(s) sent back, 40 s of work lost" in summary
+        assert "5 joined, 1 left" in summary
+        events = list(rows(app, "losses-table").values())
+        kinds = [cells[1] for cells in events]
+        assert kinds[0] == "joined" and "lost" in kinds and kinds.count("joined") == 5
+        lost = next(cells for cells in events if cells[1] == "lost")
+        assert lost[2] == "gpu2" and lost[4] == "1" and lost[5] == "40 s"
+        assert lost[6].startswith("lost (preempted): verify")
+
+    drive(app, script)
+
+
+def test_throughput_view_per_gpu_model_with_a_selectable_window(catalog):
+    app = make_app(catalog)
+
+    async def script(pilot):
+        await pilot.press("t")
+        await pilot.pause()
+        labels = [str(w.render()) for w in app.query(".series-label")]
+        assert [label.split(":")[0] for label in labels] == [
+            "all GPU models",
+            "a100-sxm4-80gb",
+            "cpu",
+            "h200",
+        ]
+        spark = app.query_one("#spark-all", Sparkline)
+        assert len(spark.data) == 40 and max(spark.data) > 0
+        assert "last 15 min" in text(app, "throughput-summary")
+        before = labels[0]
+        await pilot.press("w")
+        await pilot.pause()
+        assert app.window == "1 h" and "last 1 h" in text(app, "throughput-summary")
+        # Over a longer window the same jobs make a lower rate.
+        assert str(app.query(".series-label").first().render()) != before
+        table = rows(app, "throughput-table")
+        assert {(c[0], c[1]) for c in table.values()} >= {("smollm2", "h200"), ("embedder", "cpu")}
+
+    drive(app, script)
+
+
+def test_progress_view_shows_done_total_failures_and_eta(catalog):
+    app = make_app(catalog)
+
+    async def script(pilot):
+        await pilot.press("p")
+        await pilot.pause()
+        summary = text(app, "progress-summary")
+        assert "Run factcheck-2: running" in summary
+        assert "19 of 40 jobs done (50%), 1 failed" in summary
+        assert "ETA" in summary and "ETA done" not in summary
+        runs = rows(app, "progress-runs")
+        assert runs["factcheck-1"][1] == "finished" and runs["factcheck-2"][1] == "running"
+
+    drive(app, script)
+
+
+def test_a_run_whose_heartbeat_stopped_is_stale_but_a_quiet_one_is_not(catalog):
+    quiet = make_app(catalog, now=DEMO_NOW + 40)  # no job ended for 2 min, heartbeat 57 s ago
+    stale = make_app(catalog, now=DEMO_NOW + 120)  # no heartbeat for two minutes
+
+    async def check_quiet(pilot):
+        assert "run STALE" not in str(app_status(quiet))
+        await pilot.press("p")
+        assert "Run factcheck-2: running" in text(quiet, "progress-summary")
+
+    async def check_stale(pilot):
+        assert "run STALE" in str(app_status(stale))
+        await pilot.press("p")
+        assert "Run factcheck-2: STALE" in text(stale, "progress-summary")
+
+    drive(quiet, check_quiet)
+    drive(stale, check_stale)
+
+
+def app_status(app: MonitorApp) -> str:
+    return str(app.query_one(StatusBar).render())
+
+
+def test_data_age_is_always_shown(catalog):
+    now = [DEMO_NOW]
+    app = MonitorApp(CatalogSource(catalog, clock=lambda: now[0]), live=False, clock=lambda: now[0])
+
+    async def script(pilot):
+        assert "(now)" in app_status(app)
+        now[0] += 7
+        app._tick()
+        assert "(7.0 s ago)" in app_status(app) or "(7 s ago)" in app_status(app)
+
+    drive(app, script)
+
+
+def test_command_palette_and_help_reach_every_view(catalog):
+    app = make_app(catalog)
+
+    async def script(pilot):
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        for _, title, _, _ in VIEWS:
+            assert f"Show {title}" in titles
+        show_losses = next(
+            c for c in app.get_system_commands(app.screen) if c.title == "Show Losses"
+        )
+        show_losses.callback()
+        await pilot.pause()
+        assert app.query_one("#views", TabbedContent).active == "losses"
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+
+    drive(app, script)
+
+
+def test_monitor_never_writes_and_opens_a_finished_catalog_immutable(catalog):
+    digest = hashlib.sha256(catalog.read_bytes()).hexdigest()
+    app = make_app(catalog)
+
+    async def script(pilot):
+        for key in "fcltp":
+            await pilot.press(key)
+            await pilot.press("r")
+            await pilot.pause()
+
+    drive(app, script)
+    assert app.source.immutable  # no writer, no -wal file: a finished catalog
+    assert hashlib.sha256(catalog.read_bytes()).hexdigest() == digest
+    assert not catalog.with_name(catalog.name + "-wal").exists()
+
+
+def test_read_only_catalog_opens_immutable(catalog):
+    catalog.chmod(0o444)
+    catalog.parent.chmod(0o555)
+    try:
+        source = CatalogSource(catalog, clock=lambda: DEMO_NOW)
+        snapshot = source.fetch()
+        assert source.immutable and snapshot.counts.servers == 5
+    finally:
+        catalog.parent.chmod(0o755)
+        catalog.chmod(0o644)
+
+
+# ----------------------------------------------------------------------------------
+# Bad input: a clear message on screen, no traceback.
+
+
+def _problem(app: MonitorApp) -> str:
+    box = app.query_one("#problem", Static)
+    assert box.display and not app.query_one("#views").display
+    return str(box.render())
+
+
+def test_missing_catalog(tmp_path):
+    app = make_app(tmp_path / "nowhere.db")
+
+    async def script(pilot):
+        message = _problem(app)
+        assert f"No catalog at {tmp_path / 'nowhere.db'}" in message
+        assert "snakemake-context monitor --catalog" in message
+        assert "catalog unreadable" in app_status(app)
+
+    drive(app, script)
+
+
+def test_catalog_of_another_schema_version(tmp_path):
+    path = tmp_path / "old.db"
+    with CatalogBuilder(path) as b:
+        b.server("gpu0")
+        b.mark_schema_version(99)
+    app = make_app(path)
+
+    async def script(pilot):
+        message = _problem(app)
+        assert "another schema version" in message and "99" in message
+
+    drive(app, script)
+
+
+def test_empty_catalog(tmp_path):
+    path = tmp_path / "empty.db"
+    open_store(path).close()  # a new catalog, through the catalog's own API
+    app = make_app(path)
+
+    async def script(pilot):
+        assert "is empty: no run has written to it yet" in _problem(app)
+
+    drive(app, script)
+
+
+# ----------------------------------------------------------------------------------
+# 80x24: every view reachable by keyboard, no column header cut below 3 characters.
+
+
+def _check_headers(app: MonitorApp) -> None:
+    for table in app.screen.query(DataTable):
+        if not table.display or table.region.width == 0:
+            continue
+        x = 0
+        visible = table.region.width - (2 if table.show_vertical_scrollbar else 0)
+        for column in table.columns.values():
+            label = column.label.plain
+            shown = max(0, min(visible - x - table.cell_padding, len(label)))
+            assert shown >= min(3, len(label)), (table.id, label, shown)
+            x += column.get_render_width(table)
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [["f"], ["c"], ["l"], ["t"], ["p"], ["f", "tab", "enter"], ["question_mark"]],
+    ids=lambda k: "+".join(k),
+)
+def test_every_view_at_80x24(catalog, keys):
+    app = make_app(catalog)
+
+    async def script(pilot):
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause()
+        if keys[0] in TAB_KEYS:
+            assert app.query_one("#views", TabbedContent).active == TAB_KEYS[keys[0]]
+        if keys[-1] == "enter":
+            assert isinstance(app.screen, ServerScreen)
+        _check_headers(app)
+
+    drive(app, script, size=(80, 24))
+
+
+# ----------------------------------------------------------------------------------
+# Snapshots of every view at 80x24 and 120x36 on a fixed clock.
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+@pytest.mark.parametrize(
+    "keys",
+    [["f"], ["c"], ["l"], ["t"], ["p"], ["f", "tab", "enter"], ["question_mark"]],
+    ids=["fleet", "contexts", "losses", "throughput", "progress", "server", "help"],
+)
+def test_snapshot(snap_compare, tmp_path, monkeypatch, size, keys):
+    monkeypatch.chdir(tmp_path)
+    demo_catalog(tmp_path / "catalog.db")
+    assert snap_compare(make_app("catalog.db"), press=keys, terminal_size=size)
+
+
+# ----------------------------------------------------------------------------------
+# Live: a writer process at 50+ events/s while the app polls every 250 ms.
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from snakemake_executor_context.catalog.builder import CatalogBuilder
+
+    path, seconds = sys.argv[1], float(sys.argv[2])
+    with CatalogBuilder(path, start=time.time()) as b:
+        servers = [b.server(f"gpu{i}") for i in range(4)]
+        model = b.context("smollm2")
+        run = b.run("live", jobs_total=100_000)
+        b.commit()
+        events = jobs = 0
+        end = time.time() + seconds
+        while time.time() < end:
+            b.now = time.time()
+            b.job(run, "verify", server=servers[jobs % 4], context=model, seconds=0.0,
+                  items=8)
+            jobs += 1
+            events += 4  # dispatched, started, finished, reported
+            b.commit()
+            time.sleep(0.02)
+    print(jobs, events)
+""")
+
+
+@pytest.mark.slow
+def test_live_writer_and_polling_app_converge(tmp_path):
+    path = tmp_path / "live.db"
+    open_store(path).close()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), "10"], stdout=subprocess.PIPE, text=True
+    )
+    app = MonitorApp(CatalogSource(path), interval=0.25)
+    problems: list[str] = []
+    seen_polls: list[int] = []
+
+    async def script(pilot):
+        while writer.poll() is None:
+            await asyncio.sleep(0.05)
+            if app.problem and "is empty" not in app.problem:
+                problems.append(app.problem)
+        polls_at_stop = app.polls
+        jobs, events = (int(x) for x in writer.stdout.read().split())
+        assert events / 10 >= 50, events
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            summary = str(app.query_one("#progress-summary", Static).render())
+            if f"{jobs} of 100000 jobs done" in summary:
+                seen_polls.append(app.polls - polls_at_stop)
+                break
+        assert seen_polls, summary
+        assert rows(app, "fleet-models")["h200"][6] == str(jobs)
+
+    drive(app, script)
+    assert not problems, problems
+    # Converged within two polls after the writer stopped (three reads may start
+    # in that time: the poll under way when it stopped, and two more).
+    assert seen_polls[0] <= 3, seen_polls
+
+
+def test_cli_monitor_subcommand_is_wired():
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "snakemake-context"), "monitor", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "--catalog" in out.stdout
+    assert EPOCH < DEMO_NOW
