@@ -208,6 +208,9 @@ def explain_unrunnable(
 # ----------------------------------------------------------------------------------
 # Choosing a server for a job.
 
+#: Jobs a warm server may hold queued behind its running ones (see choose_server).
+PREFETCH = 1
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -215,8 +218,9 @@ class Decision:
 
     ``rule`` names the step of the policy that decided: ``warm``, ``cached``,
     ``fastest``, ``any``, ``plain``, ``load`` (a cold server beat waiting),
-    ``wait`` (waiting for a warm slot beats loading), ``busy`` (no free slot) or
-    ``unrunnable`` (no server has the resources).
+    ``wait`` (waiting for a warm slot beats loading), ``queued`` (behind a running job
+    on a warm server), ``busy`` (no free slot) or ``unrunnable`` (no server has the
+    resources).
     """
 
     address: str | None
@@ -232,6 +236,7 @@ def choose_server(
     queued_ahead: int = 0,
     demand: Mapping[str, int] | None = None,
     now: float | None = None,
+    prefetch: int = PREFETCH,
 ) -> Decision:
     """Pick a server for one job (see the module's docstring for the order).
 
@@ -240,7 +245,41 @@ def choose_server(
     ahead of it in the executor's queue, ``demand`` the jobs queued or running per
     context (a context with demand is costly to evict), and ``now`` the wall-clock
     time (for times not measured yet, see :func:`expected_wait`).
+
+    When the job would wait for a warm slot (a measured wait shorter than a load, or
+    no free slot anywhere), it is queued behind a running job on a warm server with
+    fewer than ``prefetch`` jobs queued there (rule ``queued``): the server starts it
+    the moment its running job ends, instead of after the round trip through the
+    executor (17-25 ms a job here, about 4% of an 8-claim SmolLM2 job on a CPU).
     """
+    decision = _choose(view, wanted, identity, queued_ahead, demand, now)
+    if prefetch <= 0 or identity is None or decision.address is not None:
+        return decision
+    if decision.rule == "busy" or (
+        decision.rule == "wait" and decision.reason.startswith("warm slot in")
+    ):
+        holders = view.warm.get(identity, set())
+        room = [
+            view.servers[a]
+            for a in view.runnable(wanted)
+            if a in holders
+            and view.servers[a].contexts[identity].state == "ready"
+            and view.servers[a].busy < view.servers[a].slots + prefetch
+        ]
+        if room:
+            best = min(room, key=lambda s: (s.busy, s.address))
+            return Decision(best.address, "queued", f"behind {best.busy} job(s) on a warm server")
+    return decision
+
+
+def _choose(
+    view: FleetView,
+    wanted: Mapping[str, float],
+    identity: str | None,
+    queued_ahead: int,
+    demand: Mapping[str, int] | None,
+    now: float | None,
+) -> Decision:
     candidates = view.runnable(wanted)
     if not candidates:
         return Decision(None, "unrunnable", "no server has the resources")

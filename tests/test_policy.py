@@ -15,6 +15,13 @@ from snakemake_executor_context.placement import (
 )
 
 GPU1 = job_resources(Requirements(gpu=1))
+
+
+def choose(*args, **kwargs):
+    """The policy without prefetching (tested on its own below)."""
+    return choose_server(*args, prefetch=kwargs.pop("prefetch", 0), **kwargs)
+
+
 A, B = "a" * 64, "b" * 64
 
 
@@ -35,7 +42,7 @@ def _fleet(models=("h200", "h200", "h200", "h200"), warm=(0, 1), budget=None) ->
 
 
 def _place(view: FleetView, identity=A, **kwargs):
-    decision = choose_server(view, GPU1, identity, **kwargs)
+    decision = choose(view, GPU1, identity, **kwargs)
     if decision.address is not None:
         view.dispatched(f"job-{len(view._where)}", decision.address, identity, at=2.0)
     return decision
@@ -61,10 +68,10 @@ def test_a_freed_warm_slot_is_taken_again():
     view = _fleet()
     key = "job-x"
     view.dispatched(key, "tcp://s0", A, at=2.0)
-    assert choose_server(view, GPU1, A).address == "tcp://s1"
+    assert choose(view, GPU1, A).address == "tcp://s1"
     view.finished(key, "tcp://s0", identity=A, started=2.0, reused=[A])
     view.dispatched("job-y", "tcp://s1", A, at=3.0)
-    assert choose_server(view, GPU1, A).address == "tcp://s0"
+    assert choose(view, GPU1, A).address == "tcp://s0"
 
 
 def test_unmeasured_times_are_bounded_by_what_runs():
@@ -73,9 +80,9 @@ def test_unmeasured_times_are_bounded_by_what_runs():
     view.measure.add_load(A, "h200", "tcp://s0", 0.5)  # its load was quick
     view.apply(ev.JobStarted(at=100.0, key="first", address="tcp://s0", context=A))
     # Just started: no job time shown yet.
-    assert choose_server(view, GPU1, A, now=100.2).rule == "wait"
+    assert choose(view, GPU1, A, now=100.2).rule == "wait"
     # Running for 2 s already: a warm slot is at least 2 s away, a load 0.5 s.
-    decision = choose_server(view, GPU1, A, now=102.0)
+    decision = choose(view, GPU1, A, now=102.0)
     assert decision.rule == "load" and decision.address in {"tcp://s1", "tcp://s2", "tcp://s3"}
     # The same, but every idle server holds another context and no size is known.
     crowded = _fleet(warm=(0,))
@@ -83,12 +90,12 @@ def test_unmeasured_times_are_bounded_by_what_runs():
     for i in (1, 2, 3):
         crowded.set_context(f"tcp://s{i}", B, "ready", at=1.0)
     crowded.apply(ev.JobStarted(at=100.0, key="first", address="tcp://s0", context=A))
-    assert choose_server(crowded, GPU1, A, now=500.0).rule == "wait"
+    assert choose(crowded, GPU1, A, now=500.0).rule == "wait"
     # A load in progress bounds the load time from below.
     loading = _fleet(warm=())
     loading.set_context("tcp://s0", A, "loading", at=100.0)
     loading.dispatched("first", "tcp://s0", A, at=100.0)
-    assert choose_server(loading, GPU1, A, now=103.0).rule == "wait"
+    assert choose(loading, GPU1, A, now=103.0).rule == "wait"
 
 
 def test_wait_or_load_both_ways():
@@ -100,11 +107,11 @@ def test_wait_or_load_both_ways():
     warm = [view.servers["tcp://s0"], view.servers["tcp://s1"]]
     # Few jobs ahead: a warm slot comes sooner than a load ends.
     assert expected_wait(view, A, warm, queued_ahead=3) == 2.0
-    decision = choose_server(view, GPU1, A, queued_ahead=3)
+    decision = choose(view, GPU1, A, queued_ahead=3)
     assert (decision.address, decision.rule) == (None, "wait")
     assert "warm slot in 2.0 s <= load 10.0 s" in decision.reason
     # Many jobs ahead: loading on a cold server wins.
-    decision = choose_server(view, GPU1, A, queued_ahead=30)
+    decision = choose(view, GPU1, A, queued_ahead=30)
     assert decision.rule == "load" and decision.address in {"tcp://s2", "tcp://s3"}
     assert "warm slot in 15.5 s > load 10.0 s" in decision.reason
 
@@ -124,8 +131,8 @@ def test_a_load_that_evicts_a_wanted_context_costs_its_reload_too():
     assert load_cost(view, A, s1, {B: 0}) == 3.0
     assert load_cost(view, A, s1, {B: 2}) == 6.0
     # 4 jobs ahead: a wait of 5 s beats a 6 s load-and-reload, though not a 3 s load.
-    assert choose_server(view, GPU1, A, queued_ahead=4, demand={A: 5, B: 2}).rule == "wait"
-    assert choose_server(view, GPU1, A, queued_ahead=4, demand={A: 5}).rule == "load"
+    assert choose(view, GPU1, A, queued_ahead=4, demand={A: 5, B: 2}).rule == "wait"
+    assert choose(view, GPU1, A, queued_ahead=4, demand={A: 5}).rule == "load"
 
 
 def test_room_for_both_means_no_victim():
@@ -142,11 +149,11 @@ def test_cold_order_cache_then_fastest_then_any():
     # Fastest: A runs in 1 s on an H200 and 3 s on an A100.
     view.measure.add_job(A, "h200", 1.0)
     view.measure.add_job(A, "a100", 3.0)
-    decision = choose_server(view, GPU1, A)
+    decision = choose(view, GPU1, A)
     assert (decision.address, decision.rule) == ("tcp://s1", "fastest")
     # A local cache beats speed.
     view.servers["tcp://s2"].cached.add(A)
-    assert (choose_server(view, GPU1, A).address, choose_server(view, GPU1, A).rule) == (
+    assert (choose(view, GPU1, A).address, choose(view, GPU1, A).rule) == (
         "tcp://s2",
         "cached",
     )
@@ -160,16 +167,16 @@ def test_cold_order_cache_then_fastest_then_any():
 def test_gpu_model_and_busy_and_unrunnable():
     view = _fleet(models=("a100", "h200"), warm=())
     h200 = job_resources(Requirements(gpu=1, gpu_model="h200"))
-    assert choose_server(view, h200, A).address == "tcp://s1"
+    assert choose(view, h200, A).address == "tcp://s1"
     view.dispatched("j", "tcp://s1", A, at=1.0)
-    assert choose_server(view, h200, A).rule == "busy"
+    assert choose(view, h200, A).rule == "busy"
     l40 = job_resources(Requirements(gpu=1, gpu_model="l40s"))
-    assert choose_server(view, l40, A).rule == "unrunnable"
+    assert choose(view, l40, A).rule == "unrunnable"
 
 
 def test_plain_jobs_keep_off_servers_that_hold_contexts():
     view = _fleet(warm=(0, 1, 2))
-    assert choose_server(view, GPU1, None).address == "tcp://s3"
+    assert choose(view, GPU1, None).address == "tcp://s3"
 
 
 def test_view_follows_events():
@@ -277,3 +284,28 @@ def test_events_round_trip_as_plain_data():
     decoded = list(ev.decode(tuple(wire)))  # Dask delivers lists as tuples
     assert decoded[0] == event and decoded[0].lost_jobs()[0].key == "k"
     assert list(ev.decode([{"kind": "from-the-future"}, "junk"])) == []
+
+
+def test_prefetch_queues_behind_a_warm_job_instead_of_waiting():
+    """With measured times saying wait, a job is queued on a warm server (one deep)."""
+    view = _fleet(warm=(0,))
+    view.measure.job[(A, "h200")] = _mean(1.0)
+    view.measure.load[(A, "h200")] = _mean(30.0)
+    assert _place(view).address == "tcp://s0"  # the warm slot
+    queued = choose_server(view, GPU1, A, now=10.0)
+    assert (queued.address, queued.rule) == ("tcp://s0", "queued")
+    view.dispatched("job-q", "tcp://s0", A, at=2.0)
+    # One deep: the next one waits in the executor's queue.
+    assert choose_server(view, GPU1, A, now=10.0).rule == "wait"
+    # Nothing measured yet: no queueing behind a job that may be long.
+    fresh = _fleet(warm=(0,))
+    _place(fresh)
+    assert choose_server(fresh, GPU1, A, now=2.5).address is None
+
+
+def _mean(seconds: float):
+    from snakemake_executor_context.fleet import Mean
+
+    mean = Mean()
+    mean.add(seconds)
+    return mean
