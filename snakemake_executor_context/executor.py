@@ -24,8 +24,6 @@ import dataclasses
 import itertools
 import json
 import os
-import pickle
-import re
 import socket
 import threading
 import time
@@ -39,11 +37,20 @@ from typing import TYPE_CHECKING, Any
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
-from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
 from .contexts import ContextDeclaration, declarations_from_config
 from .errors import ContextDeclarationError, ContextExecutorError
+from .jobbuild import (
+    CONTEXT_DIR,
+    SpecBuilder,
+    job_wildcards,
+    priority,
+    rule_name,
+    task_key,
+    title,
+)
 from .placement import Requirements, explain_unrunnable, job_resources, requirements_from
+from .rulecheck import check_context_rules, check_shared_fs, constant_resource
 from .settings import ExecutorSettings
 
 if TYPE_CHECKING:
@@ -51,21 +58,11 @@ if TYPE_CHECKING:
     from .catalog.writer import EventSink
     from .cluster import Engine
     from .fleet import FleetView
-    from .jobspec import ContextJobSpec, JobResult, PlainJobSpec
+    from .jobspec import JobResult
     from .placement import ServerView
 
 __all__ = ["Executor"]
 
-#: What servers need to share with the Snakemake process: they read inputs and write
-#: outputs in place, plain jobs write Snakemake's metadata, read the Snakefile, and
-#: run the same Python.
-REQUIRED_SHARED_FS = (
-    SharedFSUsage.PERSISTENCE,
-    SharedFSUsage.INPUT_OUTPUT,
-    SharedFSUsage.SOURCES,
-    SharedFSUsage.SOFTWARE_DEPLOYMENT,
-)
-CONTEXT_DIR = Path(".snakemake") / "context"
 #: How often submitted jobs are checked against the fleet (servers may vanish).
 FLEET_CHECK_SECONDS = 2.0
 #: The embedded cluster's catalog, relative to the workflow directory.
@@ -149,8 +146,10 @@ class Executor(RemoteExecutor):
         self.workdir = os.getcwd()
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         self.started = time.time()
+        self.specs = SpecBuilder(
+            self.workflow, self.workdir, self.run_id, self.format_job_exec, self.envvars
+        )
         self._warned_groups: set[str] = set()
-        self._scripts: dict[str, tuple[Any, ...]] = {}
         self._fleet: tuple[float, list[ServerView]] = (0.0, [])
         self._results: list[JobResult] = []
         self._flight: dict[str, _Tracked] = {}
@@ -393,7 +392,7 @@ class Executor(RemoteExecutor):
 
     def _announce_fleet(self) -> None:
         servers = self._servers(force=True)
-        wants_gpu = any(_constant_resource(rule, "gpu") for rule in self.workflow.rules)
+        wants_gpu = any(constant_resource(rule, "gpu") for rule in self.workflow.rules)
         stand_ins: list[str] = []
         if self.engine.local is not None:
             info = self.engine.local.files.read_info() or {}
@@ -411,22 +410,22 @@ class Executor(RemoteExecutor):
 
     def run_job(self, job: JobExecutorInterface) -> None:
         """Turn a Snakemake job into a Dask task (or hold it until a server fits)."""
-        key = _task_key(job)
+        key = task_key(job)
         context = None if job.is_group() else job.resources.get("context")
         tracked: _Tracked
         identity = None
         try:
             if job.is_group():
                 self._warn_group(job)
-                spec: Any = self._plain_spec(job, key)
+                spec: Any = self.specs.plain(job, key)
                 kind = "plain"
             elif context:
                 declaration = self._declaration(job, str(context))
-                spec = self._context_spec(job, key, declaration)
+                spec = self.specs.context(job, key, declaration)
                 identity = declaration.identity
                 kind = "context"
             else:
-                spec = self._plain_spec(job, key)
+                spec = self.specs.plain(job, key)
                 kind = "plain"
             requirements = requirements_from(job.resources)
             tracked = _Tracked(
@@ -435,7 +434,7 @@ class Executor(RemoteExecutor):
                 requirements=requirements,
                 spec=spec,
                 resources=job_resources(requirements),
-                priority=_priority(job),
+                priority=priority(job),
                 context=str(context) if context else None,
                 identity=identity,
                 seq=next(self._seq),
@@ -559,8 +558,8 @@ class Executor(RemoteExecutor):
                 key=tracked.key,
                 jobid=str(getattr(job, "jobid", "")),
                 attempt=int(getattr(job, "attempt", 1) or 1),
-                rule=_rule_name(job),
-                wildcards=_wildcards(job),
+                rule=rule_name(job),
+                wildcards=job_wildcards(job),
                 job_kind=tracked.kind,
                 context=tracked.identity,
                 context_name=tracked.context,
@@ -613,109 +612,6 @@ class Executor(RemoteExecutor):
                 f"{', '.join(members)} load their context in that subprocess, not on a "
                 "context server. Fix: take them out of the group to reuse loaded contexts."
             )
-
-    # -- job specs ----------------------------------------------------------------
-
-    def _log_path(self, job: Any, key: str) -> str:
-        name = job.groupid if job.is_group() else job.rule.name
-        wildcards = (
-            "" if job.is_group() else ",".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
-        )
-        label = re.sub(r"[^A-Za-z0-9_.,=+-]+", "_", wildcards)[:80] or "job"
-        return str(CONTEXT_DIR / "logs" / _safe(name) / f"{label}.{key.rsplit('-', 1)[-1]}.log")
-
-    def _plain_spec(self, job: Any, key: str) -> PlainJobSpec:
-        from .jobspec import PlainJobSpec
-
-        return PlainJobSpec(
-            key=key,
-            title=_title(job),
-            command=self.format_job_exec(job),
-            workdir=str(self.workflow.workdir_init),
-            log_path=self._log_path(job, key),
-            outputs=[str(f) for f in job.output],
-            run_id=self.run_id,
-        )
-
-    def _context_spec(self, job: Any, key: str, declaration: ContextDeclaration) -> ContextJobSpec:
-        from snakemake.common import get_snakemake_searchpaths
-        from snakemake.io import is_flagged
-        from snakemake.iocontainers import Snakemake
-        from snakemake.sourcecache import LocalSourceFile
-
-        from .jobspec import ContextJobSpec, OutputSpec
-
-        source_file, source, _, is_local, cache_path = self._script_source(job)
-        if isinstance(source_file, LocalSourceFile):
-            script_path = os.path.realpath(source_file.get_path_or_uri(secret_free=True))
-        else:
-            script_path = source_file.get_path_or_uri(secret_free=True)
-        scriptdir = source_file.get_basedir().get_path_or_uri(secret_free=True)
-        search_paths = get_snakemake_searchpaths()
-        if cache_path:
-            search_paths.append(os.path.dirname(cache_path))
-        if is_local:
-            search_paths.append(scriptdir)
-        snakemake_object = Snakemake(
-            job.input,
-            job.output,
-            job.params,
-            job.wildcards,
-            job.threads,
-            job.resources,
-            job.log,
-            self.workflow.config,
-            job.rule.name,
-            None,
-            scriptdir,
-        )
-        benchmark = str(job.benchmark) if job.benchmark is not None else None
-        return ContextJobSpec(
-            key=key,
-            rule=job.rule.name,
-            jobid=job.jobid,
-            title=_title(job),
-            declaration=declaration,
-            workdir=self.workdir,
-            script_path=script_path,
-            script_source=source,
-            search_paths=search_paths,
-            snakemake_pickle=pickle.dumps(snakemake_object, protocol=4),
-            inputs=[str(f) for f in job.input],
-            outputs=[
-                OutputSpec(
-                    str(f), is_directory=bool(f.is_directory), keep=bool(is_flagged(f, "update"))
-                )
-                for f in job.output
-            ],
-            logs=[str(f) for f in job.log],
-            benchmark=benchmark,
-            benchmark_repeats=job.benchmark_repeats or 1,
-            benchmark_extended=bool(
-                getattr(self.workflow.output_settings, "benchmark_extended", False)
-            ),
-            threads=int(job.threads),
-            envvars=dict(self.envvars()),
-            latency_wait=float(self.workflow.execution_settings.latency_wait),
-            log_path=self._log_path(job, key),
-            shell_exec=job.resources.get("shell_exec"),
-            run_id=self.run_id,
-        )
-
-    def _script_source(self, job: Any) -> tuple[Any, ...]:
-        """snakemake.script.get_source for the job's script, cached per rule."""
-        from snakemake.script import get_source
-
-        rule = job.rule
-        cacheable = "{" not in str(rule.script)
-        if cacheable and rule.name in self._scripts:
-            return self._scripts[rule.name]
-        found = get_source(
-            rule.script, self.workflow.sourcecache, rule.basedir, job.wildcards, job.params
-        )
-        if cacheable:
-            self._scripts[rule.name] = found
-        return found
 
     # -- status -------------------------------------------------------------------
 
@@ -809,7 +705,7 @@ class Executor(RemoteExecutor):
                 run_id=self.run_id,
                 key=tracked.key,
                 jobid=str(getattr(info.job, "jobid", "")),
-                rule=_rule_name(info.job),
+                rule=rule_name(info.job),
                 outcome=outcome,
                 message=(message or "")[:4000] or None,
             )
@@ -848,7 +744,7 @@ class Executor(RemoteExecutor):
                 result: JobResult = future.result()
             except Exception as error:  # the result could not be fetched
                 self._complete(tracked, None)
-                message = f"{_title(info.job)}: {error}"
+                message = f"{title(info.job)}: {error}"
                 self._emit_reported(info, tracked, "failed", message)
                 self.report_job_error(info, msg=message)
                 return
@@ -870,7 +766,7 @@ class Executor(RemoteExecutor):
         self._complete(tracked, None)
         if future.status == "cancelled":
             if not tracked.cancelled:
-                message = f"{_title(info.job)}: cancelled in Dask."
+                message = f"{title(info.job)}: cancelled in Dask."
                 self._emit_reported(info, tracked, "failed", message)
                 self.report_job_error(info, msg=message)
             return
@@ -1007,140 +903,7 @@ class Executor(RemoteExecutor):
 
 
 # ----------------------------------------------------------------------------------
-# Checks at start (pure functions of the workflow's rules and settings).
-
-
-def check_shared_fs(usage: Iterable[SharedFSUsage]) -> None:
-    """Refuse a --shared-fs-usage that lacks what servers need, naming what is missing."""
-    present = set(usage)
-    missing = [item for item in REQUIRED_SHARED_FS if item not in present]
-    if missing:
-        names = " ".join(item.item_to_choice() for item in missing)
-        raise ContextExecutorError(
-            f"--shared-fs-usage lacks {names}: context servers read inputs and write "
-            "outputs in the workflow directory, run Snakemake's job command with the same "
-            f"Python, and record job metadata there. Fix: add {names} to "
-            "--shared-fs-usage (the default is all), or use an executor that stages files."
-        )
-
-
-def check_context_rules(
-    rules: Iterable[Any], declarations: dict[str, ContextDeclaration], deployment: set[str]
-) -> None:
-    """Refuse rules that cannot run against a context, before any job is submitted."""
-    for rule in rules:
-        resource = _resource_of(rule, "context")
-        if resource is None:
-            continue
-        name = rule.name
-        label = f"context '{resource.value}'" if not resource.is_evaluable() else "a context"
-        if not resource.is_evaluable() and resource.value not in declarations:
-            known = ", ".join(sorted(declarations)) or "none"
-            raise ContextDeclarationError(
-                f"Rule '{name}' uses context '{resource.value}', which is not declared "
-                f"(declared: {known}). Fix: add declare_context(config, "
-                f'"{resource.value}", "module:function", ...) to the Snakefile, or '
-                f"correct the name (--set-resources {name}:context=<name>)."
-            )
-        kind = _rule_kind(rule)
-        if kind is not None:
-            raise ContextDeclarationError(
-                f"Rule '{name}' names {label} but uses {kind}; a context rule runs a "
-                "Python `script:` (.py) inside a context server. Fix: move the code into "
-                "a .py script, or remove `context=` from the rule's resources."
-            )
-        if rule.shadow_depth:
-            raise ContextDeclarationError(
-                f"Rule '{name}' names {label} and `shadow: \"{rule.shadow_depth}\"`; a "
-                "context job runs in the server's process, in the workflow directory, "
-                "not in a shadow directory. Fix: remove `shadow:` from the rule."
-            )
-        software = []
-        if "conda" in deployment and rule.conda_env:
-            software.append("conda:")
-        if "apptainer" in deployment and rule.container_img:
-            software.append("container:")
-        if "env-modules" in deployment and rule.env_modules:
-            software.append("envmodules:")
-        if software:
-            raise ContextDeclarationError(
-                f"Rule '{name}' names {label} and {' and '.join(software)} while "
-                "software deployment is on; a context job runs in the server's own Python "
-                "environment, which cannot switch per job. Fix: install what the script "
-                "needs in the servers' environment and drop the directive, or remove "
-                "`context=` from the rule."
-            )
-
-
-def _rule_kind(rule: Any) -> str | None:
-    if rule.is_shell:
-        return "`shell:`"
-    if rule.is_wrapper:
-        return "`wrapper:`"
-    if rule.is_notebook:
-        return "`notebook:`"
-    if rule.is_cwl:
-        return "`cwl:`"
-    if rule.is_template_engine:
-        return "`template_engine:`"
-    if rule.norun:
-        return "no action (no `script:`)"
-    if rule.is_run:
-        return "`run:`"
-    script = str(rule.script)
-    if not script.endswith(".py"):
-        return f"a non-Python script ({script})"
-    return None
-
-
-def _resource_of(rule: Any, name: str) -> Any:
-    """The rule's Resource called ``name``; None if the rule does not set it."""
-    resources = getattr(rule, "resources", None)
-    if resources is None or name not in resources:
-        return None
-    resource = resources[name]
-    if not resource.is_evaluable() and resource.value is None:
-        return None
-    return resource
-
-
-def _constant_resource(rule: Any, name: str) -> Any:
-    resource = _resource_of(rule, name)
-    if resource is None or resource.is_evaluable():
-        return None
-    return resource.value
-
-
-# ----------------------------------------------------------------------------------
 # Helpers.
-
-
-def _task_key(job: Any) -> str:
-    name = job.groupid if job.is_group() else job.rule.name
-    return f"{_safe(str(name))}-{job.jobid}-a{job.attempt}-{uuid.uuid4().hex[:8]}"
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
-
-
-def _title(job: Any) -> str:
-    if job.is_group():
-        return f"Group '{job.groupid}'"
-    wildcards = ", ".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
-    return f"Rule '{job.rule.name}'" + (f" ({wildcards})" if wildcards else "")
-
-
-def _rule_name(job: Any) -> str:
-    if job is None:
-        return ""
-    return f"group {job.groupid}" if job.is_group() else str(job.rule.name)
-
-
-def _wildcards(job: Any) -> dict[str, str]:
-    if job is None or job.is_group():
-        return {}
-    return {str(k): str(v) for k, v in job.wildcards_dict.items()}
 
 
 def _versions() -> dict[str, str]:
@@ -1154,22 +917,17 @@ def _versions() -> dict[str, str]:
         return {"plugin": __version__}
 
 
-def _priority(job: Any) -> int:
-    priority = getattr(job, "priority", 0) or 0
-    return int(max(-(10**9), min(10**9, priority)))
-
-
 def _explain_task_error(job: Any, error: BaseException | None) -> str:
     name = type(error).__name__ if error is not None else "unknown error"
     if name == "KilledWorker":
         return (
-            f"{_title(job)}: the servers that ran it died every time "
+            f"{title(job)}: the servers that ran it died every time "
             "(distributed.scheduler.allowed-failures reached): "
             f"{error}. A job that makes its server crash (out of memory, a segfault in "
             "a native library) fails here. Fix: look at the cluster log, give the "
             "rule more memory, or raise allowed-failures for preemptible servers."
         )
-    return f"{_title(job)}: the task failed in Dask: {name}: {error}"
+    return f"{title(job)}: the task failed in Dask: {name}: {error}"
 
 
 def _remove_outputs(outputs: Iterable[Any]) -> None:

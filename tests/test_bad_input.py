@@ -135,7 +135,7 @@ def test_conda_and_container_rules_are_refused(tmp_path, directive):
 
     from snakemake_executor_context.contexts import declarations_from_config
     from snakemake_executor_context.errors import ContextDeclarationError
-    from snakemake_executor_context.executor import check_context_rules
+    from snakemake_executor_context.rulecheck import check_context_rules
 
     value = '"env.yaml"' if directive == "conda" else '"docker://python:3.11"'
     for name, content in _files(
