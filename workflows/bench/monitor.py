@@ -68,19 +68,33 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+class TimedApp(MonitorApp):
+    """The monitor, noting when the frame after each view switch is rendered."""
+
+    rendered: list[float]
+
+    def action_show(self, tab: str) -> None:
+        super().action_show(tab)
+        self.call_after_refresh(lambda: self.rendered.append(time.perf_counter()))
+
+
 async def key_latency(path: Path, presses: int) -> tuple[list[float], list[float], int]:
-    app = MonitorApp(CatalogSource(path), interval=0.25)
+    """Switch views while the app polls every 250 ms: press to rendered frame."""
+    app = TimedApp(CatalogSource(path), interval=0.25)
+    app.rendered = []
     latencies: list[float] = []
     async with app.run_test(size=(120, 36)) as pilot:
-        while app.polls < 2:
+        while app.polls < 3:
             await asyncio.sleep(0.05)
         keys = "fcltp"
         for index in range(presses):
+            before = len(app.rendered)
             started = time.perf_counter()
             await pilot.press(keys[index % len(keys)])
-            await pilot.pause()
-            latencies.append(time.perf_counter() - started)
-            await asyncio.sleep(0.03)
+            while len(app.rendered) == before:
+                await asyncio.sleep(0.001)
+            latencies.append(app.rendered[-1] - started)
+            await asyncio.sleep(0.11)  # presses land at every phase of the polls
         polls = app.polls
     return latencies, app.apply_seconds, polls
 
@@ -92,11 +106,19 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=30)
     parser.add_argument("--presses", type=int, default=100)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        help="measure this catalog (one this script built) instead of building",
+    )
     args = parser.parse_args()
-    directory = Path(tempfile.mkdtemp(prefix="bench-monitor-"))
-    path = directory / "catalog.db"
-    print(f"building a catalog of {args.servers} servers and {args.jobs} jobs ...", flush=True)
-    build_seconds = build(path, args.servers, args.jobs)
+    if args.catalog:
+        path, build_seconds = args.catalog, 0.0
+    else:
+        path = Path(tempfile.mkdtemp(prefix="bench-monitor-")) / "catalog.db"
+        print(f"building a catalog of {args.servers} servers and {args.jobs} jobs ...", flush=True)
+        build_seconds = build(path, args.servers, args.jobs)
     source = CatalogSource(path)
     reads = []
     for _ in range(args.reads):
