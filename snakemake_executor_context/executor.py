@@ -385,8 +385,12 @@ class Executor(RemoteExecutor):
             self._waker.set()
 
     def _jobs_total(self) -> int | None:
+        # Local rules run in Snakemake's own process and targets like `all` run
+        # nothing: neither reaches the executor, so a run's progress counts the others.
         try:
-            return len(list(self.workflow.dag.needrun_jobs()))
+            return sum(
+                1 for job in self.workflow.dag.needrun_jobs() if not (job.is_local or job.is_norun)
+            )
         except Exception:
             return None
 

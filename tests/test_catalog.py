@@ -411,8 +411,13 @@ def test_a_lost_server_counts_the_jobs_it_ran_not_those_queued_behind(started, p
         plugin._publish(ev.JobStarted(key=key, address=address, run_id="r"))
     plugin.log_event(
         "all",
-        {"action": "remove-worker", "worker": address, "processing-tasks": processing},
+        {
+            "action": "remove-worker",
+            "worker": address,
+            "processing-tasks": processing,
+            "stimulus_id": "handle-worker-cleanup-1795953990.72",
+        },
     )
     (left,) = scheduler.left
     assert [job.key for job in left.lost_jobs()] == lost
-    assert left.reason == "lost"
+    assert left.reason == "lost (handle-worker-cleanup)"

@@ -200,6 +200,7 @@ def test_a_server_killed_mid_job_is_a_loss_and_its_job_still_completes(workflow,
     job0 = [job for job in jobs if job.wildcards == {"i": "0"}]
     assert sorted(job.outcome or "" for job in job0) == ["lost", "ok"]
     assert run.jobs_ok == 4 and run.jobs_failed == 0 and run.state == "finished"
+    assert run.jobs_total == 4  # `all` runs nothing and never reaches the executor
 
     text = _status("--catalog", str(catalog))
     assert text.returncode == 0, text.stderr

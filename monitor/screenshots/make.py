@@ -84,9 +84,7 @@ async def shoot(catalog: Path, out: Path) -> None:
         app = MonitorApp(CatalogSource(catalog), live=False)
         async with app.run_test(size=(100, 30)) as pilot:
             await pilot.pause()
-            await pilot.press(key)
-            if name == "throughput":
-                await pilot.press("w", "w", "w")  # the whole run
+            await pilot.press(key, "w", "w")  # 15 min -> 1 h -> all: rates over the whole run
             await pilot.pause()
             app.save_screenshot(str(out / f"{name}.svg"))
 

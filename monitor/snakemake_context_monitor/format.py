@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["ago", "bytes_", "clock", "duration", "rate"]
+__all__ = ["ago", "bytes_", "clock", "duration", "rate", "window_phrase"]
 
 
 def bytes_(value: float | None) -> str:
@@ -45,3 +45,8 @@ def ago(seconds: float) -> str:
     if seconds < 1:
         return "now"
     return f"{duration(seconds)} ago".replace(".0 s", " s")
+
+
+def window_phrase(window: str) -> str:
+    """A throughput window in a sentence: "the last 15 min", "the whole history"."""
+    return "the whole history" if window == "all" else f"the last {window}"

@@ -18,6 +18,7 @@ other Dask scheduler), it
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -123,7 +124,9 @@ class CatalogSchedulerPlugin(SchedulerPlugin):
         # simply placed again. Only a free slot can hold a start not yet reported.
         for key in unreported[: max(0, slots - len(running))]:
             lost.append(ev.LostJob(key=key).to_wire())
-        stimulus = str(msg.get("stimulus_id", ""))
+        # Dask's stimulus ids end in a timestamp ("handle-worker-cleanup-1795953990.72"):
+        # the cause without it reads better in a loss record.
+        stimulus = re.sub(r"-[0-9.]+$", "", str(msg.get("stimulus_id", "")))
         reason = ("closed" if expected else "lost") + (f" ({stimulus})" if stimulus else "")
         self._publish(ev.ServerLeft(address=address, reason=reason, expected=expected, lost=lost))
 

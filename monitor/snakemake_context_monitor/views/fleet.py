@@ -8,7 +8,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from ..data import Snapshot
-from ..format import bytes_, rate
+from ..format import bytes_, rate, window_phrase
 from ..tables import clip, setup_columns, sync_rows
 
 MODEL_COLUMNS = [
@@ -102,7 +102,7 @@ class FleetView(Vertical):
         models = len([r for r in snapshot.fleet if r.servers])
         self.query_one("#fleet-summary", Static).update(
             f"{len(snapshot.servers)} servers of {models} GPU model(s), {busy} of {slots} "
-            f"slots busy; throughput over the last {snapshot.window}. Enter: a server's page."
+            f"slots busy; throughput over {window_phrase(snapshot.window)}. Enter: a server's page."
         )
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:

@@ -7,7 +7,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Sparkline, Static
 
 from ..data import Snapshot
-from ..format import rate
+from ..format import rate, window_phrase
 from ..tables import clip, setup_columns, sync_rows
 
 COLUMNS = [
@@ -70,7 +70,7 @@ class ThroughputView(VerticalScroll):
             },
         )
         self.query_one("#throughput-summary", Static).update(
-            f"Window: last {snapshot.window} (w: change). Jobs per minute over time, "
+            f"Window: {window_phrase(snapshot.window)} (w: change). Jobs per minute over time, "
             "overall and per GPU model; the table covers the whole catalog."
         )
 
