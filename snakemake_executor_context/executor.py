@@ -127,6 +127,39 @@ class _Waker:
         self._event.clear()
 
 
+class AwaitedEvents:
+    """The jobs whose JobFinished event the catalog still waits for.
+
+    A server sends the event just before it returns the job's result, and the two
+    reach the executor by different routes (the scheduler's event topic, the task's
+    result), in either order: an event that comes first is remembered, so its job is
+    not awaited when its result follows. Callers hold the fleet view's lock.
+    """
+
+    def __init__(self) -> None:
+        self._expected: set[str] = set()
+        self._early: set[str] = set()
+
+    def expect(self, key: str) -> None:
+        """The job's result arrived: await its event unless it came first."""
+        if key in self._early:
+            self._early.discard(key)
+        else:
+            self._expected.add(key)
+
+    def arrived(self, key: str) -> None:
+        """The job's JobFinished event arrived."""
+        if key in self._expected:
+            self._expected.discard(key)
+        else:
+            self._early.add(key)
+
+    @property
+    def pending(self) -> int:
+        """How many results still wait for their event."""
+        return len(self._expected)
+
+
 class Executor(RemoteExecutor):
     """Runs Snakemake jobs on context servers (``snakemake --executor context``)."""
 
@@ -157,7 +190,7 @@ class Executor(RemoteExecutor):
         self._queue_lock = threading.RLock()
         self._seq = itertools.count()
         self._failures = 0
-        self._awaiting: set[str] = set()
+        self._awaiting = AwaitedEvents()
         self._quiet_dask()
         self.engine: Engine = self._start_engine()
         from .fleet import FleetView
@@ -367,8 +400,8 @@ class Executor(RemoteExecutor):
         with self.view.lock:
             for item in decoded:
                 mine = getattr(item, "run_id", None) == self.run_id
-                if isinstance(item, ev.JobFinished) and mine:
-                    self._awaiting.discard(item.key)
+                if isinstance(item, ev.JobFinished) and mine and self._sink is not None:
+                    self._awaiting.arrived(item.key)
                 if mine and isinstance(
                     item, (ev.JobDispatched, ev.JobReported, ev.RunStarted, ev.RunFinished)
                 ):
@@ -739,7 +772,7 @@ class Executor(RemoteExecutor):
                 load_seconds=result.load_seconds,
             )
             if self._sink is not None:
-                self._awaiting.add(tracked.key)
+                self._awaiting.expect(tracked.key)
 
     def _report(self, info: SubmittedJobInfo, tracked: _Tracked) -> None:
         future = tracked.future
@@ -855,7 +888,7 @@ class Executor(RemoteExecutor):
         from .catalog.events import TOPIC, RunFinished
 
         deadline = time.monotonic() + LAST_EVENTS_SECONDS
-        while self._awaiting and time.monotonic() < deadline and not self.engine.closed:
+        while self._awaiting.pending and time.monotonic() < deadline and not self.engine.closed:
             time.sleep(0.05)
         self._emit(RunFinished(run_id=self.run_id, ok=self._failures == 0))
         try:

@@ -309,3 +309,17 @@ def _mean(seconds: float):
     mean = Mean()
     mean.add(seconds)
     return mean
+
+
+def test_a_finished_event_that_beats_its_result_is_not_awaited():
+    from snakemake_executor_context.executor import AwaitedEvents
+
+    awaited = AwaitedEvents()
+    awaited.arrived("a")  # the event first (the usual order)
+    awaited.expect("a")
+    awaited.expect("b")  # the result first
+    assert awaited.pending == 1
+    awaited.arrived("b")
+    assert awaited.pending == 0
+    awaited.expect("c")  # its event never came: the run waits for it, briefly
+    assert awaited.pending == 1
