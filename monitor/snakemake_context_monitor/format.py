@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["ago", "bytes_", "clock", "duration", "rate", "window_phrase"]
+__all__ = ["ago", "bytes_", "cache_cell", "clock", "duration", "rate", "window_phrase"]
 
 
 def bytes_(value: float | None) -> str:
@@ -50,3 +50,8 @@ def ago(seconds: float) -> str:
 def window_phrase(window: str) -> str:
     """A throughput window in a sentence: "the last 15 min", "the whole history"."""
     return "the whole history" if window == "all" else f"the last {window}"
+
+
+def cache_cell(from_cache: bool | None) -> str:
+    """Whether a load came from the local cache: "hit", "miss", or "-" (no probe)."""
+    return "-" if from_cache is None else ("hit" if from_cache else "miss")

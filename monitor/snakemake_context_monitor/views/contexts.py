@@ -7,7 +7,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from ..data import Snapshot
-from ..format import bytes_, rate
+from ..format import bytes_, cache_cell, rate
 from ..tables import clip, setup_columns, sync_rows
 
 COLUMNS = [
@@ -36,13 +36,12 @@ class ContextsView(Vertical):
         """Update from a poll."""
         rows = {}
         for p in snapshot.placements:
-            cache = "-" if p.from_cache is None else ("hit" if p.from_cache else "miss")
             rows[f"{p.identity}@{p.address}"] = (
                 clip(p.context, 12),
                 clip(p.server, 10),
                 p.state,
                 rate(p.load_seconds),
-                cache,
+                cache_cell(p.from_cache),
                 str(p.loads),
                 str(p.evictions),
                 str(p.jobs_warm),

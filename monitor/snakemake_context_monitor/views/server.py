@@ -8,7 +8,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from ..data import Snapshot
-from ..format import bytes_, clock, duration, rate
+from ..format import bytes_, cache_cell, clock, duration, rate
 from ..tables import clip, setup_columns, sync_rows
 
 CONTEXT_COLUMNS = [
@@ -75,7 +75,7 @@ class ServerScreen(Screen[None]):
                     clip(p.context, 14),
                     p.state,
                     rate(p.load_seconds),
-                    "-" if p.from_cache is None else ("hit" if p.from_cache else "miss"),
+                    cache_cell(p.from_cache),
                     str(p.loads),
                     str(p.evictions),
                     str(p.jobs_warm),
