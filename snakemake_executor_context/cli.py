@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from .defaults import (
+    DEFAULT_CATALOG,
+    DEFAULT_MEMORY_BUDGET,
+    DEFAULT_SCHEDULER_FILE,
+    catalog_disabled,
+)
 from .errors import ContextExecutorError
 
-__all__ = ["DEFAULT_SCHEDULER_FILE", "main"]
-
-DEFAULT_SCHEDULER_FILE = Path(
-    os.environ.get("SNAKEMAKE_CONTEXT_SCHEDULER_FILE", "~/.snakemake-context/scheduler.json")
-).expanduser()
+__all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--memory-budget",
-        default="0.8",
+        default=DEFAULT_MEMORY_BUDGET,
         help="memory a server may fill with contexts: a fraction or a size",
     )
     up.add_argument(
@@ -130,7 +131,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _monitor(args: argparse.Namespace) -> int:
-    from .executor import DEFAULT_CATALOG
 
     catalog = args.catalog
     if catalog is None:
@@ -149,7 +149,7 @@ def _monitor(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from .cluster import LocalClusterProcess
+    from .cluster.process import LocalClusterProcess
 
     running = LocalClusterProcess.find(args.scheduler_file)
     if running is not None:
@@ -159,10 +159,10 @@ def _up(args: argparse.Namespace) -> int:
             f"(scheduler file {running.files.scheduler_file})."
         )
         return 0
-    from .cluster import ClusterFiles
+    from .cluster.files import ClusterFiles
 
     catalog = args.catalog or str(ClusterFiles(args.scheduler_file.resolve()).catalog_file)
-    if catalog.strip().lower() in ("none", "off"):
+    if catalog_disabled(catalog):
         catalog = None
     else:
         from .catalog.store import open_store
@@ -195,7 +195,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from .cluster import LocalClusterProcess
+    from .cluster.process import LocalClusterProcess
 
     local = LocalClusterProcess.find(args.scheduler_file)
     if local is None:
@@ -251,32 +251,33 @@ def _status(args: argparse.Namespace) -> int:
 def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None]:
     """The running cluster's inventories and the catalog it writes (None, None when
     no cluster runs)."""
-    from .cluster import Engine
+    from .cluster.connection import ClusterConnection
 
     if not Path(scheduler_file).exists():
         return None, None
     try:
-        engine = Engine.attach(address=None, scheduler_file=scheduler_file, timeout=10)
+        connection = ClusterConnection.attach(
+            address=None, scheduler_file=scheduler_file, timeout=10
+        )
     except ContextExecutorError:
         return None, None
     try:
-        inventories = engine.inventories()
+        inventories = connection.inventories()
         catalog = None
         try:
-            from .catalog.plugin import fleet_snapshot
+            from .cluster.hub import fleet_snapshot
 
-            snapshot = engine.client.run_on_scheduler(fleet_snapshot)
+            snapshot = connection.client.run_on_scheduler(fleet_snapshot)
             catalog = ((snapshot or {}).get("catalog") or {}).get("requested")
-        except Exception:
-            pass
+        except Exception as error:  # a hub of another version: no catalog to name
+            print(f"snakemake-context: the cluster names no catalog ({error!r})", file=sys.stderr)
     finally:
-        engine.client.close()
+        connection.client.close()
     return inventories, catalog
 
 
 def _default_catalog(scheduler_file: Path) -> str | None:
-    from .cluster import ClusterFiles
-    from .executor import DEFAULT_CATALOG
+    from .cluster.files import ClusterFiles
 
     for candidate in (ClusterFiles(Path(scheduler_file)).catalog_file, DEFAULT_CATALOG.absolute()):
         if candidate.exists():

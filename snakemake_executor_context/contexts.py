@@ -32,21 +32,18 @@ Snakemake spawns: it imports nothing beyond the standard library at import time.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import json
 import os
 import sys
-import sysconfig
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import ContextDeclarationError, ContextLoadError
+from .errors import ContextDeclarationError
+from .loaders import declaration_identity, import_loader
 
 __all__ = [
     "CONFIG_KEY",
@@ -101,11 +98,6 @@ class ContextDeclaration:
             loader_path=data.get("loader_path"),
         )
 
-    @property
-    def label(self) -> str:
-        """A short human label: the name and the start of the identity."""
-        return f"{self.name} [{self.identity[:10]}]"
-
 
 def declare_context(
     config: dict[str, Any], name: str, loader: str, /, **kwargs: Any
@@ -145,22 +137,12 @@ def make_declaration(
     name: str, loader: str, kwargs: Mapping[str, Any], basedir: str | os.PathLike[str]
 ) -> ContextDeclaration:
     """Build a declaration without touching any config (see :func:`declare_context`)."""
-    module, function, path = _parse_loader_spec(name, loader, Path(basedir))
-    canonical = _canonical_kwargs(name, kwargs)
-    fingerprint = _file_fingerprint(path) if path else _module_fingerprint(name, module)
-    digest = hashlib.sha256()
-    for part in (
-        loader if path is None else f"{Path(loader).name}:{function}",
-        canonical,
-        fingerprint,
-    ):
-        digest.update(part.encode())
-        digest.update(b"\0")
+    identity, canonical, path = declaration_identity(name, loader, kwargs, Path(basedir))
     return ContextDeclaration(
         name=name,
         loader=loader,
         kwargs=json.loads(canonical),
-        identity=digest.hexdigest(),
+        identity=identity,
         loader_path=str(path) if path else None,
     )
 
@@ -239,13 +221,18 @@ def resolve_declaration(config: Mapping[str, Any], name: Any, *, rule: str) -> C
         )
     declared = (config or {}).get(CONFIG_KEY) or {}
     if name not in declared:
-        known = ", ".join(sorted(declared)) or "none"
-        raise ContextDeclarationError(
-            f"Rule '{rule}' uses context '{name}', which is not declared "
-            f'(declared: {known}). Fix: add declare_context(config, "{name}", '
-            '"module:function", ...) to the Snakefile, or correct the name.'
-        )
+        raise undeclared(rule, name, declared)
     return ContextDeclaration.from_config(name, declared[name])
+
+
+def undeclared(rule: str, name: object, declared: Iterable[str]) -> ContextDeclarationError:
+    """The error for a rule that names a context no ``declare_context`` made."""
+    known = ", ".join(sorted(declared)) or "none"
+    return ContextDeclarationError(
+        f"Rule '{rule}' uses context '{name}', which is not declared (declared: {known}). "
+        f'Fix: add declare_context(config, "{name}", "module:function", ...) to the '
+        f"Snakefile, or correct the name (--set-resources {rule}:context=<name>)."
+    )
 
 
 def report_items(n: int) -> None:
@@ -303,15 +290,12 @@ def current_job() -> JobHooks | None:
     return hooks if hooks is not None else _process_job
 
 
-def set_current_job(hooks: JobHooks | None, *, single: bool = True) -> None:
-    """Install (or clear) the hooks of the job running in this thread.
-
-    With ``single`` the hooks are also seen from threads the job starts itself.
-    """
+def set_current_job(hooks: JobHooks | None) -> None:
+    """Install (or clear) the hooks of the job running in this thread; threads the
+    job starts itself see them too (a server runs one job at a time)."""
     global _process_job
     _state.job = hooks
-    if single:
-        _process_job = hooks
+    _process_job = hooks
 
 
 def call_loader(declaration: ContextDeclaration, record: LoadRecord) -> Any:
@@ -322,44 +306,6 @@ def call_loader(declaration: ContextDeclaration, record: LoadRecord) -> Any:
         return function(**declaration.kwargs)
     finally:
         _state.load = None
-
-
-def import_loader(declaration: ContextDeclaration) -> Callable[..., Any]:
-    """Import a declaration's loader function; a clear error if that fails."""
-    spec, _, function_name = declaration.loader.rpartition(":")
-    where = f"on host {os.uname().nodename} (pid {os.getpid()})"
-    try:
-        if declaration.loader_path:
-            module = _import_file(declaration.loader_path)
-        else:
-            module = importlib.import_module(spec)
-    except Exception as error:
-        fix = (
-            "make the file readable from the servers (a shared filesystem)"
-            if declaration.loader_path
-            else "install the package in the servers' Python environment, or use a "
-            "file loader 'path/to/file.py:function'"
-        )
-        raise ContextLoadError(
-            f"Context '{declaration.name}': loader '{declaration.loader}' could not be "
-            f"imported {where}: {type(error).__name__}: {error}. Fix: {fix}."
-        ) from error
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise ContextLoadError(
-            f"Context '{declaration.name}': loader '{declaration.loader}' names "
-            f"'{function_name}', which {module.__name__} does not define as a function. "
-            "Fix: correct the part after ':'."
-        )
-    return function
-
-
-def cache_probe(declaration: ContextDeclaration) -> bool | None:
-    """Ask the loader's cache probe whether the weights are on local disk (None: no probe)."""
-    probe = getattr(import_loader(declaration), "cache_probe", None)
-    if probe is None:
-        return None
-    return bool(probe(**declaration.kwargs))
 
 
 # --------------------------------------------------------------------------------------
@@ -381,115 +327,3 @@ def _caller_basedir() -> Path:
     if filename and os.path.isfile(filename):
         return Path(filename).resolve().parent
     return Path.cwd()
-
-
-def _parse_loader_spec(name: str, spec: str, basedir: Path) -> tuple[str, str, Path | None]:
-    if not isinstance(spec, str) or spec.count(":") < 1:
-        raise ContextDeclarationError(
-            f"Context '{name}': loader {spec!r} is not of the form "
-            "'package.module:function' or 'path/to/file.py:function'."
-        )
-    target, _, function = spec.rpartition(":")
-    if not function.isidentifier() or not target:
-        raise ContextDeclarationError(
-            f"Context '{name}': loader {spec!r} must end in ':function_name'."
-        )
-    if target.endswith(".py") or "/" in target or os.sep in target:
-        path = Path(target)
-        if not path.is_absolute():
-            path = basedir / path
-        path = path.resolve()
-        if not path.is_file():
-            raise ContextDeclarationError(
-                f"Context '{name}': loader file {path} does not exist. Fix: give its "
-                "path relative to the Snakefile that declares the context."
-            )
-        return target, function, path
-    if not all(part.isidentifier() for part in target.split(".")):
-        raise ContextDeclarationError(
-            f"Context '{name}': loader {spec!r} is not a module path or a .py file."
-        )
-    return target, function, None
-
-
-def _canonical_kwargs(name: str, kwargs: Mapping[str, Any]) -> str:
-    def plain(value: Any) -> Any:
-        if isinstance(value, os.PathLike):
-            return os.fspath(value)
-        if isinstance(value, Mapping):
-            return {str(k): plain(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
-        return value
-
-    try:
-        return json.dumps(
-            plain(dict(kwargs)), sort_keys=True, separators=(",", ":"), allow_nan=False
-        )
-    except (TypeError, ValueError) as error:
-        raise ContextDeclarationError(
-            f"Context '{name}': its keyword arguments must be JSON values (str, int, "
-            f"float, bool, None, lists, dicts): {error}. Fix: pass plain values, and "
-            "build objects inside the loader."
-        ) from error
-
-
-def _file_fingerprint(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _module_fingerprint(name: str, module: str) -> str:
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError) as error:
-        spec = None
-        reason = f"{type(error).__name__}: {error}"
-    else:
-        reason = "not found on sys.path"
-    if spec is None:
-        raise ContextDeclarationError(
-            f"Context '{name}': loader module '{module}' cannot be imported here "
-            f"({reason}). Fix: install the package, or use a file loader "
-            "'path/to/file.py:function'."
-        )
-    origin = spec.origin
-    if origin and os.path.isfile(origin):
-        site_dirs = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
-        if any(origin.startswith(site + os.sep) for site in site_dirs):
-            version = _distribution_version(module.partition(".")[0])
-            if version:
-                return f"dist:{version}"
-        return _file_fingerprint(Path(origin))
-    return f"module:{module}"
-
-
-def _distribution_version(top_level: str) -> str | None:
-    from importlib import metadata
-
-    for dist_name in metadata.packages_distributions().get(top_level, []):
-        try:
-            return f"{dist_name}=={metadata.version(dist_name)}"
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _import_file(path: str) -> Any:
-    # Keyed by path and content: an edited loader file is imported anew, as its
-    # changed identity asks for.
-    digest = hashlib.sha256(path.encode() + b"\0" + Path(path).read_bytes()).hexdigest()
-    module_name = "_snakemake_context_loader_" + digest[:16]
-    module = sys.modules.get(module_name)
-    if module is not None:
-        return module
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    return module

@@ -11,7 +11,7 @@ message names what is wrong (rule, context, server), and the fix.
     ├── ContextLoadError          a loader could not be imported or raised while loading
     ├── ClusterError              the engine could not be started, reached or trusted
     │   └── VersionSkewError      client and servers run different versions
-    ├── NoServerError             no server of the fleet can run a job
+    ├── NoServerError             no server of the fleet can run a job (the job fails)
     └── JobCancelled              a running job was stopped on request (Ctrl-C, cancel)
 """
 

@@ -1,4 +1,6 @@
-"""What travels between the executor and a server: job specs and job results.
+"""What travels between the executor and a server: job specs and job results, and
+how a job's declared outputs are removed (by the server before a job runs, by either
+side when a job is cancelled).
 
 Plain data only (dataclasses of strings, numbers and bytes), so that the same
 objects pickle between processes and hosts, and tests can build them by hand.
@@ -6,12 +8,23 @@ objects pickle between processes and hosts, and tests can build them by hand.
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .contexts import ContextDeclaration
 
-__all__ = ["ContextJobSpec", "JobResult", "OutputSpec", "PlainJobSpec", "ServerIdentity"]
+__all__ = [
+    "ContextJobSpec",
+    "JobResult",
+    "OutputSpec",
+    "PlainJobSpec",
+    "ServerIdentity",
+    "remove_outputs",
+    "remove_path",
+]
 
 
 @dataclass(frozen=True)
@@ -112,3 +125,28 @@ class JobResult:
     items: int = 0
     cancelled: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def remove_path(path: str, *, is_directory: bool = False) -> None:
+    """Remove one output or log file; a ``directory()`` output with its contents. A
+    plain output that is a directory is removed only if empty (Snakemake does the
+    same), and ``/dev/null`` never."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        if is_directory:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.removedirs(path)
+            except OSError:
+                pass
+    elif os.path.lexists(path) and path != os.devnull:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def remove_outputs(outputs: Iterable[OutputSpec]) -> None:
+    """Remove a job's declared outputs (see :func:`remove_path`)."""
+    for out in outputs:
+        remove_path(out.path, is_directory=out.is_directory)

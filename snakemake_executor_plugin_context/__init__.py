@@ -5,7 +5,7 @@ named ``snakemake_executor_plugin_<name>``; this one only re-exports. The code l
 in :mod:`snakemake_executor_context`.
 """
 
-from snakemake_executor_context.executor import Executor
-from snakemake_executor_context.settings import ExecutorSettings, common_settings
+from snakemake_executor_context.executor.adapter import Executor
+from snakemake_executor_context.executor.settings import ExecutorSettings, common_settings
 
 __all__ = ["Executor", "ExecutorSettings", "common_settings"]

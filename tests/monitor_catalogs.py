@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from snakemake_executor_context.catalog import events
-from snakemake_executor_context.catalog.builder import EPOCH, CatalogBuilder
+from snakemake_executor_context.fleet import events
+from tests.catalog_builder import EPOCH, CatalogBuilder
 
 #: The monitor's fixed clock in tests: a little after the demo catalog's last event.
 DEMO_NOW = EPOCH + 230.0

@@ -135,7 +135,7 @@ def test_conda_and_container_rules_are_refused(tmp_path, directive):
 
     from snakemake_executor_context.contexts import declarations_from_config
     from snakemake_executor_context.errors import ContextDeclarationError
-    from snakemake_executor_context.rulecheck import check_context_rules
+    from snakemake_executor_context.executor.rulecheck import check_context_rules
 
     value = '"env.yaml"' if directive == "conda" else '"docker://python:3.11"'
     for name, content in _files(
@@ -276,7 +276,8 @@ def test_version_skew_is_refused(make_workflow, tmp_path):
     """A worker whose plugin reports another version (patched by a preload)."""
     preload = tmp_path / "skew_preload.py"
     preload.write_text(
-        "import snakemake_executor_context.server as server\nserver.__version__ = '0.0.0+skew'\n"
+        "import snakemake_executor_context.server.plugin as server\n"
+        "server.__version__ = '0.0.0+skew'\n"
     )
     with plain_dask_cluster(tmp_path, "--preload", str(preload)) as scheduler:
         workdir = make_workflow(

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_context.catalog import events as ev
 from snakemake_executor_context.catalog import queries, store, writer
-from snakemake_executor_context.catalog.builder import CatalogBuilder
 from snakemake_executor_context.catalog.models import SCHEMA_VERSION, Meta
 from snakemake_executor_context.catalog.store import (
     CatalogError,
@@ -24,6 +22,8 @@ from snakemake_executor_context.catalog.store import (
     open_store,
 )
 from snakemake_executor_context.catalog.writer import CatalogWriter
+from snakemake_executor_context.fleet import events as ev
+from tests.catalog_builder import CatalogBuilder
 
 MODEL = "m" * 64
 
@@ -151,7 +151,8 @@ def test_a_locked_catalog_warns_once_and_the_writer_catches_up(tmp_path, monkeyp
     blocker.rollback()
     blocker.close()
     for i in range(5, 8):
-        catalog.submit_all(_job_events("r", i))
+        for event in _job_events("r", i):
+            catalog.submit(event)
     deadline = time.monotonic() + 60
     while catalog.written < 1 + 8 * 4 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -223,7 +224,8 @@ def test_catalog_on_a_network_filesystem_is_a_published_snapshot(
     live = CatalogWriter(catalog, warn=warnings)
     live.submit(ev.RunStarted(run_id="r1"))
     for i in range(3):
-        live.submit_all(_job_events("r1", i))
+        for event in _job_events("r1", i):
+            live.submit(event)
     deadline = time.monotonic() + 60
     while not requested.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -242,7 +244,8 @@ def test_catalog_on_a_network_filesystem_is_a_published_snapshot(
     for suffix in ("-wal", "-shm"):
         Path(f"{location.path}{suffix}").unlink(missing_ok=True)
     again = CatalogWriter(open_store(requested), warn=warnings)
-    again.submit_all(_job_events("r2", 9))
+    for event in _job_events("r2", 9):
+        again.submit(event)
     again.close()
     with open_reader(requested).session() as session:
         assert queries.counts(session).attempts == 4
@@ -393,17 +396,17 @@ class _RecordingScheduler:
     ("started", "processing", "lost"),
     [
         # Running job known; the second key was queued behind it (prefetch).
-        (["use-0-a1-aa"], ["use-0-a1-aa", "use-2-a1-bb"], ["use-0-a1-aa"]),
+        (["use-0-a1-aa.1"], ["use-0-a1-aa.1", "use-2-a1-bb.1"], ["use-0-a1-aa.1"]),
         # Its start had not reached the view yet: one slot, so one job was hit.
-        ([], ["use-0-a1-aa", "use-2-a1-bb"], ["use-0-a1-aa"]),
+        ([], ["use-0-a1-aa.1", "use-2-a1-bb.1"], ["use-0-a1-aa.1"]),
         # Nothing there: a clean departure with no loss.
         ([], [], []),
     ],
 )
 def test_a_lost_server_counts_the_jobs_it_ran_not_those_queued_behind(started, processing, lost):
-    from snakemake_executor_context.catalog.plugin import CatalogSchedulerPlugin
+    from snakemake_executor_context.cluster.hub import FleetHub
 
-    plugin = CatalogSchedulerPlugin()
+    plugin = FleetHub()
     plugin.scheduler = scheduler = _RecordingScheduler(plugin)
     address = "tcp://127.0.0.1:1"
     plugin._publish(ev.ServerJoined(address=address, name="cpu0", host="127.0.0.1", slots=1))

@@ -14,11 +14,11 @@ from snakemake_executor_context import (
     load_context,
 )
 from snakemake_executor_context.contexts import (
-    cache_probe,
     declarations_from_config,
     make_declaration,
     resolve_declaration,
 )
+from snakemake_executor_context.loaders import cache_probe
 
 LOADER = "def load(size, name='x'):\n    return {'size': size, 'name': name}\n"
 

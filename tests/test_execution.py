@@ -16,7 +16,7 @@ def _cluster_processes() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if "snakemake_executor_context.cluster serve" in cmdline:
+        if "snakemake_executor_context.cluster.serve serve" in cmdline:
             found.append(proc)
     return found
 
@@ -49,6 +49,63 @@ def test_group_of_context_rule_and_shell_rule(make_workflow):
     assert (workdir / "b.txt").read_text() == "5+shell"
     assert "Group 'g' runs as one subprocess: its context rule(s) a load" in run.output
     assert run.output.count("runs as one subprocess") == 1
+
+
+def test_group_with_an_integer_name(make_workflow):
+    """`group: 0` (common in real Snakefiles) once crashed the run: the group id
+    went into the log path as an int."""
+    workdir = make_workflow(
+        {
+            "Snakefile": textwrap.dedent("""
+            rule all:
+                input: "b.txt"
+
+            rule a:
+                output: "a.txt"
+                group: 0
+                shell: "echo a > {output}"
+
+            rule b:
+                input: "a.txt"
+                output: "b.txt"
+                group: 0
+                shell: "cat {input} > {output}; echo b >> {output}"
+        """),
+        }
+    )
+    context_run(workdir).check()
+    assert (workdir / "b.txt").read_text() == "a\nb\n"
+    assert list((workdir / ".snakemake/context/logs/0").glob("job.*.log"))
+
+
+def test_a_group_no_server_can_run_gets_the_unrunnable_message(make_workflow):
+    """Once an AttributeError in the status thread ('GroupJob' has no 'rule')."""
+    workdir = make_workflow(
+        {
+            "Snakefile": textwrap.dedent("""
+            rule all:
+                input: "b.txt"
+
+            rule a:
+                output: "a.txt"
+                group: 0
+                resources: gpu=2
+                shell: "echo a > {output}"
+
+            rule b:
+                input: "a.txt"
+                output: "b.txt"
+                group: 0
+                shell: "cat {input} > {output}"
+        """),
+        }
+    )
+    run = context_run(workdir, "--context-servers", "1")
+    assert run.returncode != 0
+    assert "No context server can run group '0': gpu=2 but the servers have at most 1" in (
+        run.output
+    ), run.output
+    assert "AttributeError" not in run.output
 
 
 def test_dry_run_and_touch_start_no_cluster(make_workflow):

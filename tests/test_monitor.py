@@ -22,8 +22,8 @@ from snakemake_context_monitor.views.help import HelpScreen
 from snakemake_context_monitor.views.server import ServerScreen
 from textual.widgets import DataTable, Sparkline, Static, TabbedContent
 
-from snakemake_executor_context.catalog.builder import EPOCH, CatalogBuilder
 from snakemake_executor_context.catalog.store import open_store
+from tests.catalog_builder import EPOCH, CatalogBuilder
 
 from .monitor_catalogs import DEMO_NOW, demo_catalog
 
@@ -371,7 +371,7 @@ def test_snapshot(snap_compare, tmp_path, monkeypatch, size, keys):
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from snakemake_executor_context.catalog.builder import CatalogBuilder
+    from tests.catalog_builder import CatalogBuilder
 
     path, seconds = sys.argv[1], float(sys.argv[2])
     with CatalogBuilder(path, start=time.time()) as b:

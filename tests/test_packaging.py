@@ -45,7 +45,7 @@ def test_snakemake_finds_the_plugin_and_lists_its_settings():
 def test_every_setting_has_help_and_a_default():
     from dataclasses import MISSING, fields
 
-    from snakemake_executor_context.settings import ExecutorSettings
+    from snakemake_executor_context.executor.settings import ExecutorSettings
 
     for field in fields(ExecutorSettings):
         assert field.metadata.get("help"), field.name

@@ -4,24 +4,32 @@ from __future__ import annotations
 
 import pytest
 
-from snakemake_executor_context.cluster import plan_servers
-from snakemake_executor_context.gpus import (
-    GpuInfo,
-    _visible,
-    gpu_model_matches,
-    gpu_model_tokens,
-    normalize_gpu_model,
-)
-from snakemake_executor_context.placement import (
+from snakemake_executor_context.cluster.plan import plan_servers
+from snakemake_executor_context.fleet.gpus import GpuInfo, gpu_model_tokens, normalize_gpu_model
+from snakemake_executor_context.fleet.resources import (
     Requirements,
-    ServerView,
+    covers,
     explain_unrunnable,
     job_resources,
     requirements_from,
-    runnable_on,
     server_resources,
 )
-from snakemake_executor_context.server import resolve_budget
+from snakemake_executor_context.fleet.state import ServerState
+from snakemake_executor_context.server.cache import resolve_budget
+from snakemake_executor_context.server.nvml import _visible
+
+
+def gpu_model_matches(requested: str, gpu_name: str) -> bool:
+    """Whether a rule asking for ``gpu_model=requested`` runs on a server with that
+    GPU: the one can-run check, on the resources both sides advertise."""
+    gpu = GpuInfo(index=0, uuid="GPU-x", name=gpu_name, memory_bytes=1)
+    wanted = job_resources(Requirements(gpu_model=requested))
+    return covers(server_resources(1, [gpu]), wanted)
+
+
+def runnable_on(req: Requirements, servers: list[ServerState]) -> list[ServerState]:
+    return [s for s in servers if covers(s.resources, job_resources(req))]
+
 
 # Names as NVML reports them on real machines.
 NVML_NAMES = {
@@ -128,7 +136,7 @@ class FakeNvml:
 def test_nvml_discovery_lists_mig_devices_and_finds_them_by_uuid(monkeypatch):
     import sys
 
-    from snakemake_executor_context.gpus import discover_gpus, gpu_by_uuid
+    from snakemake_executor_context.server.nvml import discover_gpus, gpu_by_uuid
 
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -155,7 +163,7 @@ def test_nvml_discovery_lists_mig_devices_and_finds_them_by_uuid(monkeypatch):
 def test_no_nvml_means_no_gpus(monkeypatch):
     import sys
 
-    from snakemake_executor_context.gpus import discover_gpus
+    from snakemake_executor_context.server.nvml import discover_gpus
 
     class Broken(FakeNvml):
         def nvmlInit(self):
@@ -202,7 +210,9 @@ def test_plan_cpu_servers_stand_in_for_gpus():
 
 
 def _server(name, gpus=(), stand_in=0, memory=12_000_000_000):
-    return ServerView(name, f"tcp://{name}", server_resources(memory, gpus, stand_in_gpus=stand_in))
+    return ServerState(
+        f"tcp://{name}", name=name, resources=server_resources(memory, gpus, stand_in_gpus=stand_in)
+    )
 
 
 def test_requirements_from_snakemake_resources():
@@ -234,12 +244,16 @@ def test_runnable_on_matches_gpu_model_count_and_memory():
 
 def test_unrunnable_message_names_rule_resource_servers_and_fix():
     fleet = [_server("cpu0", stand_in=1), _server("cpu1", stand_in=1)]
-    message = explain_unrunnable("score", Requirements(gpu=1, gpu_model="h100"), fleet, waited=0)
+    message = explain_unrunnable(
+        "rule 'score'", Requirements(gpu=1, gpu_model="h100"), fleet, waited=0
+    )
     assert message.startswith("No context server can run rule 'score': gpu_model='h100'")
     assert "Servers seen: cpu0 (gpu=1, mem_mb=12000); cpu1" in message
     assert "--set-resources score:" in message
-    assert "after waiting 30 s" in explain_unrunnable("r", Requirements(gpu=2), fleet, waited=30)
-    assert "no servers at all" in explain_unrunnable("r", Requirements(gpu=1), [], waited=0)
+    assert "after waiting 30 s" in explain_unrunnable(
+        "rule 'r'", Requirements(gpu=2), fleet, waited=30
+    )
+    assert "no servers at all" in explain_unrunnable("rule 'r'", Requirements(gpu=1), [], waited=0)
 
 
 def test_memory_budget():

@@ -3,16 +3,15 @@ events (no cluster, no database)."""
 
 from __future__ import annotations
 
-from snakemake_executor_context.catalog import events as ev
-from snakemake_executor_context.fleet import FleetView
-from snakemake_executor_context.placement import (
-    Requirements,
+from snakemake_executor_context.fleet import events as ev
+from snakemake_executor_context.fleet.placement import (
     choose_server,
     expected_wait,
-    job_resources,
     load_cost,
     victims,
 )
+from snakemake_executor_context.fleet.resources import Requirements, job_resources
+from snakemake_executor_context.fleet.state import FleetState
 
 GPU1 = job_resources(Requirements(gpu=1))
 
@@ -25,9 +24,9 @@ def choose(*args, **kwargs):
 A, B = "a" * 64, "b" * 64
 
 
-def _fleet(models=("h200", "h200", "h200", "h200"), warm=(0, 1), budget=None) -> FleetView:
+def _fleet(models=("h200", "h200", "h200", "h200"), warm=(0, 1), budget=None) -> FleetState:
     """Servers s0.. of the given GPU models; those in ``warm`` hold context A."""
-    view = FleetView()
+    view = FleetState()
     for i, model in enumerate(models):
         server = view.add_server(
             f"tcp://s{i}",
@@ -41,7 +40,7 @@ def _fleet(models=("h200", "h200", "h200", "h200"), warm=(0, 1), budget=None) ->
     return view
 
 
-def _place(view: FleetView, identity=A, **kwargs):
+def _place(view: FleetState, identity=A, **kwargs):
     decision = choose(view, GPU1, identity, **kwargs)
     if decision.address is not None:
         view.dispatched(f"job-{len(view._where)}", decision.address, identity, at=2.0)
@@ -52,16 +51,16 @@ def test_warm_servers_take_the_context_jobs_while_they_have_free_slots():
     view = _fleet()
     first, second = _place(view), _place(view)
     assert {first.address, second.address} == {"tcp://s0", "tcp://s1"}
-    assert first.rule == second.rule == "warm"
+    assert first.step == second.step == "warm"
     # Both warm slots busy, the cold servers idle, but A never measured and no job
     # of it running yet: nothing shows a load would beat waiting, so it waits.
     third = _place(view)
-    assert (third.address, third.rule) == (None, "wait")
+    assert (third.address, third.step) == (None, "unmeasured")
     # Once measured, the wait-or-load rule decides.
     view.measure.add_job(A, "h200", 4.0)
     view.measure.add_load(A, "h200", "tcp://s0", 1.0)
     third = _place(view)
-    assert third.rule == "load" and third.address in {"tcp://s2", "tcp://s3"}
+    assert third.step == "load" and third.address in {"tcp://s2", "tcp://s3"}
 
 
 def test_a_freed_warm_slot_is_taken_again():
@@ -69,7 +68,8 @@ def test_a_freed_warm_slot_is_taken_again():
     key = "job-x"
     view.dispatched(key, "tcp://s0", A, at=2.0)
     assert choose(view, GPU1, A).address == "tcp://s1"
-    view.finished(key, "tcp://s0", identity=A, started=2.0, reused=[A])
+    view.release(key)
+    view.learn("tcp://s0", identity=A, started=2.0, reused=[A])
     view.dispatched("job-y", "tcp://s1", A, at=3.0)
     assert choose(view, GPU1, A).address == "tcp://s0"
 
@@ -80,22 +80,22 @@ def test_unmeasured_times_are_bounded_by_what_runs():
     view.measure.add_load(A, "h200", "tcp://s0", 0.5)  # its load was quick
     view.apply(ev.JobStarted(at=100.0, key="first", address="tcp://s0", context=A))
     # Just started: no job time shown yet.
-    assert choose(view, GPU1, A, now=100.2).rule == "wait"
+    assert choose(view, GPU1, A, now=100.2).step == "wait"
     # Running for 2 s already: a warm slot is at least 2 s away, a load 0.5 s.
     decision = choose(view, GPU1, A, now=102.0)
-    assert decision.rule == "load" and decision.address in {"tcp://s1", "tcp://s2", "tcp://s3"}
+    assert decision.step == "load" and decision.address in {"tcp://s1", "tcp://s2", "tcp://s3"}
     # The same, but every idle server holds another context and no size is known.
     crowded = _fleet(warm=(0,))
     crowded.measure.add_job(A, "h200", 30.0)
     for i in (1, 2, 3):
         crowded.set_context(f"tcp://s{i}", B, "ready", at=1.0)
     crowded.apply(ev.JobStarted(at=100.0, key="first", address="tcp://s0", context=A))
-    assert choose(crowded, GPU1, A, now=500.0).rule == "wait"
+    assert choose(crowded, GPU1, A, now=500.0).step == "wait"
     # A load in progress bounds the load time from below.
     loading = _fleet(warm=())
     loading.set_context("tcp://s0", A, "loading", at=100.0)
     loading.dispatched("first", "tcp://s0", A, at=100.0)
-    assert choose(loading, GPU1, A, now=103.0).rule == "wait"
+    assert choose(loading, GPU1, A, now=103.0).step == "unmeasured"
 
 
 def test_wait_or_load_both_ways():
@@ -108,11 +108,11 @@ def test_wait_or_load_both_ways():
     # Few jobs ahead: a warm slot comes sooner than a load ends.
     assert expected_wait(view, A, warm, queued_ahead=3) == 2.0
     decision = choose(view, GPU1, A, queued_ahead=3)
-    assert (decision.address, decision.rule) == (None, "wait")
+    assert (decision.address, decision.step) == (None, "wait")
     assert "warm slot in 2.0 s <= load 10.0 s" in decision.reason
     # Many jobs ahead: loading on a cold server wins.
     decision = choose(view, GPU1, A, queued_ahead=30)
-    assert decision.rule == "load" and decision.address in {"tcp://s2", "tcp://s3"}
+    assert decision.step == "load" and decision.address in {"tcp://s2", "tcp://s3"}
     assert "warm slot in 15.5 s > load 10.0 s" in decision.reason
 
 
@@ -131,8 +131,8 @@ def test_a_load_that_evicts_a_wanted_context_costs_its_reload_too():
     assert load_cost(view, A, s1, {B: 0}) == 3.0
     assert load_cost(view, A, s1, {B: 2}) == 6.0
     # 4 jobs ahead: a wait of 5 s beats a 6 s load-and-reload, though not a 3 s load.
-    assert choose(view, GPU1, A, queued_ahead=4, demand={A: 5, B: 2}).rule == "wait"
-    assert choose(view, GPU1, A, queued_ahead=4, demand={A: 5}).rule == "load"
+    assert choose(view, GPU1, A, queued_ahead=4, demand={A: 5, B: 2}).step == "wait"
+    assert choose(view, GPU1, A, queued_ahead=4, demand={A: 5}).step == "load"
 
 
 def test_room_for_both_means_no_victim():
@@ -150,10 +150,10 @@ def test_cold_order_cache_then_fastest_then_any():
     view.measure.add_job(A, "h200", 1.0)
     view.measure.add_job(A, "a100", 3.0)
     decision = choose(view, GPU1, A)
-    assert (decision.address, decision.rule) == ("tcp://s1", "fastest")
+    assert (decision.address, decision.step) == ("tcp://s1", "fastest")
     # A local cache beats speed.
     view.servers["tcp://s2"].cached.add(A)
-    assert (choose(view, GPU1, A).address, choose(view, GPU1, A).rule) == (
+    assert (choose(view, GPU1, A).address, choose(view, GPU1, A).step) == (
         "tcp://s2",
         "cached",
     )
@@ -161,7 +161,7 @@ def test_cold_order_cache_then_fastest_then_any():
     plain = _fleet(warm=())
     plain.set_context("tcp://s0", B, "ready", at=1.0)
     decision = choose_server(plain, GPU1, A)
-    assert decision.rule == "any" and decision.address == "tcp://s1"
+    assert decision.step == "any" and decision.address == "tcp://s1"
 
 
 def test_gpu_model_and_busy_and_unrunnable():
@@ -169,9 +169,9 @@ def test_gpu_model_and_busy_and_unrunnable():
     h200 = job_resources(Requirements(gpu=1, gpu_model="h200"))
     assert choose(view, h200, A).address == "tcp://s1"
     view.dispatched("j", "tcp://s1", A, at=1.0)
-    assert choose(view, h200, A).rule == "busy"
+    assert choose(view, h200, A).step == "busy"
     l40 = job_resources(Requirements(gpu=1, gpu_model="l40s"))
-    assert choose(view, l40, A).rule == "unrunnable"
+    assert choose(view, l40, A).step == "unrunnable"
 
 
 def test_plain_jobs_keep_off_servers_that_hold_contexts():
@@ -180,7 +180,7 @@ def test_plain_jobs_keep_off_servers_that_hold_contexts():
 
 
 def test_view_follows_events():
-    view = FleetView()
+    view = FleetState()
     view.apply(
         ev.ServerJoined(
             address="tcp://w", name="gpu0", resources={"gpu": 1, "gpu_model:h200": 1}, slots=2
@@ -221,54 +221,45 @@ def test_view_follows_events():
     assert "tcp://w" not in view.servers
 
 
-def test_own_job_late_start_does_not_hold_the_slot():
-    view = _fleet(warm=())
-    view.dispatched("mine", "tcp://s0", A, at=1.0)
-    view.finished("mine", "tcp://s0", identity=A, started=1.0, loaded=[A])
-    view.apply(ev.JobStarted(at=1.0, key="mine", address="tcp://s0", context=A))
-    assert view.servers["tcp://s0"].free
-    assert view.servers["tcp://s0"].contexts[A].state == "ready"
-
-
 def test_own_results_measure_jobs_and_loads():
+    """What an executor learns from its own job's result (the dispatch machine's
+    tests check that the server's echo of it is not counted again)."""
     view = _fleet(warm=())
     view.dispatched("mine", "tcp://s0", A, at=1.0)
-    view.finished(
-        "mine", "tcp://s0", identity=A, started=1.0, loaded=[A], job_seconds=2.5, load_seconds=4
-    )
+    view.release("mine")
+    view.learn("tcp://s0", identity=A, started=1.0, loaded=[A], job_seconds=2.5, load_seconds=4)
     assert view.measure.job_seconds(A, "h200") == 2.5
     assert view.measure.load_seconds(A, "h200", "tcp://s3") == 4.0
-    # The server's own JobFinished for it, echoed later, is not counted twice.
-    view.apply(
-        ev.JobFinished(key="mine", address="tcp://s0", context=A, started=1, finished=9),
-        measure=False,
-    )
-    assert view.measure.job[(A, "h200")].count == 1
+    assert view.servers["tcp://s0"].free
+    assert view.servers["tcp://s0"].contexts[A].state == "ready"
 
 
 def test_a_failed_job_does_not_leave_a_phantom_load():
     view = _fleet(warm=())
     view.dispatched("mine", "tcp://s0", A, at=1.0)
     assert view.warm[A] == {"tcp://s0"}  # expected to load it
-    view.finished("mine", "tcp://s0", identity=A, started=1.5)  # failed before loading
+    view.release("mine")
+    view.learn("tcp://s0", identity=A, started=1.5)  # failed before loading
     assert A not in view.warm
 
 
-def test_sync_with_dask_drops_vanished_servers():
+def test_a_server_that_leaves_is_dropped_with_its_contexts():
+    """Membership comes from the hub's events: a ServerLeft drops the server, its
+    slots and its warm contexts (the dispatch tests check the poll without a hub)."""
     view = _fleet(warm=(0,))
-    gone = view.sync_servers(
-        [("tcp://s1", "s1", {"gpu": 1}, 1), ("tcp://new", "n", {"gpu": 1}, 1)], since=1e18
-    )
-    assert sorted(gone) == ["tcp://s0", "tcp://s2", "tcp://s3"]
-    assert sorted(view.servers) == ["tcp://new", "tcp://s1"]
-    assert A not in view.warm
+    view.dispatched("mine", "tcp://s0", A, at=1.0)
+    view.apply(ev.ServerLeft(at=5.0, address="tcp://s0", reason="lost"))
+    assert sorted(view.servers) == ["tcp://s1", "tcp://s2", "tcp://s3"]
+    assert A not in view.warm and view.where("mine") is None
+    view.apply(ev.ServerJoined(at=6.0, address="tcp://new", name="n", resources={"gpu": 1}))
+    assert "tcp://new" in view.servers
 
 
 def test_snapshot_round_trip():
     view = _fleet()
     view.measure.add_job(A, "h200", 1.5)
     view.apply(ev.JobStarted(at=5, run_id="r", key="k", address="tcp://s2"))
-    copy = FleetView()
+    copy = FleetState()
     copy.load_wire(view.to_wire())
     assert copy.warm == view.warm
     assert copy.measure.job_seconds(A, "h200") == 1.5
@@ -293,10 +284,10 @@ def test_prefetch_queues_behind_a_warm_job_instead_of_waiting():
     view.measure.load[(A, "h200")] = _mean(30.0)
     assert _place(view).address == "tcp://s0"  # the warm slot
     queued = choose_server(view, GPU1, A, now=10.0)
-    assert (queued.address, queued.rule) == ("tcp://s0", "queued")
+    assert (queued.address, queued.step) == ("tcp://s0", "queued")
     view.dispatched("job-q", "tcp://s0", A, at=2.0)
     # One deep: the next one waits in the executor's queue.
-    assert choose_server(view, GPU1, A, now=10.0).rule == "wait"
+    assert choose_server(view, GPU1, A, now=10.0).step == "wait"
     # Nothing measured yet: no queueing behind a job that may be long.
     fresh = _fleet(warm=(0,))
     _place(fresh)
@@ -304,22 +295,8 @@ def test_prefetch_queues_behind_a_warm_job_instead_of_waiting():
 
 
 def _mean(seconds: float):
-    from snakemake_executor_context.fleet import Mean
+    from snakemake_executor_context.fleet.measure import Mean
 
     mean = Mean()
     mean.add(seconds)
     return mean
-
-
-def test_a_finished_event_that_beats_its_result_is_not_awaited():
-    from snakemake_executor_context.executor import AwaitedEvents
-
-    awaited = AwaitedEvents()
-    awaited.arrived("a")  # the event first (the usual order)
-    awaited.expect("a")
-    awaited.expect("b")  # the result first
-    assert awaited.pending == 1
-    awaited.arrived("b")
-    assert awaited.pending == 0
-    awaited.expect("c")  # its event never came: the run waits for it, briefly
-    assert awaited.pending == 1

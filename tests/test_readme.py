@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import pytest
 
-from snakemake_executor_context.settings import ExecutorSettings
+from snakemake_executor_context.executor.settings import ExecutorSettings
 
 from .conftest import REPO, context_run, snakemake
 

@@ -6,7 +6,7 @@ import pytest
 from snakemake.common.tests import TestWorkflowsLocalStorageBase
 from snakemake_interface_executor_plugins.settings import ExecutorSettingsBase
 
-from snakemake_executor_context.settings import ExecutorSettings
+from snakemake_executor_context.executor.settings import ExecutorSettings
 
 pytestmark = pytest.mark.slow
 

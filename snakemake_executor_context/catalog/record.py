@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from ..fleet import model_of
-from . import events as ev
+from ..fleet import events as ev
+from ..fleet.state import model_of
 from .models import Attempt, Context, EventRecord, Job, Placement, Run, Server, ServerLoss
 
 __all__ = ["Recorder"]
@@ -476,7 +476,12 @@ class Recorder:
         if attempt_id is None:
             self._new_attempt(session, event.key, **values)
         else:
+            # The executor records an attempt's end from its result when the server's
+            # own event has not come yet: a second copy counts nothing twice.
+            ended = session.scalar(select(Attempt.finished).where(Attempt.id == attempt_id))
             session.execute(update(Attempt).where(Attempt.id == attempt_id).values(**values))
+            if ended is not None:
+                return
         if event.loaded and event.run_id:
             run_pk = self._run(session, event.run_id, event.at)
             session.execute(

@@ -71,11 +71,6 @@ class CatalogLocation:
     path: Path | None = None
     snapshot: Path | None = None
 
-    @property
-    def is_sqlite(self) -> bool:
-        """Whether the catalog is a SQLite file."""
-        return self.path is not None
-
     def describe(self) -> str:
         """A short human form: the path (and where its live copy is), or the URL
         without its password."""

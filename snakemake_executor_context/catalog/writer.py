@@ -13,19 +13,22 @@ on a network filesystem (see :mod:`.store`).
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .events import Event, RunHeartbeat
+from ..fleet.events import Event, RunHeartbeat
 
 if TYPE_CHECKING:
     from .record import Recorder
     from .store import CatalogStore
 
 __all__ = ["CatalogWriter", "DaskRelay", "EventSink"]
+
+logger = logging.getLogger(__name__)
 
 #: Events a writer holds before it drops new ones.
 QUEUE_SIZE = 20_000
@@ -89,8 +92,8 @@ class _Worker(EventSink):
         self._warned.add(topic)
         try:
             self._warn(message)
-        except Exception:
-            pass
+        except Exception as error:
+            logger.debug("the warning callback failed (%r): %s", error, message)
 
     def submit(self, event: Event) -> bool:
         """Queue one event; False if it was dropped (the queue is full). Never blocks."""
@@ -111,11 +114,6 @@ class _Worker(EventSink):
             )
             return False
         return True
-
-    def submit_all(self, events: Iterable[Event]) -> None:
-        """Queue several events."""
-        for item in events:
-            self.submit(item)
 
     def flush(self, timeout: float) -> bool:
         """Wait until every queued event is handled; False on timeout."""
@@ -299,7 +297,7 @@ def _first_line(error: BaseException) -> str:
 
 
 class DaskRelay(_Worker):
-    """Sends events to the scheduler (``Client.log_event`` on :data:`.events.TOPIC`),
+    """Sends events to the scheduler (``Client.log_event`` on :data:`..fleet.events.TOPIC`),
     in batches, from its own thread: for an executor attached to a cluster whose
     scheduler plugin writes the catalog."""
 
@@ -316,7 +314,7 @@ class DaskRelay(_Worker):
         """Send one batch as one message; on failure warn once and drop it."""
         if not batch:
             return
-        from .events import TOPIC, encode
+        from ..fleet.events import TOPIC, encode
 
         try:
             self.client.log_event(TOPIC, encode(batch))  # type: ignore[attr-defined]

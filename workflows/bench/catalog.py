@@ -25,12 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from snakemake_executor_context.catalog import events as ev
 from snakemake_executor_context.catalog import queries
 from snakemake_executor_context.catalog.store import open_reader, open_store
 from snakemake_executor_context.catalog.writer import CatalogWriter
-from snakemake_executor_context.fleet import FleetView
-from snakemake_executor_context.placement import Requirements, choose_server, job_resources
+from snakemake_executor_context.fleet import events as ev
+from snakemake_executor_context.fleet.placement import choose_server
+from snakemake_executor_context.fleet.resources import Requirements, job_resources
+from snakemake_executor_context.fleet.state import FleetState
 
 MODELS = ["h200", "h100-80gb-hbm3", "a100-sxm4-80gb", "l40s", "a100-sxm4-40gb-mig-3g.20gb"]
 NAMES = {
@@ -144,7 +145,7 @@ def main() -> None:
     # 1. Write the fleet and the jobs through the writer thread.
     warnings: list[str] = []
     writer = CatalogWriter(open_store(path), warn=warnings.append)
-    view = FleetView()
+    view = FleetState()
     fleet = fleet_events(args.servers, contexts, rng)
     writer.submit(ev.RunStarted(run_id="bench", workdir=str(workdir), jobs_total=args.jobs))
     for item in fleet:
@@ -205,7 +206,7 @@ def main() -> None:
             busy.append(key)
         if busy and rng.random() < 0.9:  # a job ends somewhere: keep ~70% busy
             done = busy.pop(rng.randrange(len(busy)))
-            view.finished(done, view.where(done))
+            view.release(done)
     results["decision_median_ms"] = round(1000 * statistics.median(timings), 4)
     results["decision_p99_ms"] = round(1000 * percentile(timings, 0.99), 4)
     results["decision_max_ms"] = round(1000 * max(timings), 3)

@@ -14,14 +14,18 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from snakemake_context_monitor import CatalogSource, MonitorApp
 
-from snakemake_executor_context.catalog import events
-from snakemake_executor_context.catalog.builder import CatalogBuilder
+from snakemake_executor_context.fleet import events
+
+# The catalog builder is test support (tests/catalog_builder.py), not shipped.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.catalog_builder import CatalogBuilder
 
 MODELS = [
     "NVIDIA H200",

@@ -146,7 +146,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    from factcheck import write_jsonl
+    from jsonl import write_jsonl
 
     write_jsonl(args.out, generate(args.n, args.seed))
 

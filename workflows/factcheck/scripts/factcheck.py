@@ -10,10 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from jsonl import read_jsonl, write_jsonl
 
 SUPPORTS, REFUTES, NEI = "SUPPORTS", "REFUTES", "NOT ENOUGH INFO"
 FEVER_LABELS = (SUPPORTS, REFUTES, NEI)
@@ -97,19 +99,6 @@ def load_template(path: str | Path) -> Template:
 
 # ------------------------------------------------------------------------------------
 # Claims.
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a JSON-lines file (blank lines skipped)."""
-    with open(path) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
-
-
-def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
-    """Write records as JSON lines (stable key order, byte-identical for equal input)."""
-    with open(path, "w") as handle:
-        for record in records:
-            handle.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def select_claims(

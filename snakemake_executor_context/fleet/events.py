@@ -4,7 +4,7 @@ Servers, the scheduler plugin and executors describe every state change as one o
 these events. They go to the scheduler with ``log_event`` on :data:`TOPIC` (as lists
 of plain dicts, :func:`encode`, since Dask's event channel takes msgpack values
 only), reach every subscribed executor, and end up in the catalog through its one
-writer. The in-memory fleet view that placement reads (:mod:`..fleet`) is maintained
+writer. The in-memory fleet state that placement reads (:mod:`.state`) is maintained
 from the same events.
 
 Standard library only: servers and the scheduler import this module.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
+from enum import Enum, StrEnum
 from typing import Any, ClassVar
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Event",
     "JobDispatched",
     "JobFinished",
+    "JobOutcome",
     "JobReported",
     "JobStarted",
     "LostJob",
@@ -60,7 +62,8 @@ class Event:
         """A plain dict (msgpack-able), tagged with the event's kind."""
         out: dict[str, Any] = {"kind": self.kind}
         for item in fields(self):
-            out[item.name] = getattr(self, item.name)
+            value = getattr(self, item.name)
+            out[item.name] = value.value if isinstance(value, Enum) else value
         return out
 
 
@@ -262,6 +265,19 @@ class JobFinished(Event):
     gpu_model: str = ""
 
 
+class JobOutcome(StrEnum):
+    """How a job ended, as its executor reported it to Snakemake (stored as is)."""
+
+    OK = "ok"
+    FAILED = "failed"
+    #: Stopped on request (Ctrl-C): not a failure.
+    CANCELLED = "cancelled"
+    #: No server of the fleet could run it.
+    UNRUNNABLE = "unrunnable"
+    #: It could not be turned into a task (an undeclared context, a bad resource).
+    INVALID = "invalid"
+
+
 @dataclass(kw_only=True)
 class JobReported(Event):
     """An executor reported a job's outcome to Snakemake."""
@@ -271,8 +287,8 @@ class JobReported(Event):
     key: str
     jobid: str = ""
     rule: str = ""
-    #: ok, failed, cancelled, requeued (its server vanished), unrunnable or invalid.
-    outcome: str = "ok"
+    #: A :class:`JobOutcome` value.
+    outcome: str = JobOutcome.OK
     message: str | None = None
 
 

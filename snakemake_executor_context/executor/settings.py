@@ -15,6 +15,8 @@ from snakemake_interface_executor_plugins.settings import (
     ExecutorSettingsBase,
 )
 
+from ..defaults import DEFAULT_MEMORY_BUDGET
+
 __all__ = ["ExecutorSettings", "common_settings"]
 
 
@@ -72,7 +74,7 @@ class ExecutorSettings(ExecutorSettingsBase):
         },
     )
     memory_budget: str = field(
-        default="0.8",
+        default=DEFAULT_MEMORY_BUDGET,
         metadata={
             "help": "Memory each server of the embedded cluster may fill with "
             "loaded contexts before it evicts the least recently used one: a "

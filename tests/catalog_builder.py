@@ -6,7 +6,7 @@ plugin and executors send, and :meth:`CatalogBuilder.commit` records them with t
 writer's :class:`~.record.Recorder`. Times come from a clock the builder advances, so
 catalogs are reproducible::
 
-    from snakemake_executor_context.catalog.builder import CatalogBuilder
+    from tests.catalog_builder import CatalogBuilder
 
     with CatalogBuilder(tmp_path / "catalog.db") as b:
         h200 = b.server("gpu0", gpu="NVIDIA H200")
@@ -29,10 +29,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..gpus import normalize_gpu_model
-from . import events as ev
-from .record import Recorder
-from .store import CatalogStore, open_store
+from snakemake_executor_context.catalog.record import Recorder
+from snakemake_executor_context.catalog.store import CatalogStore, open_store
+from snakemake_executor_context.fleet import events as ev
+from snakemake_executor_context.fleet.gpus import normalize_gpu_model
 
 __all__ = ["CatalogBuilder"]
 
@@ -84,7 +84,7 @@ class CatalogBuilder:
     def mark_schema_version(self, version: int) -> None:
         """Record another schema version in this catalog (for tests of readers that
         must refuse it with a clear message)."""
-        from .models import Meta
+        from snakemake_executor_context.catalog.models import Meta
 
         self.commit()
         with self.store.session() as session, session.begin():

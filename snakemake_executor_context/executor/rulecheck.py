@@ -8,8 +8,8 @@ from typing import Any
 
 from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
-from .contexts import ContextDeclaration
-from .errors import ContextDeclarationError, ContextExecutorError
+from ..contexts import ContextDeclaration, undeclared
+from ..errors import ContextDeclarationError, ContextExecutorError
 
 __all__ = ["REQUIRED_SHARED_FS", "check_context_rules", "check_shared_fs", "constant_resource"]
 
@@ -49,13 +49,7 @@ def check_context_rules(
         name = rule.name
         label = f"context '{resource.value}'" if not resource.is_evaluable() else "a context"
         if not resource.is_evaluable() and resource.value not in declarations:
-            known = ", ".join(sorted(declarations)) or "none"
-            raise ContextDeclarationError(
-                f"Rule '{name}' uses context '{resource.value}', which is not declared "
-                f"(declared: {known}). Fix: add declare_context(config, "
-                f'"{resource.value}", "module:function", ...) to the Snakefile, or '
-                f"correct the name (--set-resources {name}:context=<name>)."
-            )
+            raise undeclared(name, resource.value, declarations)
         kind = _rule_kind(rule)
         if kind is not None:
             raise ContextDeclarationError(

@@ -1,80 +1,21 @@
 """GPU discovery through NVML (``nvidia-ml-py``), with a clean CPU fallback.
 
+Runs in the cluster process (one server per GPU) and in each server (its own GPU).
 CUDA and NVML may number devices differently, so servers are pinned by GPU UUID in
-``CUDA_VISIBLE_DEVICES`` and every record carries the UUID. Name normalisation and
-matching are pure functions, tested against real NVML names.
+``CUDA_VISIBLE_DEVICES`` and every record carries the UUID.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import re
-from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = [
-    "GpuInfo",
-    "discover_gpus",
-    "gpu_by_uuid",
-    "gpu_model_matches",
-    "gpu_model_tokens",
-    "normalize_gpu_model",
-]
+from ..fleet.gpus import GpuInfo
 
-_VENDOR_PREFIXES = ("nvidia ", "amd ", "intel ")
+__all__ = ["discover_gpus", "gpu_by_uuid"]
 
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """One GPU (or MIG device) as NVML reports it."""
-
-    index: int
-    uuid: str
-    name: str
-    memory_bytes: int
-    compute_capability: str | None = None
-    is_mig: bool = False
-    manufacturer: str = "nvidia"
-    extra: dict[str, str] = field(default_factory=dict, compare=False)
-
-    @property
-    def model(self) -> str:
-        """The normalised model name (``"NVIDIA H200"`` -> ``"h200"``)."""
-        return normalize_gpu_model(self.name)
-
-    @property
-    def server_name(self) -> str:
-        """The name of the server pinned to it: ``gpu0``, or ``gpu0-mig1``."""
-        if self.is_mig:
-            return f"gpu{self.index}-mig{self.extra.get('mig_index', 0)}"
-        return f"gpu{self.index}"
-
-
-def normalize_gpu_model(name: str) -> str:
-    """Lower case, vendor prefix stripped, spaces collapsed to '-'.
-
-    >>> normalize_gpu_model("NVIDIA A100-SXM4-80GB")
-    'a100-sxm4-80gb'
-    """
-    text = " ".join(name.lower().split())
-    for prefix in _VENDOR_PREFIXES:
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-            break
-    return text.replace(" ", "-")
-
-
-def gpu_model_tokens(name: str) -> set[str]:
-    """The normalised name and its parts: what a rule's ``gpu_model`` may say."""
-    normalized = normalize_gpu_model(name)
-    tokens = {normalized}
-    tokens.update(token for token in re.split(r"[-_ /()]+", normalized) if token)
-    return tokens
-
-
-def gpu_model_matches(requested: str, gpu_name: str) -> bool:
-    """Does a rule's ``gpu_model`` match this GPU? (``h200`` matches "NVIDIA H200")."""
-    return normalize_gpu_model(requested) in gpu_model_tokens(gpu_name)
+logger = logging.getLogger(__name__)
 
 
 def discover_gpus() -> list[GpuInfo]:
@@ -102,20 +43,22 @@ def _all_devices() -> list[GpuInfo]:
         return []
     try:
         pynvml.nvmlInit()
-    except Exception:  # no driver, no GPU: NVMLError_LibraryNotFound and friends
+    except Exception as error:  # no driver, no GPU: NVMLError_LibraryNotFound and friends
+        logger.debug("no NVML: %r", error)
         return []
     try:
         found: list[GpuInfo] = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             found.extend(_read_device(pynvml, index))
         return found
-    except Exception:
+    except Exception as error:
+        logger.debug("NVML could not list the GPUs: %r", error)
         return []
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        except Exception as error:
+            logger.debug("nvmlShutdown: %r", error)
 
 
 def _text(value: object) -> str:
@@ -128,7 +71,8 @@ def _read_device(pynvml: object, index: int) -> list[GpuInfo]:
     try:
         major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
         capability: str | None = f"{major}.{minor}"
-    except Exception:
+    except Exception as error:
+        logger.debug("no compute capability for GPU %d: %r", index, error)
         capability = None
     migs = _mig_devices(nvml, handle, index, capability)
     if migs:
@@ -148,7 +92,8 @@ def _mig_devices(nvml: Any, handle: object, index: int, capability: str | None) 
     """The MIG devices of a GPU in MIG mode; [] otherwise."""
     try:
         current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-    except Exception:  # not supported by this GPU or driver
+    except Exception as error:  # not supported by this GPU or driver
+        logger.debug("no MIG mode for GPU %d: %r", index, error)
         return []
     if current != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
         return []
@@ -157,7 +102,7 @@ def _mig_devices(nvml: Any, handle: object, index: int, capability: str | None) 
     for mig_index in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
         try:
             mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, mig_index)
-        except Exception:  # an empty slot: NVMLError_NotFound
+        except Exception:
             continue
         found.append(
             GpuInfo(
@@ -185,3 +130,25 @@ def _visible(gpus: list[GpuInfo], visible: str | None) -> list[GpuInfo]:
         else:
             chosen.extend(gpu for gpu in gpus if gpu.uuid.startswith(item))
     return chosen
+
+
+def own_gpu(configured: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A server's GPU record, read through NVML by the UUID it is pinned to.
+
+    CUDA and NVML may number devices differently: only the UUID is trusted. Without
+    a configured GPU, a single visible GPU is taken; a CPU server (no
+    ``CUDA_VISIBLE_DEVICES`` GPU, no NVML) has none.
+    """
+    from dataclasses import asdict
+
+    try:
+        if configured and configured.get("uuid"):
+            found = gpu_by_uuid(str(configured["uuid"]))
+            return asdict(found) if found is not None else configured
+        if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+            return None
+        visible = discover_gpus()
+        return asdict(visible[0]) if len(visible) == 1 else configured
+    except Exception as error:
+        logger.debug("reading this server's GPU through NVML: %r", error)
+        return configured

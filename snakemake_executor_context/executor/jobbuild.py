@@ -1,25 +1,38 @@
-"""Turning a Snakemake job into what a server runs: a context job spec (in-process)
-or a plain job spec (Snakemake's own job command), plus names for keys and messages."""
+"""Turning a Snakemake job into what dispatch and a server need: its ticket (key,
+names, requirements, priority) and its spec, a context job spec (run in-process) or
+a plain job spec (Snakemake's own job command)."""
 
 from __future__ import annotations
 
 import os
 import pickle
 import re
+import time
 import uuid
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .contexts import ContextDeclaration
+from ..contexts import ContextDeclaration, undeclared
+from ..defaults import CONTEXT_DIR
+from ..errors import ContextExecutorError
+from ..fleet.keys import job_key, safe_name
+from ..fleet.resources import job_resources, requirements_from
+from ..jobspec import OutputSpec
+from .vocabulary import JobTicket
 
 if TYPE_CHECKING:
-    from .jobspec import ContextJobSpec, PlainJobSpec
+    from ..jobspec import ContextJobSpec, PlainJobSpec
 
-__all__ = ["SpecBuilder", "job_wildcards", "priority", "rule_name", "task_key", "title"]
-
-#: Where the executor keeps its files in the workflow directory (logs, runs, cluster).
-CONTEXT_DIR = Path(".snakemake") / "context"
+__all__ = [
+    "SpecBuilder",
+    "job_wildcards",
+    "label",
+    "output_specs",
+    "priority",
+    "rule_name",
+    "ticket",
+    "title",
+]
 
 
 class SpecBuilder:
@@ -40,16 +53,37 @@ class SpecBuilder:
         self.envvars = envvars
         self._scripts: dict[str, tuple[Any, ...]] = {}
 
+    def build(
+        self, job: Any, declarations: Mapping[str, ContextDeclaration]
+    ) -> tuple[JobTicket, Any, ContextExecutorError | None]:
+        """A job's ticket and spec, or (an invalid job) its ticket and why it is one."""
+        context = None if job.is_group() else job.resources.get("context")
+        try:
+            if context:
+                declaration = declarations.get(str(context))
+                if declaration is None:
+                    raise undeclared(job.rule.name, context, declarations)
+                made = ticket(job, kind="context", declaration=declaration)
+                return made, self.context(job, made.key, declaration), None
+            made = ticket(job, kind="plain")
+            return made, self.plain(job, made.key), None
+        except ContextExecutorError as error:
+            return ticket(job, kind="invalid"), None, error
+
     def log_path(self, job: Any, key: str) -> str:
+        """The job's log under the workflow's context directory (group ids may be
+        integers: ``group: 0``)."""
         name = job.groupid if job.is_group() else job.rule.name
         wildcards = (
             "" if job.is_group() else ",".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
         )
-        label = re.sub(r"[^A-Za-z0-9_.,=+-]+", "_", wildcards)[:80] or "job"
-        return str(CONTEXT_DIR / "logs" / _safe(name) / f"{label}.{key.rsplit('-', 1)[-1]}.log")
+        text = re.sub(r"[^A-Za-z0-9_.,=+-]+", "_", wildcards)[:80] or "job"
+        suffix = key.rsplit("-", 1)[-1]
+        return str(CONTEXT_DIR / "logs" / safe_name(name) / f"{text}.{suffix}.log")
 
     def plain(self, job: Any, key: str) -> PlainJobSpec:
-        from .jobspec import PlainJobSpec
+        """A job without a context: Snakemake's own job command."""
+        from ..jobspec import PlainJobSpec
 
         return PlainJobSpec(
             key=key,
@@ -62,12 +96,12 @@ class SpecBuilder:
         )
 
     def context(self, job: Any, key: str, declaration: ContextDeclaration) -> ContextJobSpec:
+        """A context job: its script, run in a server's process."""
         from snakemake.common import get_snakemake_searchpaths
-        from snakemake.io import is_flagged
         from snakemake.iocontainers import Snakemake
         from snakemake.sourcecache import LocalSourceFile
 
-        from .jobspec import ContextJobSpec, OutputSpec
+        from ..jobspec import ContextJobSpec
 
         source_file, source, _, is_local, cache_path = self._script_source(job)
         if isinstance(source_file, LocalSourceFile):
@@ -106,12 +140,7 @@ class SpecBuilder:
             search_paths=search_paths,
             snakemake_pickle=pickle.dumps(snakemake_object, protocol=4),
             inputs=[str(f) for f in job.input],
-            outputs=[
-                OutputSpec(
-                    str(f), is_directory=bool(f.is_directory), keep=bool(is_flagged(f, "update"))
-                )
-                for f in job.output
-            ],
+            outputs=output_specs(job),
             logs=[str(f) for f in job.log],
             benchmark=benchmark,
             benchmark_repeats=job.benchmark_repeats or 1,
@@ -142,14 +171,41 @@ class SpecBuilder:
         return found
 
 
-def task_key(job: Any) -> str:
-    """A unique Dask key: rule (or group), job id, attempt, and a random suffix."""
+def ticket(job: Any, *, kind: str, declaration: ContextDeclaration | None = None) -> JobTicket:
+    """What dispatch knows of a job: a fresh job key, names, requirements, priority."""
     name = job.groupid if job.is_group() else job.rule.name
-    return f"{_safe(str(name))}-{job.jobid}-a{job.attempt}-{uuid.uuid4().hex[:8]}"
+    requirements = requirements_from(job.resources)
+    return JobTicket(
+        key=job_key(name, job.jobid, int(job.attempt or 1), uuid.uuid4().hex[:8]),
+        label=label(job),
+        title=title(job),
+        rule=rule_name(job),
+        jobid=str(job.jobid),
+        snakemake_attempt=int(job.attempt or 1),
+        wildcards=job_wildcards(job),
+        kind=kind,
+        requirements=requirements,
+        wanted=job_resources(requirements),
+        identity=declaration.identity if declaration else None,
+        context=declaration.name if declaration else None,
+        priority=priority(job),
+        submitted=time.time(),
+    )
 
 
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+def output_specs(job: Any) -> list[OutputSpec]:
+    """The job's declared outputs, with what changes their removal."""
+    from snakemake.io import is_flagged
+
+    return [
+        OutputSpec(str(f), is_directory=bool(f.is_directory), keep=bool(is_flagged(f, "update")))
+        for f in job.output
+    ]
+
+
+def label(job: Any) -> str:
+    """ "rule 'score'" or "group 'g'", for messages."""
+    return f"group '{job.groupid}'" if job.is_group() else f"rule '{job.rule.name}'"
 
 
 def title(job: Any) -> str:

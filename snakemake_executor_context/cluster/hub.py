@@ -1,15 +1,14 @@
-"""The scheduler plugin: the fleet's event hub, and the catalog's writer on a
-persistent cluster.
+"""The fleet's hub: a scheduler plugin, running in the scheduler's process.
 
-Installed in every scheduler this plugin starts (and registered by an executor on any
-other Dask scheduler), it
+Installed in every scheduler this project starts (and registered by an executor on
+any other Dask scheduler), it
 
-- turns workers joining and leaving into :class:`~.events.ServerJoined` and
-  :class:`~.events.ServerLeft` events, the latter with the jobs that were running
-  on the server (a loss record);
-- keeps a :class:`~..fleet.FleetView` from every event on :data:`~.events.TOPIC`,
-  which an executor that attaches takes as its starting point
-  (:func:`fleet_snapshot`);
+- turns workers joining and leaving into :class:`~..fleet.events.ServerJoined` and
+  :class:`~..fleet.events.ServerLeft` events, the latter with the jobs that were
+  running on the server (a loss record): the one source of fleet membership;
+- keeps a :class:`~..fleet.state.FleetState` from every event on
+  :data:`~..fleet.events.TOPIC`, which an executor that attaches takes as its starting
+  point (:func:`fleet_snapshot`);
 - with a catalog (``snakemake-context up``), writes every event into it: the one
   writer of that catalog. Executors then send their events here, never to the
   database.
@@ -19,21 +18,23 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..fleet import FleetView
-from . import events as ev
+from ..fleet import events as ev
+from ..fleet.keys import is_attempt_key
+from ..fleet.state import FleetState
 
-__all__ = ["PLUGIN_NAME", "CatalogSchedulerPlugin", "fleet_snapshot"]
+__all__ = ["PLUGIN_NAME", "FleetHub", "fleet_snapshot"]
 
-PLUGIN_NAME = "snakemake-context-catalog"
-logger = logging.getLogger("snakemake_executor_context.catalog")
+PLUGIN_NAME = "snakemake-context-hub"
+logger = logging.getLogger(__name__)
 
 
-class CatalogSchedulerPlugin(SchedulerPlugin):
+class FleetHub(SchedulerPlugin):
     """See the module docstring. ``catalog``: a path or URL to write, or None."""
 
     name = PLUGIN_NAME
@@ -41,7 +42,8 @@ class CatalogSchedulerPlugin(SchedulerPlugin):
 
     def __init__(self, catalog: str | None = None) -> None:
         self.catalog = catalog
-        self.view = FleetView()
+        self.view = FleetState()
+        self.lock = threading.Lock()
         self.writer: Any = None
         self.error: str | None = None
         self.scheduler: Any = None
@@ -51,9 +53,9 @@ class CatalogSchedulerPlugin(SchedulerPlugin):
         self.scheduler = scheduler
         if self.catalog:
             try:
-                from .queries import placement_measurements
-                from .store import open_store
-                from .writer import CatalogWriter
+                from ..catalog.queries import placement_measurements
+                from ..catalog.store import open_store
+                from ..catalog.writer import CatalogWriter
 
                 store = open_store(self.catalog)
                 with store.session() as session:
@@ -92,7 +94,7 @@ class CatalogSchedulerPlugin(SchedulerPlugin):
         """Every event of the topic updates the view and goes to the writer; Dask's
         own remove-worker event becomes a ServerLeft with the jobs it hit."""
         if topic == ev.TOPIC:
-            with self.view.lock:
+            with self.lock:
                 decoded = list(ev.decode(msg))
                 for item in decoded:
                     self.view.apply(item)
@@ -105,19 +107,18 @@ class CatalogSchedulerPlugin(SchedulerPlugin):
     def _server_left(self, msg: dict[str, Any]) -> None:
         address = str(msg.get("worker", ""))
         expected = bool(msg.get("expected"))
-        with self.view.lock:
+        with self.lock:
             server = self.view.servers.get(address)
-            running = dict(server.running) if server else {}
             started = dict(server.started) if server else {}
             slots = server.slots if server else 1
-        lost = [
-            ev.LostJob(key=key, run_id=run_id, started=started.get(key)).to_wire()
-            for key, run_id in running.items()
-        ]
+        # The hub learns of jobs only from their servers' JobStarted: what holds a
+        # slot here has started.
+        running = list(started)
+        lost = [ev.LostJob(key=key, started=started[key]).to_wire() for key in running]
         unreported = [
             key
             for key in msg.get("processing-tasks") or ()
-            if isinstance(key, str) and key not in running and _is_job_key(key)
+            if isinstance(key, str) and key not in started and is_attempt_key(key)
         ]
         # Dask's processing set also holds the jobs queued behind a running one
         # (placement prefetches one per warm server); those had not started and are
@@ -144,18 +145,12 @@ class CatalogSchedulerPlugin(SchedulerPlugin):
         return {"writer": self.writer is not None, "catalog": location, "error": self.error}
 
 
-def _is_job_key(key: str) -> bool:
-    # The executor's task keys: <rule>-<jobid>-a<attempt>-<hex>.
-    parts = key.rsplit("-", 3)
-    return len(parts) == 4 and parts[2].startswith("a")
-
-
 def fleet_snapshot(dask_scheduler: Any) -> dict[str, Any] | None:
-    """Run on the scheduler (``Client.run_on_scheduler``): the plugin's fleet view
-    and whether it writes a catalog; None if the plugin is not installed."""
+    """Run on the scheduler (``Client.run_on_scheduler``): the hub's fleet state and
+    whether it writes a catalog; None if the hub is not installed."""
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     if plugin is None:
         return None
-    with plugin.view.lock:
+    with plugin.lock:
         view = plugin.view.to_wire()
     return {"view": view, "taken": time.time(), **plugin.info()}

@@ -4,110 +4,31 @@ This is the in-process contract: the script sees what Snakemake's script preambl
 gives it in a fresh interpreter (``PythonScript.generate_preamble``), after the server
 did what the per-job subprocess does (wait for inputs, remove stale outputs, create
 output directories, set tmpdir, envvars and thread counts), and nothing the job
-changes in the process (cwd, environment, ``sys.path``, ``sys.modules['__main__']``,
-``sys.argv``, stdout/stderr, thread pools) outlives it.
+changes in the process outlives it (:mod:`.isolation`).
 """
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
-import shutil
 import sys
 import tempfile
-import threading
 import time
 import traceback
 import types
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from .errors import ContextExecutorError, ContextLoadError, JobCancelled
-from .jobspec import ContextJobSpec, JobResult, OutputSpec, ServerIdentity
+from ..errors import ContextExecutorError, ContextLoadError, JobCancelled
+from ..jobspec import ContextJobSpec, JobResult, ServerIdentity, remove_outputs, remove_path
+from .isolation import process_state, redirected_output, thread_limits
+from .running import RunningJob
 
-__all__ = ["RunningJob", "run_context_job"]
-
-#: What Snakemake's shell() sets for a script subprocess (snakemake/shell.py).
-THREAD_VARIABLES = (
-    "OMP_NUM_THREADS",
-    "GOTO_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
-TMPDIR_VARIABLES = ("TMPDIR", "TMP", "TEMPDIR", "TEMP")
+__all__ = ["run_context_job"]
 
 _compiled: dict[tuple[str, int], types.CodeType] = {}
-
-
-@dataclass
-class RunningJob:
-    """A job a server is running now; the handle cancellation goes through."""
-
-    key: str
-    thread_id: int
-    cancel_requested: bool = False
-    #: True while the job runs code a cancellation may interrupt (loader, script).
-    interruptible: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    done: threading.Event = field(default_factory=threading.Event)
-    #: The subprocess of a plain job.
-    process: Any = None
-
-    def request_cancel(self) -> None:
-        """Stop the job: kill a plain job's process tree, or raise JobCancelled in
-        an in-process job's thread at its next Python instruction."""
-        import ctypes
-
-        with self.lock:
-            if self.cancel_requested:
-                return
-            self.cancel_requested = True
-            if self.process is not None:
-                self.kill_process()
-            elif self.interruptible:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(self.thread_id), ctypes.py_object(JobCancelled)
-                )
-
-    def kill_process(self, grace: float = 3.0) -> None:
-        """SIGTERM the plain job's process tree, SIGKILL what is left after ``grace``."""
-        import psutil
-
-        try:
-            root = psutil.Process(self.process.pid)
-            tree = [*root.children(recursive=True), root]
-        except psutil.NoSuchProcess:
-            return
-        for proc in tree:
-            try:
-                proc.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(tree, timeout=grace)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-
-    @contextmanager
-    def interruptible_phase(self) -> Iterator[None]:
-        """Code inside may be interrupted by a cancellation."""
-        with self.lock:
-            if self.cancel_requested:
-                raise JobCancelled()
-            self.interruptible = True
-        try:
-            yield
-        finally:
-            with self.lock:
-                self.interruptible = False
 
 
 AcquireFn = Callable[[Any], Any]
@@ -138,13 +59,13 @@ def run_context_job(
         log_path=str(log_path),
     )
     with open(log_path, "wb", buffering=0) as log_file, ExitStack() as stack:
-        stack.enter_context(_redirected_output(log_file.fileno()))
-        stack.enter_context(_process_state(spec))
+        stack.enter_context(redirected_output(log_file.fileno()))
+        stack.enter_context(process_state(spec))
         try:
             _prepare(spec)
             with job.interruptible_phase():
                 acquire(spec.declaration)
-            with _thread_limits(spec.threads, set_torch_threads):
+            with thread_limits(spec.threads, set_torch_threads):
                 records = _run_script(spec, job)
             _check_outputs(spec)
             if spec.benchmark:
@@ -154,7 +75,7 @@ def run_context_job(
             result.cancelled = True
             result.message = f"{spec.title}: cancelled on {server.describe()}."
             os.chdir(spec.workdir)
-            _remove_outputs(spec.outputs)
+            remove_outputs(spec.outputs)
             print(f"\n[snakemake-context] {result.message}", file=sys.stderr)
         except _ScriptExit as exit_:
             result.message = (
@@ -192,9 +113,9 @@ class _ScriptExit(Exception):
 
 def _prepare(spec: ContextJobSpec) -> None:
     _wait_for_inputs(spec)
-    _remove_outputs([out for out in spec.outputs if not out.keep])
+    remove_outputs(out for out in spec.outputs if not out.keep)
     for path in spec.logs:
-        _remove_path(path, is_directory=False)
+        remove_path(path)
     parents = [out.path for out in spec.outputs] + list(spec.logs)
     if spec.benchmark:
         parents.append(spec.benchmark)
@@ -218,27 +139,6 @@ def _wait_for_inputs(spec: ContextJobSpec) -> None:
         )
 
 
-def _remove_outputs(outputs: list[OutputSpec]) -> None:
-    for out in outputs:
-        _remove_path(out.path, out.is_directory)
-
-
-def _remove_path(path: str, is_directory: bool) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        if is_directory:
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.removedirs(path)
-            except OSError:
-                pass
-    elif os.path.lexists(path) and path != os.devnull:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
-
-
 def _check_outputs(spec: ContextJobSpec) -> None:
     # Against the workdir: the script may have changed the cwd.
     missing = [
@@ -249,101 +149,6 @@ def _check_outputs(spec: ContextJobSpec) -> None:
             f"the script finished, but declared output {', '.join(repr(p) for p in missing)} "
             "is missing. Fix: write it from the script, or remove it from the rule's output."
         )
-
-
-# --------------------------------------------------------------------------------------
-# Process state: saved before the job, restored after it.
-
-
-@contextmanager
-def _redirected_output(fd: int) -> Iterator[None]:
-    """Send fd 1 and 2 (and Python's sys.stdout/sys.stderr) to the job's log."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved_fds = (os.dup(1), os.dup(2))
-    saved_streams = (sys.stdout, sys.stderr)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    stdout = io.TextIOWrapper(open(os.dup(fd), "wb", buffering=0), write_through=True)
-    stderr = io.TextIOWrapper(open(os.dup(fd), "wb", buffering=0), write_through=True)
-    sys.stdout, sys.stderr = stdout, stderr
-    try:
-        yield
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        sys.stdout, sys.stderr = saved_streams
-        stdout.close()
-        stderr.close()
-        os.dup2(saved_fds[0], 1)
-        os.dup2(saved_fds[1], 2)
-        os.close(saved_fds[0])
-        os.close(saved_fds[1])
-
-
-@contextmanager
-def _process_state(spec: ContextJobSpec) -> Iterator[None]:
-    """cwd, environment, sys.path, sys.argv, __main__ and tempfile: set, then restored."""
-    from snakemake.shell import shell
-
-    saved_cwd = os.getcwd()
-    saved_environ = dict(os.environ)
-    saved_path = list(sys.path)
-    saved_argv = list(sys.argv)
-    saved_main = sys.modules.get("__main__")
-    saved_tempdir = tempfile.tempdir
-    saved_shell_args = dict(shell._process_args)
-    tmpdir = tempfile.gettempdir()
-    try:
-        os.chdir(spec.workdir)
-        os.environ.update(spec.envvars)
-        for name in THREAD_VARIABLES:
-            os.environ[name] = str(spec.threads)
-        for name in TMPDIR_VARIABLES:
-            os.environ[name] = tmpdir
-        os.makedirs(tmpdir, exist_ok=True)
-        tempfile.tempdir = tmpdir
-        yield
-    finally:
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_environ)
-        sys.path[:] = saved_path
-        sys.argv[:] = saved_argv
-        if saved_main is not None:
-            sys.modules["__main__"] = saved_main
-        tempfile.tempdir = saved_tempdir
-        shell._process_args.clear()
-        shell._process_args.update(saved_shell_args)
-
-
-@contextmanager
-def _thread_limits(
-    threads: int, set_torch_threads: Callable[[int], Callable[[], None] | None] | None
-) -> Iterator[None]:
-    """Thread pools (BLAS/OpenMP through threadpoolctl, torch) sized to the rule's threads."""
-    from threadpoolctl import threadpool_limits
-
-    restore_torch = set_torch_threads(threads) if set_torch_threads else None
-    try:
-        with threadpool_limits(limits=threads):
-            yield
-    finally:
-        if restore_torch is not None:
-            restore_torch()
-
-
-def torch_threads(threads: int) -> Callable[[], None] | None:
-    """Set torch's intra-op threads if torch is loaded; return how to undo it."""
-    torch = sys.modules.get("torch")
-    if torch is None or not hasattr(torch, "get_num_threads"):
-        return None
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    return lambda: torch.set_num_threads(previous)
 
 
 # --------------------------------------------------------------------------------------

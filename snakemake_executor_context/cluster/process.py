@@ -1,0 +1,132 @@
+"""A local cluster in a process (and session) of its own, seen from the process that
+starts or stops it (the executor of a run, ``snakemake-context up``/``down``).
+
+A terminal's Ctrl-C reaches only the Snakemake process, which then stops the jobs and
+the cluster in order; Dask's nannies never touch Snakemake's own environment; one
+kill of the process group removes everything the cluster started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import ClusterError
+from .files import ClusterFiles, alive, kill_group, tail
+
+__all__ = ["SERVE_MODULE", "LocalClusterProcess"]
+
+#: The module whose ``serve`` command runs a local cluster.
+SERVE_MODULE = "snakemake_executor_context.cluster.serve"
+
+
+class LocalClusterProcess:
+    """A local cluster in a process (and session) of its own."""
+
+    def __init__(
+        self, files: ClusterFiles, process: subprocess.Popen[bytes] | None, pid: int
+    ) -> None:
+        self.files = files
+        self.process = process
+        self.pid = pid
+
+    @classmethod
+    def start(
+        cls,
+        scheduler_file: Path,
+        *,
+        servers: int | None,
+        memory_budget: str,
+        timeout: float,
+        idle_timeout: float = 0.0,
+        parent_pid: int = 0,
+        host: str = "127.0.0.1",
+        catalog: str | None = None,
+    ) -> LocalClusterProcess:
+        """Start the cluster process and wait until its servers are up."""
+        files = ClusterFiles(scheduler_file.resolve())
+        files.scheduler_file.parent.mkdir(parents=True, exist_ok=True)
+        files.remove()
+        command = [
+            sys.executable,
+            "-m",
+            SERVE_MODULE,
+            "serve",
+            "--scheduler-file",
+            str(files.scheduler_file),
+            "--memory-budget",
+            str(memory_budget),
+            "--idle-timeout",
+            str(idle_timeout),
+            "--parent-pid",
+            str(parent_pid),
+            "--host",
+            host,
+        ]
+        if servers:
+            command += ["--servers", str(servers)]
+        if catalog:
+            command += ["--catalog", catalog]
+        with open(files.log_file, "ab") as log:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while files.read_info() is None:
+            if process.poll() is not None:
+                raise ClusterError(
+                    f"The local context cluster exited with status {process.returncode} "
+                    f"while starting. Its log {files.log_file} ends:\n{tail(files.log_file)}"
+                )
+            if time.monotonic() > deadline:
+                kill_group(process.pid)
+                raise ClusterError(
+                    f"The local context cluster did not start within {timeout:g} s "
+                    f"(--context-connect-timeout). Its log {files.log_file} ends:\n"
+                    f"{tail(files.log_file)}"
+                )
+            time.sleep(0.05)
+        return cls(files, process, process.pid)
+
+    @classmethod
+    def find(cls, scheduler_file: Path) -> LocalClusterProcess | None:
+        """The cluster process behind a scheduler file, if it runs."""
+        files = ClusterFiles(scheduler_file.resolve())
+        info = files.read_info()
+        if info is None or not alive(int(info["pid"])):
+            return None
+        return cls(files, None, int(info["pid"]))
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Shut the cluster down: SIGTERM (it closes its servers), then kill its group."""
+        if alive(self.pid):
+            os.kill(self.pid, signal.SIGTERM)
+        if not self._wait(timeout):
+            kill_group(self.pid)
+            self._wait(5)
+        self.files.remove()
+
+    def kill(self) -> None:
+        """Kill the cluster's whole process group at once (Ctrl-C of its run)."""
+        kill_group(self.pid)
+        self._wait(10)
+        self.files.remove()
+
+    def _wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None:
+                if self.process.poll() is not None:
+                    return True
+            elif not alive(self.pid):
+                return True
+            time.sleep(0.05)
+        return False

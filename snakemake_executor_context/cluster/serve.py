@@ -1,0 +1,156 @@
+"""The cluster process: ``python -m snakemake_executor_context.cluster.serve serve``.
+
+Runs a local cluster (a scheduler with the hub, one server per GPU or CPU servers)
+until it is shut down, idle too long, or orphaned, in a session of its own (see
+:mod:`.process`). Writes the files of :mod:`.files`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..defaults import DEFAULT_MEMORY_BUDGET
+from .files import ClusterFiles
+from .plan import SERVER_DASK_CONFIG, plan_servers
+from .process import SERVE_MODULE
+
+__all__ = ["serve"]
+
+
+def serve(argv: Sequence[str] | None = None) -> int:
+    """Run a local cluster until it is shut down, idle too long, or orphaned."""
+    parser = argparse.ArgumentParser(prog=f"python -m {SERVE_MODULE} serve")
+    parser.add_argument("--scheduler-file", type=Path, required=True)
+    parser.add_argument("--servers", type=int, default=None)
+    parser.add_argument("--memory-budget", default=DEFAULT_MEMORY_BUDGET)
+    parser.add_argument("--idle-timeout", type=float, default=0.0)
+    parser.add_argument("--parent-pid", type=int, default=0)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--catalog", default=None)
+    args = parser.parse_args(argv)
+
+    import dask
+    import psutil
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    from ..server.nvml import discover_gpus
+    from ..server.plugin import ContextServerPlugin
+    from ..server.server import ServerConfig
+    from .hub import FleetHub
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    dask.config.set(SERVER_DASK_CONFIG)
+    files = ClusterFiles(args.scheduler_file.resolve())
+    files.remove()
+    plans = plan_servers(
+        discover_gpus(), args.servers, psutil.virtual_memory().total, os.cpu_count() or 1
+    )
+    scheduler_options: dict[str, Any] = {
+        # Dask always serves HTTP (metrics); a random loopback port avoids clashes.
+        "host": args.host,
+        "port": 0,
+        "dashboard": False,
+        "dashboard_address": f"{args.host}:0",
+        "scheduler_file": str(files.scheduler_file),
+        # The fleet's event hub; with --catalog, the catalog's one writer.
+        "plugins": [FleetHub(catalog=args.catalog)],
+    }
+    if args.idle_timeout > 0:
+        scheduler_options["idle_timeout"] = args.idle_timeout
+    workers = {
+        plan.name: {
+            "cls": Nanny,
+            "options": {
+                "name": plan.name,
+                "host": args.host,
+                "nthreads": 1,
+                "memory_limit": plan.memory_bytes,
+                "resources": plan.resources,
+                "env": plan.env,
+                "silence_logs": logging.WARNING,
+                "plugins": (
+                    ContextServerPlugin(
+                        ServerConfig(
+                            name=plan.name,
+                            memory_budget=args.memory_budget,
+                            gpu=asdict(plan.gpu) if plan.gpu else None,
+                            memory_bytes=plan.memory_bytes,
+                        )
+                    ),
+                ),
+            },
+        }
+        for plan in plans
+    }
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop.set())
+    cluster = SpecCluster(
+        workers=workers,
+        scheduler={"cls": Scheduler, "options": scheduler_options},
+        silence_logs=False,
+        name="snakemake-context",
+    )
+    info = {
+        "pid": os.getpid(),
+        "address": cluster.scheduler_address,
+        "servers": [
+            {
+                "name": plan.name,
+                "gpu": asdict(plan.gpu) if plan.gpu else None,
+                "resources": plan.resources,
+            }
+            for plan in plans
+        ],
+        "started": time.time(),
+        "catalog": args.catalog,
+    }
+    files.pid_file.write_text(json.dumps(info, indent=1))
+    logging.info("context cluster up at %s with %d servers", info["address"], len(plans))
+    try:
+        while not stop.wait(0.5):
+            if cluster.scheduler is None or cluster.scheduler.status.name in ("closing", "closed"):
+                logging.info("scheduler closed: stopping")
+                break
+            if args.parent_pid and os.getppid() != args.parent_pid:
+                logging.info("the Snakemake process %d is gone: stopping", args.parent_pid)
+                break
+    finally:
+        try:
+            cluster.close(timeout=10)
+        except Exception as error:  # the scheduler closed first (idle timeout)
+            logging.info("closing the cluster: %s", error)
+        _kill_children()
+        files.remove()
+    return 0
+
+
+def _kill_children() -> None:
+    """Kill what is left of this process's descendants (servers, their jobs)."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(children, timeout=5)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        sys.exit(serve(sys.argv[2:]))
+    print(f"usage: python -m {SERVE_MODULE} serve --scheduler-file FILE ...", file=sys.stderr)
+    sys.exit(2)

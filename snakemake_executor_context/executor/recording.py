@@ -1,0 +1,211 @@
+"""A run's record, in Snakemake's process: where its events go (its own catalog
+writer, a relay to the hub's writer, or nowhere), the fleet as it was when the run
+attached, and the run's start and end.
+
+Nothing here can fail a run: a catalog problem is one warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..contexts import ContextDeclaration
+from ..defaults import DEFAULT_CATALOG, catalog_disabled
+from ..errors import ContextExecutorError
+from ..fleet import events as ev
+from ..fleet.state import FleetState
+
+if TYPE_CHECKING:
+    from ..catalog.writer import EventSink
+    from ..cluster.connection import ClusterConnection
+
+__all__ = ["Recording", "versions"]
+
+logger = logging.getLogger(__name__)
+
+
+class Recording:
+    """The catalog side of one run; ``log`` (Snakemake's logger) shows a catalog
+    problem once."""
+
+    def __init__(
+        self,
+        connection: ClusterConnection,
+        run_id: str,
+        workdir: str,
+        catalog: str | None,
+        log: Any,
+    ) -> None:
+        self.connection = connection
+        self.run_id = run_id
+        self.workdir = workdir
+        self.catalog = catalog
+        self._warn = log.warning
+        self._info = log.info
+        self._warned = False
+        self.sink: EventSink | None = None
+        #: Whether this process writes the catalog (else a relay, or nothing).
+        self.writes = False
+        self.location: str | None = None
+
+    def warn_once(self, message: str) -> None:
+        """A catalog problem: said once, never fatal."""
+        if not self._warned:
+            self._warned = True
+            self._warn(message)
+
+    def begin(
+        self,
+        fleet: FleetState,
+        on_events: Callable[[Any], None],
+        *,
+        jobs_total: int | None,
+        declarations: list[ContextDeclaration],
+    ) -> bool:
+        """Follow the fleet's events (``on_events``), seed ``fleet`` from the hub's
+        snapshot (installing the hub on a scheduler this project did not start), open
+        the sink, record the run's start and ask the servers' caches. Returns whether
+        the cluster has a hub (the source of fleet membership)."""
+        try:
+            self.connection.client.subscribe_topic(ev.TOPIC, on_events)
+        except Exception as error:
+            self.warn_once(f"Cannot follow the fleet's events: {error}")
+        snapshot = self._snapshot()
+        if snapshot:
+            fleet.load_wire(snapshot.get("view") or {})
+        self.sink = self._open_sink(snapshot, fleet)
+        self._started(fleet, jobs_total)
+        self._probe_caches(fleet, declarations)
+        return snapshot is not None
+
+    def _snapshot(self) -> dict[str, Any] | None:
+        from ..cluster.hub import FleetHub, fleet_snapshot
+
+        client = self.connection.client
+        try:
+            snapshot = client.run_on_scheduler(fleet_snapshot)
+            if snapshot is None:
+                client.register_plugin(FleetHub())
+                snapshot = client.run_on_scheduler(fleet_snapshot)
+            return dict(snapshot) if snapshot is not None else None
+        except Exception as error:
+            logger.debug("no fleet snapshot from the scheduler: %r", error)
+            return None
+
+    def _open_sink(self, snapshot: dict[str, Any] | None, fleet: FleetState) -> EventSink | None:
+        """A relay to the cluster's writer, or this process's own writer."""
+        from ..catalog.writer import CatalogWriter, DaskRelay
+
+        if snapshot and snapshot.get("writer"):
+            self.location = (snapshot.get("catalog") or {}).get("requested")
+            if self.catalog:
+                self._info(
+                    f"The cluster records into its own catalog ({self.location}); "
+                    "--context-catalog is not used."
+                )
+            return DaskRelay(self.connection.client, warn=self.warn_once, heartbeat_run=self.run_id)
+        spec = self.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
+        if catalog_disabled(spec):
+            return None
+        try:
+            from ..catalog.queries import placement_measurements
+            from ..catalog.store import open_store
+
+            store = open_store(spec)
+            with store.session() as session:
+                fleet.measure.merge_wire(placement_measurements(session))
+        except Exception as error:
+            self.warn_once(
+                f"{error} The run goes on without recording into the catalog."
+                if isinstance(error, ContextExecutorError)
+                else f"Cannot open the context catalog {spec}: {error}. The run goes on "
+                "without recording into it."
+            )
+            return None
+        self.writes = True
+        self.location = store.location.describe()
+        return CatalogWriter(store, warn=self.warn_once, heartbeat_run=self.run_id)
+
+    def _started(self, fleet: FleetState, jobs_total: int | None) -> None:
+        """Record the run's start, and (as the writer) the servers it found."""
+        self.emit(
+            ev.RunStarted(
+                run_id=self.run_id,
+                workdir=self.workdir,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                cluster=self.connection.description,
+                jobs_total=jobs_total,
+                versions=versions(),
+            )
+        )
+        if not self.writes:
+            return
+        for server in list(fleet.servers.values()):
+            self.emit(
+                ev.ServerJoined(
+                    address=server.address,
+                    name=server.name,
+                    slots=server.slots,
+                    resources=server.resources,
+                )
+            )
+            if server.budget is not None or server.gpu is not None:
+                self.emit(
+                    ev.ServerDescribed(
+                        address=server.address,
+                        name=server.name,
+                        memory_budget=server.budget or 0,
+                        gpu=server.gpu,
+                    )
+                )
+
+    def _probe_caches(self, fleet: FleetState, declarations: list[ContextDeclaration]) -> None:
+        """Ask every server which declared contexts its local cache holds."""
+        from ..server.plugin import probe_caches
+
+        if not declarations:
+            return
+        try:
+            found = self.connection.client.run(probe_caches, declarations, on_error="return")
+        except Exception as error:
+            logger.debug("no cache probes from the servers: %r", error)
+            return
+        for address, identities in found.items():
+            server = fleet.servers.get(address)
+            if server is not None and isinstance(identities, list):
+                server.cached.update(identities)
+
+    def emit(self, event: ev.Event) -> None:
+        """Send one event to the catalog (nothing without one)."""
+        if self.sink is not None:
+            self.sink.submit(event)
+
+    def finished(self, ok: bool) -> None:
+        """Record the run's end and write what is queued (a few seconds at most)."""
+        self.emit(ev.RunFinished(run_id=self.run_id, ok=ok))
+        try:
+            self.connection.client.unsubscribe_topic(ev.TOPIC)
+        except Exception as error:
+            logger.debug("unsubscribing from the fleet's events: %r", error)
+        sink, self.sink = self.sink, None
+        if sink is not None:
+            sink.close(timeout=5.0)
+
+
+def versions() -> dict[str, str]:
+    """The versions a run records (snakemake and this plugin)."""
+    from .._version import __version__
+
+    try:
+        import snakemake
+
+        return {"snakemake": snakemake.__version__, "plugin": __version__}
+    except Exception as error:
+        logger.debug("no snakemake version: %r", error)
+        return {"plugin": __version__}

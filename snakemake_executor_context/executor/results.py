@@ -1,0 +1,97 @@
+"""What an attempt's Dask future says, as the dispatch machine's
+:class:`~.vocabulary.AttemptEnded`: its result, or why there is none."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..jobspec import JobResult
+from .vocabulary import AttemptEnded, JobTicket, Learned
+
+__all__ = ["RESULT_TIMEOUT", "attempt_ended", "summary_entry"]
+
+#: Seconds a finished task's result may take to arrive (its server may die meanwhile).
+RESULT_TIMEOUT = 30.0
+
+
+def attempt_ended(
+    key: str, future: Any, placed_by: str, ticket: JobTicket
+) -> tuple[AttemptEnded, dict[str, Any] | None]:
+    """The end of attempt ``key`` from its done future, and its entry in the run
+    summary (None without a result)."""
+    ended, result = _ended(key, future, ticket.title)
+    if result is None:
+        return ended, None
+    return ended, summary_entry(result, placed_by=placed_by, submitted=ticket.submitted)
+
+
+def _ended(key: str, future: Any, title: str) -> tuple[AttemptEnded, JobResult | None]:
+    now = time.time()
+    if future.status == "finished":
+        try:
+            result: JobResult = future.result(timeout=RESULT_TIMEOUT)
+        except Exception as error:  # the result could not be fetched
+            return AttemptEnded(key, now, ok=False, message=f"{title}: {error}"), None
+        learned = Learned(
+            address=result.server.address or None,
+            started=result.started,
+            finished=result.finished,
+            items=result.items,
+            load_seconds=result.load_seconds,
+            loaded=tuple(result.loaded),
+            reused=tuple(result.reused),
+            evicted=tuple(result.evicted),
+        )
+        aux = (result.log_path,) if result.log_path and not result.ok else ()
+        ended = AttemptEnded(
+            key,
+            now,
+            ok=result.ok,
+            cancelled=result.cancelled,
+            message=result.message,
+            aux_logs=aux,
+            learned=learned,
+        )
+        return ended, result
+    if future.status == "cancelled":
+        return AttemptEnded(
+            key, now, ok=False, cancelled=True, message=f"{title}: cancelled in Dask."
+        ), None
+    return AttemptEnded(
+        key, now, ok=False, message=explain_task_error(title, future.exception())
+    ), None
+
+
+def explain_task_error(title: str, error: BaseException | None) -> str:
+    """Why a task failed in Dask (not in the job), with what to do."""
+    name = type(error).__name__ if error is not None else "unknown error"
+    if name == "KilledWorker":
+        return (
+            f"{title}: the servers that ran it died every time "
+            "(distributed.scheduler.allowed-failures reached): "
+            f"{error}. A job that makes its server crash (out of memory, a segfault in "
+            "a native library) fails here. Fix: look at the cluster log, give the "
+            "rule more memory, or raise allowed-failures for preemptible servers."
+        )
+    return f"{title}: the task failed in Dask: {name}: {error}"
+
+
+def summary_entry(result: JobResult, *, placed_by: str, submitted: float) -> dict[str, Any]:
+    """One job of the run summary (``.snakemake/context/runs/<run>.json``)."""
+    return {
+        "key": result.key,
+        "ok": result.ok,
+        "server": result.server.name,
+        "address": result.server.address,
+        "placed_by": placed_by,
+        "pid": result.server.pid,
+        "started": result.started,
+        "finished": result.finished,
+        "items": result.items,
+        "load_seconds": result.load_seconds,
+        "loaded": result.loaded,
+        "reused": result.reused,
+        "reported": time.time(),
+        "submitted": submitted,
+    }

@@ -1,0 +1,107 @@
+"""What the executor does once, when a run starts: connect to (or start) the cluster,
+send Dask's client logs to a file, say what the fleet is, and warn about groups."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..defaults import CONTEXT_DIR
+from .rulecheck import constant_resource
+from .settings import ExecutorSettings
+
+if TYPE_CHECKING:
+    from ..cluster.connection import ClusterConnection
+
+__all__ = [
+    "GroupWarnings",
+    "announce_fleet",
+    "connect",
+    "group_warning",
+    "jobs_total",
+    "log_dask_to_file",
+]
+
+
+def connect(settings: ExecutorSettings, workdir: str, run_id: str) -> ClusterConnection:
+    """Attach to the cluster the settings name, or start the run's embedded one."""
+    from ..cluster.connection import ClusterConnection
+
+    if settings.scheduler_address or settings.scheduler_file:
+        return ClusterConnection.attach(
+            address=settings.scheduler_address,
+            scheduler_file=Path(settings.scheduler_file) if settings.scheduler_file else None,
+            timeout=settings.connect_timeout,
+        )
+    return ClusterConnection.start_embedded(
+        Path(workdir) / CONTEXT_DIR / "cluster" / f"{run_id}.json",
+        servers=settings.servers,
+        memory_budget=settings.memory_budget,
+        timeout=max(settings.connect_timeout, 60.0),
+    )
+
+
+def log_dask_to_file(workdir: str, run_id: str) -> None:
+    """Dask's client logs go to a file: Snakemake's output stays Snakemake's."""
+    path = Path(workdir) / CONTEXT_DIR / "logs" / f"client-{run_id}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    for name in ("distributed", "tornado", "asyncio"):
+        log = logging.getLogger(name)
+        log.handlers = [handler]
+        log.propagate = False
+
+
+def jobs_total(workflow: Any) -> int | None:
+    """The jobs this run will hand the executor (None if the DAG cannot tell)."""
+    # Local rules run in Snakemake's own process and targets like `all` run nothing:
+    # neither reaches the executor, so a run's progress counts the others.
+    try:
+        return sum(1 for j in workflow.dag.needrun_jobs() if not (j.is_local or j.is_norun))
+    except Exception as error:
+        logging.getLogger(__name__).debug("no planned total from the DAG: %r", error)
+        return None
+
+
+def announce_fleet(
+    say: Callable[[str], None], connection: ClusterConnection, servers: int, rules: Iterable[Any]
+) -> None:
+    """One line on the fleet, and one on CPU servers standing in for GPUs."""
+    say(f"Context executor: {servers} server(s) on the {connection.description}.")
+    wants_gpu = any(constant_resource(rule, "gpu") for rule in rules)
+    info = connection.local.files.read_info() if connection.local else None
+    stand_ins = [s["name"] for s in (info or {}).get("servers", []) if s.get("gpu") is None]
+    if stand_ins and wants_gpu:
+        say(
+            f"No GPU found on this machine: the CPU servers {', '.join(stand_ins)} stand "
+            "in for gpu=1, so GPU rules run on the CPU."
+        )
+
+
+class GroupWarnings:
+    """Says once per group why its context rules do not use loaded contexts."""
+
+    def __init__(self) -> None:
+        self._seen: set[Any] = set()
+
+    def __call__(self, job: Any) -> str | None:
+        """The warning for ``job``, if it is a group not warned about yet."""
+        if not job.is_group() or job.groupid in self._seen:
+            return None
+        self._seen.add(job.groupid)
+        return group_warning(job)
+
+
+def group_warning(job: Any) -> str | None:
+    """Why a group's context rules do not use the servers' loaded contexts (or None)."""
+    members = sorted({j.rule.name for j in job.jobs if j.resources.get("context")})
+    if not members:
+        return None
+    return (
+        f"Group '{job.groupid}' runs as one subprocess: its context rule(s) "
+        f"{', '.join(members)} load their context in that subprocess, not on a "
+        "context server. Fix: take them out of the group to reuse loaded contexts."
+    )

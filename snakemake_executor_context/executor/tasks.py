@@ -1,0 +1,97 @@
+"""The Dask side of attempts: their futures, submitted, cancelled, stopped, polled.
+
+Used only by :meth:`~.adapter.Executor._execute`, which carries out the dispatch
+machine's commands: no other code submits or cancels a task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .vocabulary import Submit
+
+if TYPE_CHECKING:
+    from ..cluster.connection import ClusterConnection
+
+__all__ = ["Tasks"]
+
+logger = logging.getLogger(__name__)
+
+
+class Tasks:
+    """The futures of this run's attempts, by attempt key."""
+
+    def __init__(self, connection: ClusterConnection) -> None:
+        self.connection = connection
+        self._futures: dict[str, Any] = {}
+        self._steps: dict[str, str] = {}
+
+    def submit(self, command: Submit, spec: Any, on_done: Callable[[str], None]) -> str | None:
+        """Submit attempt ``command.key`` (``spec`` with that key); None, or why not."""
+        from ..server.plugin import execute_job
+
+        pin: dict[str, Any] = {}
+        if command.address is not None:
+            # Pinned hard: work stealing leaves it where placement put it. If the
+            # server leaves, dispatch takes the job back (Dask would hold it forever).
+            pin = {"workers": [command.address], "allow_other_workers": False}
+        try:
+            future = self.connection.client.submit(
+                execute_job,
+                dataclasses.replace(spec, key=command.key),
+                key=command.key,
+                pure=False,
+                resources=dict(command.ticket.wanted) or None,
+                priority=command.ticket.priority,
+                **pin,
+            )
+        except Exception as error:
+            return f"{command.ticket.title}: could not be submitted to Dask: {error}"
+        self._futures[command.key] = future
+        self._steps[command.key] = str(command.step)
+        future.add_done_callback(lambda _: on_done(command.key))
+        return None
+
+    def pop(self, key: str) -> tuple[Any, str] | None:
+        """Take attempt ``key``'s future and its placement step (None: cancelled)."""
+        future = self._futures.pop(key, None)
+        step = self._steps.pop(key, "")
+        return (future, step) if future is not None else None
+
+    def cancel(self, key: str) -> None:
+        """Drop attempt ``key`` in Dask; its result, if one comes, is ignored."""
+        found = self.pop(key)
+        if found is not None:
+            found[0].cancel()
+
+    def done(self, key: str) -> bool:
+        """Whether attempt ``key``'s future has finished (for a poll)."""
+        future = self._futures.get(key)
+        return future is not None and future.done()
+
+    def stop(self, keys: tuple[str, ...]) -> None:
+        """Stop running attempts: the embedded cluster is killed outright; on an
+        attached one each job is stopped where it runs, and a server whose job does
+        not stop within 10 s is restarted."""
+        from ..server.plugin import cancel_jobs
+
+        if self.connection.embedded:
+            self.connection.kill()
+            return
+        client = self.connection.client
+        futures = [self._futures[key] for key in keys if key in self._futures]
+        try:
+            outcome = client.run(cancel_jobs, list(keys), 10.0, on_error="return")
+            stuck = [
+                address
+                for address, per_job in outcome.items()
+                if isinstance(per_job, dict) and "running" in per_job.values()
+            ]
+            if stuck:
+                client.restart_workers(stuck, raise_for_error=False)
+            client.cancel(futures, force=True)
+        except Exception as error:
+            logger.debug("stopping jobs on the servers: %r", error)

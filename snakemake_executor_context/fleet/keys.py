@@ -1,0 +1,45 @@
+"""The Dask keys of job attempts: one format, defined here only.
+
+A Snakemake job gets a *job key* when the executor receives it, and every dispatch
+of it to a server (an *attempt*) gets an attempt key, the job key plus the
+attempt's number::
+
+    score-17-a1-3f9c2b1e.1     rule 'score', job 17, Snakemake attempt 1, dispatch 1
+    score-17-a1-3f9c2b1e.2     the same job dispatched again (its server was lost)
+
+The random part keeps the keys of runs that share a persistent cluster apart.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["attempt_key", "is_attempt_key", "job_key", "job_key_of", "safe_name"]
+
+_ATTEMPT = re.compile(r"^.+-[^-]+-a\d+-[0-9a-f]+\.\d+$")
+
+
+def safe_name(text: object) -> str:
+    """A rule or group name reduced to the characters keys and paths allow."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text))
+
+
+def job_key(name: object, jobid: object, attempt: int, nonce: str) -> str:
+    """The key of one Snakemake job: rule (or group) name, job id, Snakemake's
+    attempt number and a random hex ``nonce``."""
+    return f"{safe_name(name)}-{jobid}-a{attempt}-{nonce}"
+
+
+def attempt_key(job: str, number: int) -> str:
+    """The key of the ``number``-th dispatch (1, 2, ...) of the job keyed ``job``."""
+    return f"{job}.{number}"
+
+
+def job_key_of(key: str) -> str:
+    """The job key an attempt key belongs to."""
+    return key.rpartition(".")[0] if is_attempt_key(key) else key
+
+
+def is_attempt_key(key: object) -> bool:
+    """Whether a Dask key is an attempt of this plugin (and not some other task)."""
+    return isinstance(key, str) and _ATTEMPT.match(key) is not None

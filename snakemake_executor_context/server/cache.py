@@ -1,0 +1,290 @@
+"""The contexts one server holds: loaded lazily in the job's thread, kept by identity,
+evicted least recently used first when the server's memory budget is exceeded (by
+the fleet's one eviction order, :func:`..fleet.eviction.to_evict`)."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import contexts, loaders
+from ..contexts import ContextDeclaration, LoadRecord
+from ..errors import ContextLoadError, JobCancelled
+from ..fleet import events as ev
+from ..fleet.eviction import Held, to_evict
+
+__all__ = ["ContextCache", "LoadedContext", "ServerStats", "probe", "resolve_budget"]
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_budget(spec: str | float, memory_bytes: int) -> int:
+    """Bytes a server may fill with contexts: a fraction of its memory, or a size."""
+    text = str(spec).strip()
+    try:
+        fraction = float(text)
+    except ValueError:
+        from dask.utils import parse_bytes
+
+        return int(parse_bytes(text))
+    if not 0 < fraction <= 1:
+        raise ValueError(f"memory budget fraction must be in (0, 1], got {text}")
+    return int(memory_bytes * fraction)
+
+
+@dataclass
+class LoadedContext:
+    """A context held by a server."""
+
+    identity: str
+    names: set[str]
+    loader: str
+    obj: Any
+    nbytes: int
+    load_seconds: float
+    loaded_at: float
+    last_used: float
+    hits: int = 0
+    pins: int = 0
+    conversions: int = 0
+
+
+@dataclass
+class ServerStats:
+    """Counters a server reports in its inventory."""
+
+    loads: int = 0
+    load_seconds: float = 0.0
+    hits: int = 0
+    evictions: int = 0
+    conversions: int = 0
+    jobs: int = 0
+    jobs_failed: int = 0
+    jobs_cancelled: int = 0
+    load_failures: int = 0
+    evicted: list[str] = field(default_factory=list)
+
+
+class ContextCache:
+    """Loaded contexts by identity, pinned while jobs use them.
+
+    ``emit`` sends the fleet's events (loading, ready, failed, evicted); ``where``
+    names the server in error messages; ``memory_in_use`` measures a load's size when
+    the loader does not declare it.
+    """
+
+    def __init__(
+        self,
+        *,
+        address: str,
+        budget: int,
+        stats: ServerStats,
+        emit: Callable[..., None],
+        where: str,
+        gpu_model: str,
+        memory_in_use: Callable[[], int],
+        on_evict: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.address = address
+        self.budget = budget
+        self.stats = stats
+        self._emit = emit
+        self._where = where
+        self._gpu_model = gpu_model
+        self._memory_in_use = memory_in_use
+        self._on_evict = on_evict
+        self._contexts: OrderedDict[str, LoadedContext] = OrderedDict()
+        self._sizes: dict[str, int] = {}
+        self._lock = threading.RLock()
+        self._load_locks: dict[str, threading.Lock] = {}
+        self._local = threading.local()
+
+    def acquire(self, declaration: ContextDeclaration) -> tuple[Any, float, bool]:
+        """The loaded object of a context, pinned until :meth:`release`:
+        (object, load seconds, loaded now)."""
+        identity = declaration.identity
+        with self._lock:
+            entry = self._contexts.get(identity)
+            if entry is not None:
+                return self._hit(entry, declaration), 0.0, False
+            load_lock = self._load_locks.setdefault(identity, threading.Lock())
+        with load_lock:
+            with self._lock:
+                entry = self._contexts.get(identity)
+                if entry is not None:
+                    return self._hit(entry, declaration), 0.0, False
+                self._make_room(self._sizes.get(identity, 0), keep=None)
+            return self._load(declaration)
+
+    def release(self, identity: str) -> None:
+        """A job is done with a context it acquired: it may be evicted again."""
+        with self._lock:
+            entry = self._contexts.get(identity)
+            if entry is not None:
+                entry.pins -= 1
+
+    def track_evictions(self) -> list[str]:
+        """Start collecting, for the job of this thread, what gets evicted."""
+        evicted: list[str] = []
+        self._local.evicted = evicted
+        return evicted
+
+    def stop_tracking(self) -> None:
+        """Stop collecting evictions for this thread's job."""
+        self._local.evicted = None
+
+    def _hit(self, entry: LoadedContext, declaration: ContextDeclaration) -> Any:
+        entry.pins += 1
+        entry.hits += 1
+        entry.last_used = time.time()
+        entry.names.add(declaration.name)
+        self.stats.hits += 1
+        self._contexts.move_to_end(entry.identity)
+        return entry.obj
+
+    def _load(self, declaration: ContextDeclaration) -> tuple[Any, float, bool]:
+        record = LoadRecord()
+        self._emit(
+            ev.ContextLoading(
+                address=self.address,
+                identity=declaration.identity,
+                name=declaration.name,
+                loader=declaration.loader,
+                arguments=dict(declaration.kwargs),
+                from_cache=probe(declaration),
+            )
+        )
+        before = self._memory_in_use()
+        started = time.perf_counter()
+        try:
+            obj = contexts.call_loader(declaration, record)
+        except (ContextLoadError, JobCancelled) as error:
+            self._load_failed(declaration, error)
+            raise
+        except BaseException as error:
+            self._load_failed(declaration, error)
+            raise ContextLoadError(
+                f"Context '{declaration.name}': loader '{declaration.loader}' raised "
+                f"{type(error).__name__}: {error} on {self._where}. The next job that "
+                "needs this context tries the load again. Fix: see the loader's traceback "
+                "in this job's log."
+            ) from error
+        seconds = time.perf_counter() - started
+        nbytes = record.declared_bytes
+        if nbytes is None:
+            nbytes = max(0, self._memory_in_use() - before)
+        now = time.time()
+        entry = LoadedContext(
+            identity=declaration.identity,
+            names={declaration.name},
+            loader=declaration.loader,
+            obj=obj,
+            nbytes=nbytes,
+            load_seconds=seconds,
+            loaded_at=now,
+            last_used=now,
+            conversions=record.conversions,
+        )
+        with self._lock:
+            self._contexts[declaration.identity] = entry
+            self._sizes[declaration.identity] = nbytes
+            self.stats.loads += 1
+            self.stats.load_seconds += seconds
+            self.stats.conversions += record.conversions
+            entry.pins += 1
+            self._make_room(0, keep=declaration.identity)
+        self._emit(
+            ev.ContextReady(
+                address=self.address,
+                identity=declaration.identity,
+                load_seconds=seconds,
+                bytes=nbytes,
+                gpu_model=self._gpu_model,
+            )
+        )
+        return obj, seconds, True
+
+    def _load_failed(self, declaration: ContextDeclaration, error: BaseException) -> None:
+        self.stats.load_failures += 1
+        self._emit(
+            ev.ContextLoadFailed(
+                address=self.address,
+                identity=declaration.identity,
+                error=f"{type(error).__name__}: {error}"[:1000],
+            )
+        )
+
+    def _make_room(self, incoming: int, keep: str | None) -> None:
+        """Evict what the fleet's eviction order names, until the budget holds."""
+        held = [
+            Held(e.identity, e.last_used, e.nbytes, pinned=e.pins > 0 or e.identity == keep)
+            for e in self._contexts.values()
+        ]
+        for identity in to_evict(held, incoming, self.budget):
+            self._evict(self._contexts[identity])
+
+    def _evict(self, entry: LoadedContext) -> None:
+        del self._contexts[entry.identity]
+        self.stats.evictions += 1
+        self.stats.evicted.append(entry.identity)
+        evicted = getattr(self._local, "evicted", None)
+        if evicted is not None:
+            evicted.append(entry.identity)
+        self._emit(ev.ContextEvicted(address=self.address, identity=entry.identity))
+        close = getattr(entry.obj, "close", None)
+        entry.obj = None
+        if callable(close):
+            try:
+                close()
+            except Exception as error:
+                logger.debug("closing %s: %r", entry.identity, error)
+        del close
+        gc.collect()
+        self._on_evict()
+
+    def bytes_loaded(self) -> int:
+        """Bytes of every loaded context."""
+        with self._lock:
+            return sum(entry.nbytes for entry in self._contexts.values())
+
+    def inventory(self) -> list[dict[str, Any]]:
+        """Every loaded context: identity, names, loader, bytes, load time, hits, pins."""
+        with self._lock:
+            return [
+                {
+                    "identity": e.identity,
+                    "names": sorted(e.names),
+                    "loader": e.loader,
+                    "bytes": e.nbytes,
+                    "load_seconds": round(e.load_seconds, 3),
+                    "hits": e.hits,
+                    "pins": e.pins,
+                    "conversions": e.conversions,
+                    "loaded_at": e.loaded_at,
+                    "last_used": e.last_used,
+                }
+                for e in self._contexts.values()
+            ]
+
+
+def probe(declaration: ContextDeclaration) -> bool | None:
+    """The loader's cache probe (None without one, or if it fails)."""
+    try:
+        return loaders.cache_probe(declaration)
+    except Exception as error:
+        logger.debug("cache probe of %s: %r", declaration.name, error)
+        return None
+
+
+def free_gpu_cache() -> None:
+    """Give CUDA's cached blocks back after an eviction (when torch uses a GPU)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()

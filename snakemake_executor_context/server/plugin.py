@@ -1,0 +1,106 @@
+"""How a Dask worker becomes a context server, and the functions the executor runs on
+servers through Dask (:func:`execute_job`, :func:`cancel_jobs`, :func:`probe_caches`,
+:func:`server_inventory`, :func:`server_versions`)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from dataclasses import asdict
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from .._version import __version__
+from ..contexts import ContextDeclaration
+from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
+from .cache import probe
+from .server import ContextServer, ServerConfig
+
+__all__ = [
+    "ContextServerPlugin",
+    "cancel_jobs",
+    "execute_job",
+    "probe_caches",
+    "server_inventory",
+    "server_versions",
+]
+
+
+def execute_job(spec: ContextJobSpec | PlainJobSpec) -> JobResult:
+    """Run a job on the server of the worker this task landed on."""
+    return ContextServer.current().run(spec)
+
+
+async def cancel_jobs(keys: list[str], grace: float = 10.0) -> dict[str, str]:
+    """Stop the named jobs on this server (run on every worker by the executor).
+
+    A coroutine, so that waiting for the jobs to stop does not block the worker's
+    event loop (heartbeats, the job's own completion message).
+    """
+    import asyncio
+
+    return await asyncio.to_thread(ContextServer.current().cancel, keys, grace)
+
+
+def probe_caches(declarations: list[ContextDeclaration]) -> list[str]:
+    """The identities whose weights this server's local disk holds (cache probes)."""
+    return [d.identity for d in declarations if probe(d)]
+
+
+def server_inventory() -> dict[str, Any]:
+    """This server's inventory."""
+    return ContextServer.current().inventory()
+
+
+def server_versions() -> dict[str, str]:
+    """The versions that must agree between the executor and its servers."""
+    import distributed
+    import snakemake
+
+    return {
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "snakemake": snakemake.__version__,
+        "snakemake-executor-plugin-context": __version__,
+        "distributed": distributed.__version__,
+    }
+
+
+class ContextServerPlugin(WorkerPlugin):
+    """Turns a Dask worker into a context server."""
+
+    name = "snakemake-context-server"
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+
+    def setup(self, worker: Any) -> None:
+        """Install the server; leave the terminal's Ctrl-C to the Snakemake process."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        config = ServerConfig(**asdict(self.config))
+        config.name = config.name or str(worker.name)
+        if not config.memory_bytes:
+            config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
+        server = ContextServer.install(config, worker.address, worker)
+        # Worker plugins are set up before the worker registers with the scheduler,
+        # and events sent before that are dropped: announce once it is connected.
+        worker.loop.add_callback(_announce_when_connected, worker, server)
+
+    def teardown(self, worker: Any) -> None:
+        """Stop running jobs before the worker goes."""
+        server = ContextServer._current
+        if server is not None:
+            server.shutdown()
+
+
+async def _announce_when_connected(worker: Any, server: ContextServer) -> None:
+    import asyncio
+
+    for _ in range(600):
+        stream = getattr(worker, "batched_stream", None)
+        if stream is not None and stream.comm is not None and not stream.comm.closed():
+            server.announce()
+            return
+        await asyncio.sleep(0.05)

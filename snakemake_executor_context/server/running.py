@@ -1,0 +1,78 @@
+"""A job a server is running now: the handle its cancellation goes through."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import JobCancelled
+
+__all__ = ["RunningJob"]
+
+
+@dataclass
+class RunningJob:
+    """A job a server is running now; the handle cancellation goes through."""
+
+    key: str
+    thread_id: int
+    cancel_requested: bool = False
+    #: True while the job runs code a cancellation may interrupt (loader, script).
+    interruptible: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: threading.Event = field(default_factory=threading.Event)
+    #: The subprocess of a plain job.
+    process: Any = None
+
+    def request_cancel(self) -> None:
+        """Stop the job: kill a plain job's process tree, or raise JobCancelled in
+        an in-process job's thread at its next Python instruction."""
+        import ctypes
+
+        with self.lock:
+            if self.cancel_requested:
+                return
+            self.cancel_requested = True
+            if self.process is not None:
+                self.kill_process()
+            elif self.interruptible:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self.thread_id), ctypes.py_object(JobCancelled)
+                )
+
+    def kill_process(self, grace: float = 3.0) -> None:
+        """SIGTERM the plain job's process tree, SIGKILL what is left after ``grace``."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.process.pid)
+            tree = [*root.children(recursive=True), root]
+        except psutil.NoSuchProcess:
+            return
+        for proc in tree:
+            try:
+                proc.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(tree, timeout=grace)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+    @contextmanager
+    def interruptible_phase(self) -> Iterator[None]:
+        """Code inside may be interrupted by a cancellation."""
+        with self.lock:
+            if self.cancel_requested:
+                raise JobCancelled()
+            self.interruptible = True
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.interruptible = False

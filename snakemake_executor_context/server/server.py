@@ -1,0 +1,283 @@
+"""The context server: the state of one Dask worker process that runs jobs.
+
+It runs context jobs in-process against its :class:`~.cache.ContextCache` and plain
+jobs as subprocesses, sends the fleet's events about them, and reports its
+inventory. One instance per process (:meth:`ContextServer.current`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from .. import contexts
+from ..contexts import ContextDeclaration, JobHooks
+from ..defaults import DEFAULT_MEMORY_BUDGET
+from ..fleet import events as ev
+from ..fleet.state import CPU_MODEL, model_of
+from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec, ServerIdentity
+from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
+from .inprocess import run_context_job
+from .isolation import torch_threads
+from .plain import run_plain_job
+from .running import RunningJob
+
+__all__ = ["ContextServer", "ServerConfig"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerConfig:
+    """How a server is set up (passed to its worker process by the cluster)."""
+
+    name: str = ""
+    #: A fraction of the server's memory ("0.8") or a size ("6GB").
+    memory_budget: str = DEFAULT_MEMORY_BUDGET
+    #: The GPU this server is pinned to, as a GpuInfo dict; None on a CPU server.
+    gpu: dict[str, Any] | None = None
+    #: Memory of the server in bytes (its share of RAM); 0 = ask the worker.
+    memory_bytes: int = 0
+
+
+class ContextServer:
+    """The contexts and running jobs of this process (one per Dask worker)."""
+
+    _current: ClassVar[ContextServer | None] = None
+    _current_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, config: ServerConfig, address: str = "", worker: Any = None) -> None:
+        from .nvml import own_gpu
+
+        self.config = config
+        self.config.gpu = own_gpu(config.gpu)
+        self._worker = worker
+        self.identity = ServerIdentity(
+            name=config.name or f"server-{os.getpid()}",
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            address=address,
+        )
+        memory = config.memory_bytes or _total_memory()
+        if config.gpu:
+            memory = int(config.gpu.get("memory_bytes") or memory)
+        self.memory_bytes = memory
+        self.budget = resolve_budget(config.memory_budget, memory)
+        self.stats = ServerStats()
+        self.cache = ContextCache(
+            address=address,
+            budget=self.budget,
+            stats=self.stats,
+            emit=self.emit,
+            where=self.identity.describe(),
+            gpu_model=self.gpu_model,
+            memory_in_use=self._memory_in_use,
+            on_evict=free_gpu_cache if config.gpu else lambda: None,
+        )
+        self._lock = threading.RLock()
+        self._running: dict[str, RunningJob] = {}
+
+    # -- the process-wide instance -------------------------------------------------
+
+    @classmethod
+    def install(cls, config: ServerConfig, address: str = "", worker: Any = None) -> ContextServer:
+        """Make a server for this process (replacing any earlier one)."""
+        with cls._current_lock:
+            cls._current = cls(config, address, worker)
+            return cls._current
+
+    @classmethod
+    def current(cls) -> ContextServer:
+        """This process's server; made with defaults on a worker without the plugin."""
+        with cls._current_lock:
+            if cls._current is None:
+                name, address, memory, worker = "", "", 0, None
+                try:
+                    from distributed import get_worker
+
+                    worker = get_worker()
+                    name, address = str(worker.name), worker.address
+                    memory = int(worker.memory_manager.memory_limit or 0)
+                except ValueError:
+                    pass
+                config = ServerConfig(name=name, memory_bytes=memory)
+                cls._current = cls(config, address, worker)
+                cls._current.announce()
+            return cls._current
+
+    # -- events --------------------------------------------------------------------
+
+    def emit(self, *events: ev.Event) -> None:
+        """Send events to the scheduler (and so to the catalog). Best-effort: a job's
+        outcome travels with its result, never only here; a failure is logged."""
+        worker = self._worker
+        if worker is None:
+            return
+        try:
+            worker.log_event(ev.TOPIC, ev.encode(events))
+        except Exception as error:
+            logger.debug("could not send %d event(s): %r", len(events), error)
+
+    def described(self) -> ev.ServerDescribed:
+        """This server as a ServerDescribed event."""
+        return ev.ServerDescribed(
+            address=self.identity.address,
+            name=self.identity.name,
+            host=self.identity.host,
+            pid=self.identity.pid,
+            memory_bytes=self.memory_bytes,
+            memory_budget=self.budget,
+            gpu=self.config.gpu,
+        )
+
+    def announce(self) -> None:
+        """Describe this server to the scheduler (GPU record, budget, process)."""
+        self.emit(self.described())
+
+    @property
+    def gpu_model(self) -> str:
+        """The normalised model of its GPU, or 'cpu'."""
+        return model_of({}, self.config.gpu) if self.config.gpu else CPU_MODEL
+
+    def _memory_in_use(self) -> int:
+        torch = sys.modules.get("torch")
+        if torch is not None and self.config.gpu and torch.cuda.is_available():
+            return int(torch.cuda.memory_allocated())
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+
+    # -- jobs ----------------------------------------------------------------------
+
+    def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
+        """Run one job and report its outcome; never raises for a job's own failure."""
+        running = RunningJob(key=spec.key, thread_id=threading.get_ident())
+        identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
+        with self._lock:
+            self._running[spec.key] = running
+        self.emit(
+            ev.JobStarted(
+                run_id=spec.run_id, key=spec.key, address=self.identity.address, context=identity
+            )
+        )
+        evicted = self.cache.track_evictions()
+        try:
+            if isinstance(spec, ContextJobSpec):
+                result = self._run_context(spec, running)
+            else:
+                result = run_plain_job(spec, self.identity, running)
+            result.evicted = list(evicted)
+        finally:
+            self.cache.stop_tracking()
+            with self._lock:
+                self._running.pop(spec.key, None)
+            running.done.set()
+        self.emit(
+            ev.JobFinished(
+                run_id=spec.run_id,
+                key=spec.key,
+                address=self.identity.address,
+                ok=result.ok,
+                cancelled=result.cancelled,
+                started=result.started,
+                finished=result.finished,
+                items=result.items,
+                load_seconds=result.load_seconds,
+                loaded=list(result.loaded),
+                context=identity,
+                gpu_model=self.gpu_model,
+            )
+        )
+        self.stats.jobs += 1
+        if result.cancelled:
+            self.stats.jobs_cancelled += 1
+        elif not result.ok:
+            self.stats.jobs_failed += 1
+        return result
+
+    def _run_context(self, spec: ContextJobSpec, running: RunningJob) -> JobResult:
+        held: dict[str, Any] = {}  # identity -> object, pinned for this job
+        loaded: list[str] = []
+        reused: list[str] = []
+        load_seconds = 0.0
+
+        def acquire(declaration: ContextDeclaration) -> Any:
+            nonlocal load_seconds
+            if declaration.identity in held:
+                return held[declaration.identity]
+            obj, seconds, cold = self.cache.acquire(declaration)
+            held[declaration.identity] = obj
+            (loaded if cold else reused).append(declaration.identity)
+            load_seconds += seconds
+            return obj
+
+        hooks = JobHooks(provider=_Provider(acquire))
+        contexts.set_current_job(hooks)
+        try:
+            result = run_context_job(spec, self.identity, acquire, running, torch_threads)
+        finally:
+            contexts.set_current_job(None)
+            for identity in held:
+                self.cache.release(identity)
+            held.clear()
+        result.items = hooks.items
+        result.loaded, result.reused = loaded, reused
+        result.load_seconds = load_seconds
+        return result
+
+    def cancel(self, keys: list[str], grace: float = 10.0) -> dict[str, str]:
+        """Stop the named jobs if they run here: 'stopped', 'running' (stuck) or absent."""
+        import time
+
+        with self._lock:
+            targets = {key: self._running[key] for key in keys if key in self._running}
+        for job in targets.values():
+            job.request_cancel()
+        deadline = time.monotonic() + grace
+        outcome = {}
+        for key, job in targets.items():
+            finished = job.done.wait(max(0.0, deadline - time.monotonic()))
+            outcome[key] = "stopped" if finished else "running"
+        return outcome
+
+    def shutdown(self) -> None:
+        """Stop every running job (the worker is closing)."""
+        with self._lock:
+            keys = list(self._running)
+        if keys:
+            self.cancel(keys, grace=5.0)
+
+    def inventory(self) -> dict[str, Any]:
+        """Contexts, load seconds, bytes, hits, evictions, conversions and jobs."""
+        loaded = self.cache.inventory()
+        with self._lock:
+            running = list(self._running)
+        return {
+            "server": asdict(self.identity),
+            "gpu": self.config.gpu,
+            "memory_bytes": self.memory_bytes,
+            "memory_budget": self.budget,
+            "bytes_loaded": sum(item["bytes"] for item in loaded),
+            "contexts": loaded,
+            "running": running,
+            **asdict(self.stats),
+        }
+
+
+class _Provider:
+    def __init__(self, acquire: Any) -> None:
+        self._acquire = acquire
+
+    def acquire(self, declaration: ContextDeclaration) -> Any:
+        return self._acquire(declaration)
+
+
+def _total_memory() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total)

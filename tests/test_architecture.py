@@ -1,0 +1,172 @@
+"""The floor plan, checked on the source: which package may import which.
+
+Imports are read from the AST of every module (imports under ``TYPE_CHECKING`` and
+inside functions included), so a lazy import cannot hide a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROOT = "snakemake_executor_context"
+#: Packages, and the command line on top of them (a module, but a layer of its own).
+PACKAGES = ("fleet", "catalog", "server", "cluster", "executor", "cli")
+
+
+def _module_name(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules(base: Path, top: str) -> dict[str, Path]:
+    return {_module_name(p, base): p for p in sorted((base / top).rglob("*.py"))}
+
+
+SOURCES = _modules(REPO, ROOT)
+MONITOR = _modules(REPO / "monitor", "snakemake_context_monitor")
+
+
+def imports_of(name: str, path: Path) -> set[str]:
+    """The project modules one module imports (anywhere in it)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return {m for m in found if m in SOURCES}
+
+
+GRAPH = {name: imports_of(name, path) for name, path in {**SOURCES, **MONITOR}.items()}
+
+
+def closure(start: Iterable[str]) -> set[str]:
+    """Every project module reachable from ``start``."""
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        name = todo.pop()
+        for target in GRAPH.get(name, ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def under(package: str) -> set[str]:
+    prefix = f"{ROOT}.{package}"
+    return {name for name in SOURCES if name == prefix or name.startswith(prefix + ".")}
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in PACKAGES else "core"
+
+
+def test_the_graph_is_read():
+    """The checks below would pass on an empty graph: make sure it is not one."""
+    assert f"{ROOT}.fleet.state" in GRAPH[f"{ROOT}.fleet.placement"]
+    assert f"{ROOT}.catalog.store" in GRAPH[f"{ROOT}.catalog.writer"] or any(
+        target.startswith(f"{ROOT}.catalog") for target in GRAPH[f"{ROOT}.catalog.writer"]
+    )
+    assert f"{ROOT}.fleet.events" in closure([f"{ROOT}.catalog.record"])
+    assert f"{ROOT}.executor.dispatch" in GRAPH[f"{ROOT}.executor.adapter"]
+
+
+def test_the_fleet_imports_nothing_above_it():
+    outside = closure(under("fleet")) - under("fleet")
+    assert not outside, f"the fleet package reaches {sorted(outside)}"
+
+
+@pytest.mark.parametrize("module", ["fleet.placement", "fleet.state"])
+def test_placement_and_the_fleet_state_import_no_catalog(module):
+    reached = closure([f"{ROOT}.{module}"])
+    for package in ("catalog", "server", "cluster", "executor"):
+        assert not reached & under(package), f"{module} reaches {package}"
+
+
+def test_the_catalog_imports_the_fleets_vocabulary_and_never_the_reverse():
+    reached = closure(under("catalog"))
+    for package in ("executor", "server", "cluster"):
+        assert not reached & under(package), f"the catalog reaches {package}"
+    assert f"{ROOT}.fleet.events" in reached
+
+
+def test_the_dispatch_machine_imports_neither_dask_nor_snakemake():
+    for module in ("executor.dispatch", "executor.vocabulary"):
+        tree = ast.parse(SOURCES[f"{ROOT}.{module}"].read_text())
+        names = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        } | {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not {n.split(".")[0] for n in names} & {"distributed", "dask", "snakemake"}
+    reached = closure([f"{ROOT}.executor.dispatch"])
+    allowed = under("fleet") | under("executor") | {f"{ROOT}.errors"}
+    assert reached <= allowed, sorted(reached)
+    assert reached & under("executor") == {f"{ROOT}.executor.vocabulary"}
+
+
+def test_the_monitor_imports_only_the_catalog_and_errors():
+    for name, path in MONITOR.items():
+        for target in imports_of(name, path):
+            assert target.startswith(f"{ROOT}.catalog") or target == f"{ROOT}.errors", (
+                f"{name} imports {target}"
+            )
+
+
+def test_no_package_cycle():
+    edges = {
+        (package_of(a), package_of(b))
+        for a, targets in GRAPH.items()
+        if a in SOURCES
+        for b in targets
+        if package_of(a) != package_of(b)
+    }
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = sorted(p for p in graph if reaches(p, p, {p}))
+    assert not cycles, f"packages in a cycle: {cycles} (edges {sorted(edges)})"
+
+
+def test_no_module_over_400_lines():
+    exempt = {f"{ROOT}.catalog.record", f"{ROOT}.catalog.queries"}
+    long = {
+        name: n
+        for name, path in SOURCES.items()
+        if name not in exempt and (n := len(path.read_text().splitlines())) > 400
+    }
+    assert not long, long
+
+
+def test_the_snakemake_adapter_is_thin():
+    """The RemoteExecutor subclass (no base class of this project) stays an adapter."""
+    path = SOURCES[f"{ROOT}.executor.adapter"]
+    assert len(path.read_text().splitlines()) <= 250
+    tree = ast.parse(path.read_text())
+    (executor,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Executor"]
+    assert [ast.unparse(base) for base in executor.bases] == ["RemoteExecutor"]
