@@ -424,3 +424,23 @@ def test_a_lost_server_counts_the_jobs_it_ran_not_those_queued_behind(started, p
     (left,) = scheduler.left
     assert [job.key for job in left.lost_jobs()] == lost
     assert left.reason == "lost (handle-worker-cleanup)"
+
+
+def test_an_attempts_end_recorded_twice_counts_once(tmp_path):
+    """The executor records an attempt's end from its result when the server's own
+    JobFinished has not come; when it comes later, nothing is counted twice."""
+    from snakemake_executor_context.catalog.models import Attempt, Run
+
+    catalog = CatalogWriter(open_store(tmp_path / "c.db"), warn=pytest.fail)
+    catalog.submit(ev.RunStarted(run_id="r"))
+    dispatched, started, finished, reported = _job_events("r", 1)
+    assert isinstance(finished, ev.JobFinished)
+    finished.loaded = [MODEL]
+    for event in (dispatched, started, finished, reported, finished):
+        catalog.submit(event)
+    catalog.close()
+    with open_reader(tmp_path / "c.db").session() as session:
+        (run,) = session.query(Run).all()
+        (attempt,) = session.query(Attempt).all()
+        assert run.loads == 1 and run.jobs_ok == 1
+        assert attempt.outcome == "ok" and attempt.items == 2

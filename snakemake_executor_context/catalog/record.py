@@ -476,11 +476,15 @@ class Recorder:
         if attempt_id is None:
             self._new_attempt(session, event.key, **values)
         else:
-            # The executor records an attempt's end from its result when the server's
-            # own event has not come yet: a second copy counts nothing twice.
-            ended = session.scalar(select(Attempt.finished).where(Attempt.id == attempt_id))
-            session.execute(update(Attempt).where(Attempt.id == attempt_id).values(**values))
-            if ended is not None:
+            first = session.execute(
+                update(Attempt)
+                .where(Attempt.id == attempt_id, Attempt.finished.is_(None))
+                .values(**values)
+            )
+            if not first.rowcount:  # type: ignore[attr-defined]
+                # The executor records an attempt's end from its result when the
+                # server's own event has not come yet: a second copy counts nothing twice.
+                session.execute(update(Attempt).where(Attempt.id == attempt_id).values(**values))
                 return
         if event.loaded and event.run_id:
             run_pk = self._run(session, event.run_id, event.at)
