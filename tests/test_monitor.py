@@ -470,3 +470,49 @@ def test_incremental_totals_equal_the_catalogs_own_queries(tmp_path):
         b.job("factcheck-2", "verify", server=gpu, context=model, seconds=2.0, items=32)
         b.start_job("factcheck-2", "verify", server=gpu, context=model)
     agree()
+
+
+def test_the_builders_bulk_jobs_record_the_rows_one_job_at_a_time_would(tmp_path):
+    """The benchmark's catalogs are built in bulk: the rows must be those the recorder
+    writes for the same jobs, table by table, ids included."""
+    from sqlalchemy import select
+
+    from snakemake_executor_context.catalog import models
+    from snakemake_executor_context.catalog.store import open_reader
+
+    def build(path: Path, bulk: bool) -> dict[str, list[tuple[Any, ...]]]:
+        with CatalogBuilder(path) as b:
+            servers = [b.server(f"gpu{i}", gpu="NVIDIA A100-SXM4-80GB") for i in range(3)]
+            warm, fresh = b.context("warm"), b.context("first-used-by-a-job")
+            run = b.run("r", jobs_total=20)
+            b.load(servers[0], warm)
+            places = [(servers[i % 3], (warm, fresh, None)[i % 3]) for i in range(12)]
+            if bulk:
+                keys = b.jobs(run, "score", places, gap=0.5, seconds=2.0, items=8)
+            else:
+                keys = []
+                for server, context in places:
+                    b.tick(0.5)
+                    keys.append(
+                        b.job(run, "score", server=server, context=context, seconds=2.0, items=8)
+                    )
+            b.job(run, "after", server=servers[1], context=fresh, seconds=1.0, ok=False)
+        reader = open_reader(path)
+        tables: dict[str, list[tuple[Any, ...]]] = {"keys": [tuple(keys)]}
+        with reader.session() as session:
+            for model in (models.Run, models.Context, models.Job, models.Attempt):
+                columns = list(model.__table__.columns)
+                tables[model.__tablename__] = [
+                    tuple(row) for row in session.execute(select(*columns).order_by(model.id))
+                ]
+            tables["events"] = [
+                tuple(row) for row in session.execute(select(models.EventRecord.__table__))
+            ]
+        reader.close()
+        return tables
+
+    one_by_one = build(tmp_path / "one.db", bulk=False)
+    bulk = build(tmp_path / "bulk.db", bulk=True)
+    assert len(one_by_one["attempts"]) == 13 and one_by_one["runs"][0][-4:-1] == (12, 1, 96)
+    for table, rows_one_by_one in one_by_one.items():
+        assert bulk[table] == rows_one_by_one, table
