@@ -513,6 +513,77 @@ def test_incremental_reads_equal_a_fresh_read_and_the_catalogs_own_queries(tmp_p
     source.close()
 
 
+def test_an_unchanged_poll_changes_nothing_and_a_finished_job_only_its_rows(tmp_path):
+    """On a real app: a poll in which nothing changed makes no table update on the UI
+    thread; one job finishing updates only the rows it changes, in the view shown (a
+    hidden view catches up when it is shown)."""
+    from textual.widgets import DataTable
+
+    path = tmp_path / "catalog.db"
+    b = CatalogBuilder(path)  # left open: a writer at work
+    servers = [b.server(f"gpu{i}") for i in range(3)]
+    model = b.context("smollm2")
+    run = b.run("live", jobs_total=10)
+    for server in servers:
+        b.load(server, model, seconds=1.0)
+        b.job(run, "verify", server=server, context=model, seconds=1.0, items=8)
+    b.commit()
+    app = make_app(path, now=b.now + 60)
+    calls: list[tuple[str | None, str, str]] = []
+    originals = {name: getattr(DataTable, name) for name in ("add_row", "remove_row")}
+
+    def spy(name: str) -> Callable[..., Any]:
+        def record(table: DataTable[Any], *args: Any, **kwargs: Any) -> Any:
+            key = kwargs.get("key") or args[0]
+            calls.append((table.id, name, str(getattr(key, "value", key))))
+            return originals[name](table, *args, **kwargs)
+
+        return record
+
+    update_cell = DataTable.update_cell
+
+    def record_cell(table: DataTable[Any], row: Any, column: Any, value: Any, **kw: Any) -> None:
+        calls.append((table.id, "update_cell", str(getattr(row, "value", row))))
+        update_cell(table, row, column, value, **kw)
+
+    async def script(pilot):
+        for key in "cf":  # the contexts view filled once, then hidden
+            await pilot.press(key)
+        await pilot.pause()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(DataTable, "update_cell", record_cell)
+            for name in originals:
+                patch.setattr(DataTable, name, spy(name))
+            app.read_now()  # nothing changed since the first read
+            assert app.applied[-1].changed == 0 and calls == []
+
+            b.job(run, "verify", server=servers[1], context=model, seconds=1.0, items=8)
+            b.commit()
+            app.read_now()
+            assert app.applied[-1].finished == 1
+            touched = {(table, key) for table, _, key in calls}
+            assert ("fleet-servers", servers[1]) in touched
+            assert touched <= {("fleet-servers", servers[1]), ("fleet-models", "h200")}
+            jobs = rows(app, "fleet-servers")[servers[1]][4]
+            assert jobs == "2" and rows(app, "fleet-servers")[servers[0]][4] == "1"
+
+            calls.clear()
+            await pilot.press("c")  # the contexts view catches up on what it missed
+            await pilot.pause()
+            pair = next(key for key in rows(app, "contexts-table") if key.endswith(servers[1]))
+            assert {(table, key) for table, _, key in calls} == {("contexts-table", pair)}
+            assert rows(app, "contexts-table")[pair][7] == "2"  # warm jobs
+
+            calls.clear()
+            app.read_now()
+            assert calls == []
+
+    try:
+        drive(app, script)
+    finally:
+        b.close()
+
+
 def test_the_builders_bulk_jobs_record_the_rows_one_job_at_a_time_would(tmp_path):
     """The benchmark's catalogs are built in bulk: the rows must be those the recorder
     writes for the same jobs, table by table, ids included."""

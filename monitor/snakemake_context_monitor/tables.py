@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from textual.widgets import DataTable
 
-__all__ = ["Column", "setup_columns", "sync_rows"]
+from .model import Cells, Delta
+
+__all__ = ["Column", "apply_delta", "clip", "setup_columns"]
 
 #: (key, label, width or None for the content's width)
 Column = tuple[str, str, int | None]
@@ -20,25 +22,28 @@ def setup_columns(table: DataTable[Any], columns: Sequence[Column]) -> None:
             table.add_column(label, key=key, width=width)
 
 
-def sync_rows(table: DataTable[Any], rows: Mapping[str, Sequence[Any]]) -> int:
-    """Make the table hold exactly ``rows`` (row key -> cells): remove vanished rows,
-    update changed cells, add new rows. Returns the number of changes."""
+def apply_delta(table: DataTable[Any], held: dict[str, Cells], delta: Delta) -> int:
+    """Apply a change to a table whose rows are ``held`` (kept up to date here): remove
+    rows, update the cells that differ, add new rows. Returns the number of changes."""
     changes = 0
-    present = {key.value for key in table.rows if key.value is not None}
-    for key in present - set(rows):
-        table.remove_row(key)
-        changes += 1
-    columns = list(table.columns)
-    for key, cells in rows.items():
-        if key in present:
-            old = table.get_row(key)
-            for column, before, after in zip(columns, old, cells, strict=False):
-                if before != after:
-                    table.update_cell(key, column, after, update_width=True)
-                    changes += 1
-        else:
+    for key in delta.removed:
+        if held.pop(key, None) is not None:
+            table.remove_row(key)
+            changes += 1
+    columns = list(table.columns.values())
+    for key, cells in delta.upserts.items():
+        before = held.get(key)
+        if before is None:
             table.add_row(*cells, key=key)
             changes += 1
+        else:
+            for column, old, new in zip(columns, before, cells, strict=False):
+                if old != new:
+                    # Only a column sized to its content is measured again: measuring
+                    # a fixed one measures every cell of it whenever a value shrinks.
+                    table.update_cell(key, column.key, new, update_width=column.auto_width)
+                    changes += 1
+        held[key] = cells
     return changes
 
 
