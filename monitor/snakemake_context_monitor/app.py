@@ -48,6 +48,11 @@ PAGES: dict[str, Page] = {
     "progress": progress.page,
 }
 
+#: Seconds without a key press after which a full garbage collection may run.
+IDLE_SECONDS = 1.0
+#: Seconds a full garbage collection waits for such a moment at most.
+FULL_GC_SECONDS = 30.0
+
 
 class Poll(NamedTuple):
     """A poll's result: the snapshot, and what changed in each view (by tab id, and
@@ -58,11 +63,13 @@ class Poll(NamedTuple):
 
 
 class Applied(NamedTuple):
-    """How long a poll's result took on the UI thread, and what had changed."""
+    """How long a poll's result took on the UI thread, what had changed, and how long
+    its read took (off the UI thread)."""
 
     seconds: float
     changed: int
     finished: int
+    read_seconds: float
 
 
 class MonitorApp(App[None]):
@@ -109,6 +116,8 @@ class MonitorApp(App[None]):
         #: The server page open (read by the polling thread), if any.
         self.server_page: str | None = None
         self._view_by_tab: dict[str, PolledView] = {}
+        self._gc_threshold: tuple[int, int, int] | None = None
+        self._key_at = self._full_gc_at = time.monotonic()
 
     def compose(self) -> ComposeResult:
         yield StatusBar(self.source.spec, id="status")
@@ -127,7 +136,7 @@ class MonitorApp(App[None]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.set_interval(1.0, self._tick)
+        self.set_interval(1.0, self._every_second)
         if self.live:
             self.action_poll()
             self.set_interval(self.interval, self.action_poll)
@@ -171,10 +180,11 @@ class MonitorApp(App[None]):
         try:
             self._apply(result)
         finally:
-            changed = finished = 0
+            seconds = time.perf_counter() - started
             if isinstance(result, Poll):
-                changed, finished = result.snapshot.changed, result.snapshot.finished
-            self.applied.append(Applied(time.perf_counter() - started, changed, finished))
+                snapshot = result.snapshot
+                read = snapshot.query_seconds
+                self.applied.append(Applied(seconds, snapshot.changed, snapshot.finished, read))
 
     def _apply(self, result: Poll | str) -> None:
         self.polls += 1
@@ -225,13 +235,36 @@ class MonitorApp(App[None]):
         # their rendered lines, Textual's own); a full cyclic collection then takes
         # ~100 ms on the UI thread whenever it triggers, which is what a key press
         # waited for at 1,000 servers. Freezing what exists once the first data is
-        # shown leaves the collector only what later polls create (~5 ms).
+        # shown leaves the collector only what later polls and renders create; even
+        # that (some 50,000 objects: rendered lines) takes 20-60 ms on a slow machine,
+        # so full collections wait for a moment without key presses (_every_second).
         gc.collect()
         gc.freeze()
+        if self._gc_threshold is None:
+            self._gc_threshold = gc.get_threshold()
+            gc.set_threshold(self._gc_threshold[0], self._gc_threshold[1], 1_000_000)
+        self._full_gc_at = time.monotonic()
 
     def on_unmount(self) -> None:
-        """Hand the frozen objects back to the collector (an app in a test run)."""
+        """Hand the frozen objects back to the collector, and its thresholds (an app
+        in a test run)."""
         gc.unfreeze()
+        if self._gc_threshold is not None:
+            gc.set_threshold(*self._gc_threshold)
+            self._gc_threshold = None
+
+    def on_key(self) -> None:
+        """Note the time of each key press (full collections wait for a quiet moment)."""
+        self._key_at = time.monotonic()
+
+    def _every_second(self) -> None:
+        self._tick()
+        now = time.monotonic()
+        since_full = now - self._full_gc_at
+        idle = now - self._key_at >= IDLE_SECONDS and since_full >= IDLE_SECONDS
+        if self._gc_threshold is not None and (idle or since_full >= FULL_GC_SECONDS):
+            gc.collect()
+            self._full_gc_at = now
 
     def _tick(self) -> None:
         self.query_one(StatusBar).refresh_age(self.clock())

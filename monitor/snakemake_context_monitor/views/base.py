@@ -17,7 +17,8 @@ __all__ = ["PolledView"]
 class PolledView(Widget):
     """A view kept up to date by :meth:`receive`: its labels change at once (cheap), its
     tables and drawings only while it is shown; a hidden view keeps what changed, merged,
-    until :meth:`flush` (when it is shown).
+    until :meth:`flush` (when it is shown). The first poll fills every view, so that
+    showing one for the first time does not wait for its tables to fill.
 
     A mixin after the container class (``class FleetView(Vertical, PolledView)``): Textual
     takes a widget's default CSS along its first bases only."""
@@ -29,6 +30,7 @@ class PolledView(Widget):
         self.held: dict[str, dict[str, Cells]] = {}
         #: Changes made to tables and drawings (tests count them).
         self.changes = 0
+        self.filled = False
 
     def receive(self, update: ViewUpdate, *, shown: bool) -> None:
         """Take a poll's update: labels now, the rest now if ``shown``, else later."""
@@ -39,8 +41,9 @@ class PolledView(Widget):
         rest = ViewUpdate(update.tables, {}, update.extra)
         if rest:
             self.pending = rest if self.pending is None else self.pending.then(rest)
-        if shown:
+        if shown or not self.filled:
             self.flush()
+            self.filled = True
 
     def flush(self) -> None:
         """Apply what waited while the view was hidden."""
