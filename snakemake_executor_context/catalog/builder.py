@@ -1,12 +1,10 @@
 """Build a catalog for tests and demos through the catalog's own recording code.
 
-The monitor's tests (and anyone who needs a catalog with a given history) build one
-here instead of writing SQL: every call makes the same events servers, the scheduler
-plugin and executors send, and :meth:`CatalogBuilder.commit` records them with the
-writer's :class:`~.record.Recorder`. Times come from a clock the builder advances, so
-catalogs are reproducible (an example: the README, "Building a catalog in tests").
-:meth:`CatalogBuilder.jobs` records many finished jobs at once in bulk inserts (the
-rows the recorder would write), for benchmark-sized catalogs.
+Every call makes the events servers, the scheduler plugin and executors send, and
+:meth:`CatalogBuilder.commit` records them with the writer's :class:`~.record.Recorder`
+(no SQL here); times come from a clock the builder advances, so catalogs are
+reproducible (an example: the README, "Building a catalog in tests"). For big catalogs,
+:meth:`CatalogBuilder.jobs` writes many finished jobs at once: the same rows, in bulk.
 """
 
 from __future__ import annotations
@@ -18,8 +16,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import insert, update
+
 from ..gpus import normalize_gpu_model
 from . import events as ev
+from .models import Attempt, Job, Meta, Run
 from .record import Recorder
 from .store import CatalogStore, open_store
 
@@ -73,8 +74,6 @@ class CatalogBuilder:
     def mark_schema_version(self, version: int) -> None:
         """Record another schema version in this catalog (for tests of readers that
         must refuse it with a clear message)."""
-        from .models import Meta
-
         self.commit()
         with self.store.session() as session, session.begin():
             meta = session.get(Meta, "schema_version")
@@ -355,49 +354,39 @@ class CatalogBuilder:
         seconds: float = 1.0,
         items: int = 0,
     ) -> list[str]:
-        """Many whole, successful jobs in bulk inserts, with the rows :meth:`job` would
-        record for each: ``places`` gives each job's (server address, context identity);
-        the clock advances by ``gap`` before each job and by ``seconds`` while it runs.
-        A catalog of 100,000 jobs builds in seconds this way. Returns their keys."""
-        from sqlalchemy import insert, update
-
-        from .models import Attempt, Job, Run
-
+        """Many whole, successful jobs in bulk (the rows :meth:`job` would record; 100,000
+        in seconds): ``places`` holds each one's (server address, context identity); the
+        clock advances by ``gap`` before each and ``seconds`` while it runs. Their keys."""
         self.commit()
-        keys: list[str] = []
         with self.store.session() as session, session.begin():
-            # The recorder's own lookups: ids of the run, servers and contexts (a context
-            # is recorded when first used, at that job's time).
-            record = self.recorder
-            run_pk = record._run(session, run_id, self.now)
+            # Ids by the recorder's own lookups (a context is recorded when first used).
+            run_pk = self.recorder._run(session, run_id, self.now)
             contexts: dict[str | None, int | None] = {None: None}
             jobs, attempts = [], []
             for server, context in places:
                 self.now += gap
                 jobid = next(self._counter)
-                keys.append(f"{rule}-{jobid}-a1-{jobid:08x}")
+                key = f"{rule}-{jobid}-a1-{jobid:08x}"
                 if context is not None and context not in contexts:
                     name = self._contexts[context]
-                    contexts[context] = record._context(session, context, self.now, name)
+                    contexts[context] = self.recorder._context(session, context, self.now, name)
                 started, self.now = self.now, self.now + seconds
                 wildcards = json.dumps({"i": str(jobid)}, sort_keys=True)
                 kind = "context" if context else "plain"
                 job = (run_pk, str(jobid), rule, wildcards, kind, contexts[context], started)
                 jobs.append(_row(_JOB_COLUMNS, *job, self.now, "ok", items))
-                server_id = record._server(session, server, started)
-                attempt = (keys[-1], 1, server_id, "warm", started, started, self.now)
+                server_id = self.recorder._server(session, server, started)
+                attempt = (key, 1, server_id, "warm", started, started, self.now)
                 attempts.append(_row(_ATTEMPT_COLUMNS, *attempt, "ok", items, 0.0, False))
             if jobs:
                 ids = insert(Job).returning(Job.id, sort_by_parameter_order=True)
                 for attempt_row, job_id in zip(attempts, session.scalars(ids, jobs), strict=True):
                     attempt_row["job_id"] = job_id
                 session.execute(insert(Attempt), attempts)
+                run = update(Run).where(Run.id == run_pk).values(heartbeat=self.now)
                 n = len(jobs)
-                totals = {"jobs_ok": Run.jobs_ok + n, "items": Run.items + items * n}
-                session.execute(
-                    update(Run).where(Run.id == run_pk).values(**totals, heartbeat=self.now)
-                )
-        return keys
+                session.execute(run.values(jobs_ok=Run.jobs_ok + n, items=Run.items + items * n))
+        return [row["key"] for row in attempts]
 
 
 #: The columns :meth:`CatalogBuilder.jobs` fills, in the order it gives them.
