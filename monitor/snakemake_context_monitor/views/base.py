@@ -37,7 +37,8 @@ class PolledView(Widget):
         if not update:
             return
         for label, text in update.texts.items():
-            self.query_one(f"#{label}", Static).update(text)
+            # A hidden label is laid out when its view is shown, not now.
+            self.query_one(f"#{label}", Static).update(text, layout=shown)
         rest = ViewUpdate(update.tables, {}, update.extra)
         if rest:
             self.pending = rest if self.pending is None else self.pending.then(rest)
