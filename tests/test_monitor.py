@@ -503,6 +503,14 @@ def test_incremental_reads_equal_a_fresh_read_and_the_catalogs_own_queries(tmp_p
         b.commit()
         now[0] = b.now + 5
         agree()
+        running = b.start_job("factcheck-2", "verify", server=l40s, context=model)
+        b.commit()
+        agree()  # only attempts changed: only their servers' and placements' rows
+        b.finish_job(running, seconds=1.0, items=8)
+        b.job("factcheck-2", "embed", server=l40s, context=model, seconds=1.0, items=4)
+        b.commit()
+        now[0] = b.now + 5
+        agree()
         b.evict(l40s, model)
         b.lose_server(spare, reason="lost (preempted)")
         b.tick(5)

@@ -1,9 +1,10 @@
 """What the views show, derived in memory from the catalog reader's mirror.
 
-:class:`Derived` rebuilds a list only when what it depends on changed in the last read
-(fleet rows from servers, placements, contexts and losses; per-server totals and
-throughput from attempts as well), so a read in which nothing changed keeps every list,
-the same objects, and the views can tell by identity that nothing is to be done. The
+:class:`Derived` rebuilds a list only when what it depends on changed in the last read:
+all of them when servers, placements, contexts or losses changed, else only the rows of
+the servers and placements whose attempts changed. A read in which nothing changed keeps
+every list, the same objects, and the views can tell by identity that nothing is to be
+done. The
 throughput series and the progress depend on the time and are cheap: bisections in
 sorted finish times.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from snakemake_executor_context.catalog.monitor_queries import (
@@ -43,22 +45,39 @@ class Derived:
         self.placements: list[PlacementRow] = []
         self.throughput: list[ThroughputRow] = []
         self._first = True
+        self._held: dict[int, list[str]] = {}
+        self._servers: dict[int, ServerRow] = {}
+        self._placements: dict[tuple[int, int], PlacementRow] = {}
 
     def update(self, result: ReadResult) -> None:
-        """Rebuild what the last read changed."""
+        """Rebuild what the last read changed: every list after a change to the fleet,
+        else only the rows of the servers and placements whose attempts changed."""
         reader = self.reader
-        live = sorted(
-            (s for s in reader.servers.values() if s.left is None),
-            key=lambda s: (s.gpu_model, s.name),
-        )
         if result.fleet_changed or self._first:
+            live = sorted(
+                (s for s in reader.servers.values() if s.left is None),
+                key=lambda s: (s.gpu_model, s.name),
+            )
             self.fleet = _fleet(reader, live)
             self.contexts = _contexts(reader, live)
             self.timeline, self.loss_totals = _timeline(reader, self.limit)
-        if result.changed or self._first:
-            self.servers = _servers(reader, live)
-            self.placements = _placements(reader, live)
-            self.throughput = _throughput(reader)
+            self._held = _held(reader)
+            busy = _busy(reader)
+            self._servers = {s.id: _server(reader, s, busy, self._held) for s in live}
+            self._placements = _placements(reader, live)
+        elif result.jobs_changed:
+            busy = _busy(reader)
+            for server in self._servers.keys() & result.servers:
+                record = reader.servers[server]
+                self._servers[server] = _server(reader, record, busy, self._held)
+            for pair in self._placements.keys() & result.pairs:
+                row = self._placements[pair]
+                self._placements[pair] = replace(row, jobs_warm=reader.warm.get(pair, 0))
+        else:
+            return
+        self.servers = list(self._servers.values())
+        self.placements = list(self._placements.values())
+        self.throughput = _throughput(reader)
         self._first = False
 
     def series(self, since: float, until: float, buckets: int) -> list[Series]:
@@ -106,41 +125,53 @@ class Derived:
         return Progress(current, current.jobs_ok, current.jobs_failed, total, rate, eta)
 
 
-def _servers(reader: MonitorReader, live: list[ServerRecord]) -> list[ServerRow]:
+def _held(reader: MonitorReader) -> dict[int, list[str]]:
+    """server id -> the names of the contexts ready there, in order."""
     names = {i: c.name for i, c in reader.contexts.items()}
     held: dict[int, list[str]] = {}
     for p in sorted(reader.placements.values(), key=lambda p: names.get(p.context_id, "")):
         if p.state == "ready":
             held.setdefault(p.server_id, []).append(names.get(p.context_id, ""))
+    return held
+
+
+def _busy(reader: MonitorReader) -> dict[int | None, int]:
+    """server id -> attempts running there."""
     busy: dict[int | None, int] = {}
     for server, started in reader.pending.values():
         if started is not None:
             busy[server] = busy.get(server, 0) + 1
-    rows = []
-    for s in live:
-        ok, failed, items = reader.done.get(s.id, (0, 0, 0))
-        rows.append(
-            ServerRow(
-                address=s.address,
-                name=s.name or s.address,
-                host=s.host,
-                gpu_model=s.gpu_model,
-                gpu_name=s.gpu_name,
-                gpu_memory_bytes=s.gpu_memory_bytes,
-                compute_capability=s.compute_capability,
-                slots=s.slots,
-                busy=busy.get(s.id, 0),
-                contexts=held.get(s.id, []),
-                jobs_ok=ok,
-                jobs_failed=failed,
-                items=items,
-                joined=s.joined,
-            )
-        )
-    return rows
+    return busy
 
 
-def _placements(reader: MonitorReader, live: list[ServerRecord]) -> list[PlacementRow]:
+def _server(
+    reader: MonitorReader,
+    s: ServerRecord,
+    busy: dict[int | None, int],
+    held: dict[int, list[str]],
+) -> ServerRow:
+    ok, failed, items = reader.done.get(s.id, (0, 0, 0))
+    return ServerRow(
+        address=s.address,
+        name=s.name or s.address,
+        host=s.host,
+        gpu_model=s.gpu_model,
+        gpu_name=s.gpu_name,
+        gpu_memory_bytes=s.gpu_memory_bytes,
+        compute_capability=s.compute_capability,
+        slots=s.slots,
+        busy=busy.get(s.id, 0),
+        contexts=held.get(s.id, []),
+        jobs_ok=ok,
+        jobs_failed=failed,
+        items=items,
+        joined=s.joined,
+    )
+
+
+def _placements(
+    reader: MonitorReader, live: list[ServerRecord]
+) -> dict[tuple[int, int], PlacementRow]:
     """Per context and live server: the latest placement, loads and evictions there,
     and the jobs that found it warm."""
     servers = {s.id: s for s in live}
@@ -168,9 +199,9 @@ def _placements(reader: MonitorReader, live: list[ServerRecord]) -> list[Placeme
             evictions=loads[pair][1],
             jobs_warm=reader.warm.get(pair, 0),
         )
-        rows.append(((context.name, server.name), row))
+        rows.append(((context.name, server.name), pair, row))
     rows.sort(key=lambda entry: entry[0])
-    return [row for _, row in rows]
+    return {pair: row for _, pair, row in rows}
 
 
 def _fleet(reader: MonitorReader, live: list[ServerRecord]) -> list[FleetRow]:

@@ -12,14 +12,16 @@ other objects than at the previous poll (:class:`Memo`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from .data import Snapshot
 
 __all__ = ["Cells", "Delta", "Memo", "Presenter", "Rows", "ViewModel", "ViewUpdate", "compare"]
+
+T = TypeVar("T")
 
 #: A table row's cells.
 Cells = tuple[str, ...]
@@ -103,6 +105,26 @@ class Memo:
 
     def __init__(self) -> None:
         self._cache: dict[str, tuple[tuple[object, ...], Rows]] = {}
+        self._keyed: dict[str, tuple[object, Rows, dict[str, tuple[object, Cells]]]] = {}
+
+    def keyed(
+        self, table: str, items: Sequence[T], key: Callable[[T], str], cells: Callable[[T], Cells]
+    ) -> Rows:
+        """One row per item (by ``key``), formatted again only for items that are other
+        objects than at the previous call (all the same when ``items`` is)."""
+        cached = self._keyed.get(table)
+        if cached is not None and cached[0] is items:
+            return cached[1]
+        before = cached[2] if cached is not None else {}
+        rows: dict[str, Cells] = {}
+        made: dict[str, tuple[object, Cells]] = {}
+        for item in items:
+            row_key = key(item)
+            hit = before.get(row_key)
+            rows[row_key] = hit[1] if hit is not None and hit[0] is item else cells(item)
+            made[row_key] = (item, rows[row_key])
+        self._keyed[table] = (items, rows, made)
+        return rows
 
     def rows(self, table: str, inputs: tuple[object, ...], build: Callable[[], Rows]) -> Rows:
         """``build()``, or the rows it made last time if ``inputs`` are the same objects."""

@@ -111,6 +111,10 @@ class ReadResult:
     jobs_changed: int
     #: Attempts that finished since the previous read.
     finished: int
+    #: Servers whose attempts changed (running, done), and (server, context) pairs
+    #: whose warm jobs changed, when only attempts changed.
+    servers: frozenset[int | None] = frozenset()
+    pairs: frozenset[tuple[int | None, int | None]] = frozenset()
 
     @property
     def changed(self) -> int:
@@ -212,6 +216,8 @@ class MonitorReader:
         self.run_pks: dict[str, int] = {}
         #: The latest job attempts, newest first (read again when attempts changed).
         self.recent_jobs: list[JobRow] = []
+        self._servers_touched: set[int | None] = set()
+        self._pairs_touched: set[tuple[int | None, int | None]] = set()
         self._ids = {name: _Ids() for name in ("server", "placement", "context", "loss")}
         self._ids |= {name: _Ids() for name in ("event", "attempt", "job")}
 
@@ -233,7 +239,9 @@ class MonitorReader:
         }
         if attempts_changed or new_jobs or not self.recent_jobs:
             self.recent_jobs = recent_jobs(session, recent)
-        return ReadResult(fleet_changed, attempts_changed + len(new_jobs), finished)
+        changed = attempts_changed + len(new_jobs)
+        servers, pairs = frozenset(self._servers_touched), frozenset(self._pairs_touched)
+        return ReadResult(fleet_changed, changed, finished, servers, pairs)
 
     def _read_fleet(self, session: Session) -> int:
         """Servers, placements, contexts and losses new or changed: how many."""
@@ -309,14 +317,20 @@ class MonitorReader:
         ).all()
         self._ids["attempt"].saw(row.id for row in rows)
         finished = changed = 0
+        touched, pairs = self._servers_touched, self._pairs_touched
+        touched.clear()
+        pairs.clear()
         for attempt, server, outcome, items, started, end, load, cold, context, run in rows:
             before = self.pending.pop(attempt, None)
             self.rows["attempts"] += before is None  # pending ones were counted already
             if outcome is None:
                 self.pending[attempt] = (server, started if end is None else None)
-                changed += self.pending[attempt] != before
+                if self.pending[attempt] != before:
+                    changed += 1
+                    touched.update((server, before[0] if before else server))
                 continue
             changed += 1
+            touched.update((server, before[0] if before else server))
             if end is None:
                 continue
             finished += 1
@@ -328,6 +342,7 @@ class MonitorReader:
                 continue
             if not cold and context is not None:
                 self.warm[(server, context)] = self.warm.get((server, context), 0) + 1
+                pairs.add((server, context))
             if started is not None and context is not None:
                 jobs, seconds, ok_items = self.totals.get((context, server), (0, 0.0, 0))
                 seconds += max(0.0, end - started - (load or 0.0))

@@ -8,7 +8,8 @@ from textual.widgets import DataTable, Static
 
 from ..data import Snapshot
 from ..format import bytes_, cache_cell, rate
-from ..model import Memo, Rows, ViewModel
+from ..model import Cells, Memo, ViewModel
+from ..rows import PlacementRow
 from ..tables import clip, setup_columns
 from .base import PolledView
 
@@ -27,7 +28,7 @@ COLUMNS = [
 def page(snapshot: Snapshot, memo: Memo) -> ViewModel:
     """What the contexts view shows (off the UI thread)."""
     placements = snapshot.placements
-    rows = memo.rows("contexts-table", (placements,), lambda: _rows(snapshot))
+    rows = memo.keyed("contexts-table", placements, lambda p: f"{p.identity}@{p.address}", _cells)
     warm = sum(1 for p in placements if p.state == "ready")
     hits = sum(1 for p in placements if p.from_cache)
     evictions = sum(p.evictions for p in placements)
@@ -39,20 +40,17 @@ def page(snapshot: Snapshot, memo: Memo) -> ViewModel:
     return ViewModel(tables={"contexts-table": rows}, texts={"contexts-summary": summary})
 
 
-def _rows(snapshot: Snapshot) -> Rows:
-    return {
-        f"{p.identity}@{p.address}": (
-            clip(p.context, 12),
-            clip(p.server, 10),
-            p.state,
-            rate(p.load_seconds),
-            cache_cell(p.from_cache),
-            str(p.loads),
-            str(p.evictions),
-            str(p.jobs_warm),
-        )
-        for p in snapshot.placements
-    }
+def _cells(p: PlacementRow) -> Cells:
+    return (
+        clip(p.context, 12),
+        clip(p.server, 10),
+        p.state,
+        rate(p.load_seconds),
+        cache_cell(p.from_cache),
+        str(p.loads),
+        str(p.evictions),
+        str(p.jobs_warm),
+    )
 
 
 class ContextsView(Vertical, PolledView):

@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Static
 
 from ..data import Snapshot
 from ..format import bytes_, rate, window_phrase
-from ..model import Memo, Rows, ViewModel
+from ..model import Cells, Memo, Rows, ViewModel
 from ..rows import ServerRow
 from ..tables import clip, setup_columns
 from .base import PolledView
@@ -43,7 +43,7 @@ def page(snapshot: Snapshot, memo: Memo) -> ViewModel:
         (snapshot.fleet, snapshot.servers, snapshot.series),
         lambda: _model_rows(snapshot),
     )
-    servers = memo.rows("fleet-servers", (snapshot.servers,), lambda: _server_rows(snapshot))
+    servers = memo.keyed("fleet-servers", snapshot.servers, lambda s: s.address, _server_cells)
     busy = sum(s.busy for s in snapshot.servers)
     slots = sum(s.slots for s in snapshot.servers)
     count = len([r for r in snapshot.fleet if r.servers])
@@ -86,19 +86,16 @@ def _model_rows(snapshot: Snapshot) -> Rows:
     return rows
 
 
-def _server_rows(snapshot: Snapshot) -> Rows:
-    return {
-        s.address: (
-            clip(s.name, 12),
-            clip(s.gpu_model, 14),
-            f"{s.busy}/{s.slots}",
-            clip(", ".join(s.contexts) or "-", 14),
-            str(s.jobs_ok),
-            str(s.jobs_failed),
-            str(s.items),
-        )
-        for s in snapshot.servers
-    }
+def _server_cells(s: ServerRow) -> Cells:
+    return (
+        clip(s.name, 12),
+        clip(s.gpu_model, 14),
+        f"{s.busy}/{s.slots}",
+        clip(", ".join(s.contexts) or "-", 14),
+        str(s.jobs_ok),
+        str(s.jobs_failed),
+        str(s.items),
+    )
 
 
 def _window_minutes(snapshot: Snapshot) -> float:
