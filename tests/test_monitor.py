@@ -521,6 +521,35 @@ def test_incremental_reads_equal_a_fresh_read_and_the_catalogs_own_queries(tmp_p
     source.close()
 
 
+def test_a_server_described_after_it_ran_jobs_is_read_again(tmp_path):
+    """A server's description is the one change the recorder notes no event for: the
+    monitor reads a server again until it is described, and sorts the jobs it ran by
+    its GPU model again then."""
+    from snakemake_executor_context.catalog import events as ev
+
+    path = tmp_path / "catalog.db"
+    with CatalogBuilder(path, start=DEMO_NOW - 100) as b:
+        b.server("gpu0")
+        address = "tcp://10.0.0.99:40099"
+        b.emit(ev.ServerJoined(at=b.now, address=address, name="late", host="node9", slots=1))
+        run = b.run("r")
+        at = b.tick()
+        b.emit(ev.JobFinished(at=at, run_id=run, key="k1", address=address, ok=True, items=8))
+        b.emit(ev.JobReported(at=at, run_id=run, key="k1", jobid="1", rule="verify"))
+        b.commit()
+        source = CatalogSource(path, clock=lambda: DEMO_NOW)
+        assert {r.gpu_model for r in source.fetch().fleet} == {"h200", "cpu"}
+        gpu = {"name": "NVIDIA A100-SXM4-80GB", "memory_bytes": 80_000_000_000}
+        b.emit(ev.ServerDescribed(at=b.now, address=address, name="late", pid=7, gpu=gpu))
+        b.commit()
+        snapshot = source.fetch()
+        fresh = CatalogSource(path, clock=lambda: DEMO_NOW).fetch()
+    assert {r.gpu_model for r in snapshot.fleet} == {"h200", "a100-sxm4-80gb"}
+    assert snapshot.servers == fresh.servers and snapshot.fleet == fresh.fleet
+    assert [s.gpu_model for s in snapshot.series] == ["all", "a100-sxm4-80gb"]
+    assert snapshot.series == fresh.series
+
+
 def test_an_unchanged_poll_changes_nothing_and_a_finished_job_only_its_rows(tmp_path):
     """On a real app: a poll in which nothing changed makes no table update on the UI
     thread; one job finishing updates only the rows it changes, in the view shown (a

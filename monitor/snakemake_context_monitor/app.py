@@ -153,7 +153,11 @@ class MonitorApp(App[None]):
 
     @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
     def _poll(self) -> None:
-        self.call_from_thread(self._polled, self._read())
+        try:
+            result = self._read()
+        except Exception as error:  # a bug rather than the catalog: show it, poll on
+            result = f"Showing the catalog failed: {type(error).__name__}: {error}"
+        self.call_from_thread(self._polled, result)
 
     def _polled(self, result: Poll | str) -> None:
         self.reading = False

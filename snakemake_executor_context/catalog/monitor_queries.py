@@ -252,7 +252,8 @@ class MonitorReader:
         ids["event"].saw(event_id for event_id, _ in events)
         self.rows["events"] += len(events)
         touched = {server for _, server in events if server is not None}
-        again = touched | {s.id for s in self.servers.values() if s.pid is None}
+        undescribed = {s.id for s in self.servers.values() if s.pid is None and s.left is None}
+        again = touched | undescribed
         servers = session.execute(
             select(*_columns(Server, ServerRecord)).where(
                 or_(ids["server"].new(Server.id), Server.id.in_(again))
