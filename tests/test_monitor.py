@@ -57,6 +57,14 @@ def rows(app: MonitorApp, table_id: str) -> dict[str, list[Any]]:
     return {key.value: table.get_row(key) for key in table.rows}
 
 
+def drawn(app: MonitorApp, table_id: str, key: str) -> list[str]:
+    """A row's cells as its table draws them now, one word each (from what the table
+    has rendered, its caches, as when it paints the screen)."""
+    table = app.screen.query_one(f"#{table_id}", DataTable)
+    y = table.get_row_index(key) + table.header_height - table.scroll_offset.y
+    return table.render_line(y).text.split()
+
+
 def text(app: MonitorApp, widget_id: str) -> str:
     return str(app.screen.query_one(f"#{widget_id}", Static).render())
 
@@ -554,6 +562,7 @@ def test_an_unchanged_poll_changes_nothing_and_a_finished_job_only_its_rows(tmp_
     """On a real app: a poll in which nothing changed makes no table update on the UI
     thread; one job finishing updates only the rows it changes, in the view shown (a
     hidden view catches up when it is shown)."""
+    from snakemake_context_monitor.tables import Table
     from textual.widgets import DataTable
 
     path = tmp_path / "catalog.db"
@@ -577,18 +586,27 @@ def test_an_unchanged_poll_changes_nothing_and_a_finished_job_only_its_rows(tmp_
 
         return record
 
-    update_cell = DataTable.update_cell
+    update_cell, update_cells = DataTable.update_cell, Table.update_cells
 
     def record_cell(table: DataTable[Any], row: Any, column: Any, value: Any, **kw: Any) -> None:
         calls.append((table.id, "update_cell", str(getattr(row, "value", row))))
         update_cell(table, row, column, value, **kw)
 
+    def record_cells(table: Table, changes: list[tuple[str, Any, str]]) -> None:
+        calls.extend((table.id, "update_cell", row) for row, _, _ in changes)
+        update_cells(table, changes)
+
     async def script(pilot):
-        for key in "cf":  # the contexts view filled once, then hidden
-            await pilot.press(key)
+        await pilot.press("c")  # the contexts view filled once, then hidden
         await pilot.pause()
+        pair = next(key for key in rows(app, "contexts-table") if key.endswith(servers[1]))
+        assert drawn(app, "contexts-table", pair)[7] == "1"  # warm jobs
+        await pilot.press("f")
+        await pilot.pause()
+        assert drawn(app, "fleet-servers", servers[1])[4] == "1"  # jobs
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(DataTable, "update_cell", record_cell)
+            patch.setattr(Table, "update_cells", record_cells)
             for name in originals:
                 patch.setattr(DataTable, name, spy(name))
             app.read_now()  # nothing changed since the first read
@@ -603,13 +621,17 @@ def test_an_unchanged_poll_changes_nothing_and_a_finished_job_only_its_rows(tmp_
             assert touched <= {("fleet-servers", servers[1]), ("fleet-models", "h200")}
             jobs = rows(app, "fleet-servers")[servers[1]][4]
             assert jobs == "2" and rows(app, "fleet-servers")[servers[0]][4] == "1"
+            await pilot.pause()  # drawn again, not from what was rendered before
+            assert drawn(app, "fleet-servers", servers[1])[4] == "2"
+            assert drawn(app, "fleet-servers", servers[0])[4] == "1"
 
             calls.clear()
             await pilot.press("c")  # the contexts view catches up on what it missed
             await pilot.pause()
-            pair = next(key for key in rows(app, "contexts-table") if key.endswith(servers[1]))
             assert {(table, key) for table, _, key in calls} == {("contexts-table", pair)}
             assert rows(app, "contexts-table")[pair][7] == "2"  # warm jobs
+            await pilot.pause()
+            assert drawn(app, "contexts-table", pair)[7] == "2"
 
             calls.clear()
             app.read_now()

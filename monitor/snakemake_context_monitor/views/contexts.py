@@ -10,7 +10,7 @@ from ..data import Snapshot
 from ..format import bytes_, cache_cell, rate
 from ..model import Cells, Memo, ViewModel
 from ..rows import PlacementRow
-from ..tables import clip, setup_columns
+from ..tables import Table, clip, setup_columns
 from .base import PolledView
 
 COLUMNS = [
@@ -58,7 +58,7 @@ class ContextsView(Vertical, PolledView):
 
     def compose(self) -> ComposeResult:
         yield Static(id="contexts-summary", classes="summary")
-        yield DataTable(id="contexts-table", cursor_type="row", zebra_stripes=True)
+        yield Table(id="contexts-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         setup_columns(self.query_one("#contexts-table", DataTable), COLUMNS)

@@ -11,7 +11,7 @@ from ..data import Snapshot
 from ..format import bytes_, rate, window_phrase
 from ..model import Cells, Memo, Rows, ViewModel
 from ..rows import ServerRow
-from ..tables import clip, setup_columns
+from ..tables import Table, clip, setup_columns
 from .base import PolledView
 
 MODEL_COLUMNS = [
@@ -117,8 +117,8 @@ class FleetView(Vertical, PolledView):
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-summary", classes="summary")
-        yield DataTable(id="fleet-models", cursor_type="none", zebra_stripes=True)
-        yield DataTable(id="fleet-servers", cursor_type="row", zebra_stripes=True)
+        yield Table(id="fleet-models", cursor_type="none", zebra_stripes=True)
+        yield Table(id="fleet-servers", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         models = self.query_one("#fleet-models", DataTable)

@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Static
 from ..data import Snapshot
 from ..format import clock, duration
 from ..model import Memo, Rows, ViewModel
-from ..tables import clip, setup_columns
+from ..tables import Table, clip, setup_columns
 from .base import PolledView
 
 COLUMNS = [
@@ -58,7 +58,7 @@ class LossesView(Vertical, PolledView):
 
     def compose(self) -> ComposeResult:
         yield Static(id="losses-summary", classes="summary")
-        yield DataTable(id="losses-table", cursor_type="row", zebra_stripes=True)
+        yield Table(id="losses-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         setup_columns(self.query_one("#losses-table", DataTable), COLUMNS)

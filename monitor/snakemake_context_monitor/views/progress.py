@@ -11,7 +11,7 @@ from textual.widgets import DataTable, ProgressBar, Static
 from ..data import Snapshot
 from ..format import clock, duration, rate
 from ..model import Memo, ViewModel
-from ..tables import clip, setup_columns
+from ..tables import Table, clip, setup_columns
 from .base import PolledView
 
 COLUMNS = [
@@ -73,7 +73,7 @@ class ProgressView(Vertical, PolledView):
     def compose(self) -> ComposeResult:
         yield Static(id="progress-summary", classes="summary")
         yield ProgressBar(id="progress-bar", show_eta=False)
-        yield DataTable(id="progress-runs", cursor_type="row", zebra_stripes=True)
+        yield Table(id="progress-runs", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         setup_columns(self.query_one("#progress-runs", DataTable), COLUMNS)

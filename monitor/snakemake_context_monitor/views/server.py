@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Footer, Static
 from ..data import Snapshot
 from ..format import bytes_, cache_cell, clock, duration, rate
 from ..model import Cells, Memo, ViewModel, ViewUpdate, compare
-from ..tables import apply_delta, clip, setup_columns
+from ..tables import Table, apply_delta, clip, setup_columns
 
 CONTEXT_COLUMNS = [
     ("context", "context", 14),
@@ -94,8 +94,8 @@ class ServerScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="server-title", classes="summary")
-        yield DataTable(id="server-contexts", cursor_type="none", zebra_stripes=True)
-        yield DataTable(id="server-jobs", cursor_type="row", zebra_stripes=True)
+        yield Table(id="server-contexts", cursor_type="none", zebra_stripes=True)
+        yield Table(id="server-jobs", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:

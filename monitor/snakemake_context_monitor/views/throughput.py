@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Sparkline, Static
 from ..data import Snapshot
 from ..format import rate, window_phrase
 from ..model import Memo, Rows, ViewModel
-from ..tables import clip, setup_columns
+from ..tables import Table, clip, setup_columns
 from .base import PolledView
 
 COLUMNS = [
@@ -70,7 +70,7 @@ class ThroughputView(VerticalScroll, PolledView):
 
     def compose(self) -> ComposeResult:
         yield Static(id="throughput-summary", classes="summary")
-        yield DataTable(id="throughput-table", cursor_type="none", zebra_stripes=True)
+        yield Table(id="throughput-table", cursor_type="none", zebra_stripes=True)
 
     def on_mount(self) -> None:
         setup_columns(self.query_one("#throughput-table", DataTable), COLUMNS)
