@@ -82,7 +82,7 @@ class ThroughputView(VerticalScroll, PolledView):
         for key, label, data in charts:
             found = self.query(f"#label-{key}")
             if found:
-                found.first(Static).update(label)
+                found.first(Static).update(label, layout=False)  # one short line
                 self.query_one(f"#spark-{key}", Sparkline).data = list(data)
             else:
                 self.mount(Static(label, id=f"label-{key}", classes="series-label"), before=table)
