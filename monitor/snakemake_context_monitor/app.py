@@ -50,8 +50,9 @@ PAGES: dict[str, Page] = {
 
 #: Seconds without a key press after which a full garbage collection may run.
 IDLE_SECONDS = 1.0
-#: Seconds a full garbage collection waits for such a moment at most.
-FULL_GC_SECONDS = 30.0
+#: Seconds a full garbage collection waits for such a moment at most (one takes 50-100
+#: ms on a slow machine with a big fleet on screen: rendered lines are many objects).
+FULL_GC_SECONDS = 300.0
 
 
 class Poll(NamedTuple):
@@ -264,9 +265,12 @@ class MonitorApp(App[None]):
     def _every_second(self) -> None:
         self._tick()
         now = time.monotonic()
-        since_full = now - self._full_gc_at
-        idle = now - self._key_at >= IDLE_SECONDS and since_full >= IDLE_SECONDS
-        if self._gc_threshold is not None and (idle or since_full >= FULL_GC_SECONDS):
+        if self._gc_threshold is None:
+            return
+        # Due when Python would have collected (its third threshold), run when idle.
+        due = gc.get_count()[2] >= self._gc_threshold[2]
+        idle = now - self._key_at >= IDLE_SECONDS
+        if due and (idle or now - self._full_gc_at >= FULL_GC_SECONDS):
             gc.collect()
             self._full_gc_at = now
 
