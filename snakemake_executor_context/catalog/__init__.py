@@ -12,8 +12,10 @@ Modules (import them directly; this package imports nothing heavy):
 - :mod:`.record`: how events become rows;
 - :mod:`.writer`: the one writer thread and its bounded queue, and the relay that
   sends an executor's events to the scheduler;
-- :mod:`.queries`: what placement starts from, and what ``status`` and the monitor
-  show;
+- queries, one module per reader: :mod:`.seed` (what a run's placement starts
+  from), :mod:`.queries` (``snakemake-context status``), :mod:`.monitor_queries` (the
+  terminal monitor: only what changed since its last poll), and :mod:`.history`
+  (runs, losses and jobs, which both ``status`` and the monitor show).
 
 Who writes: with the embedded cluster (and on a Dask cluster this plugin did not
 start), the executor process; on a cluster started by ``snakemake-context up``, the

@@ -1,5 +1,7 @@
-"""Read-only questions to a catalog: what placement starts from, and what
-``snakemake-context status`` (and the monitor) shows.
+"""What ``snakemake-context status`` asks a catalog (read-only). Split by reader:
+placement's start is :mod:`.seed`, runs, losses and jobs (also the monitor's) are
+:mod:`.history`, and the terminal monitor's own reader, which reads only what changed
+since its last poll, is :mod:`.monitor_queries`.
 
 Each function takes an open session and returns plain dataclasses; :func:`overview`
 gathers what ``status`` prints. Nothing here writes.
@@ -8,15 +10,15 @@ gathers what ``status`` prints. Nothing here writes.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlalchemy import and_, case, func, select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
+from .history import JobRow, LossRow, RunRow, losses, recent_jobs, runs
 from .models import Attempt, Context, EventRecord, Job, Placement, Run, Server, ServerLoss
+from .seed import job_seconds, placement_measurements
 
 __all__ = [
     "ContextRow",
@@ -24,34 +26,19 @@ __all__ = [
     "FleetRow",
     "JobRow",
     "LossRow",
-    "LossTotals",
-    "PlacementRow",
-    "Progress",
     "RunRow",
-    "Series",
-    "ServerRow",
     "ThroughputRow",
-    "TimelineRow",
     "contexts",
     "counts",
     "fleet",
     "losses",
     "overview",
     "placement_measurements",
-    "placement_rows",
-    "progress",
     "recent_events",
     "recent_jobs",
     "runs",
-    "server_rows",
     "throughput",
-    "throughput_from_totals",
-    "throughput_series",
-    "timeline",
 ]
-
-#: A run whose heartbeat is older than this (seconds) and that never ended is stale.
-STALE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -84,38 +71,6 @@ def counts(session: Session) -> Counts:
         losses=n(ServerLoss),
         events=n(EventRecord),
     )
-
-
-def _job_seconds() -> Any:
-    return Attempt.finished - Attempt.started - Attempt.load_seconds
-
-
-def placement_measurements(session: Session) -> dict[str, Any]:
-    """Measured job and load seconds per context and GPU model, as
-    :meth:`~..fleet.Measurements.merge_wire` takes them (one query per table)."""
-    job_rows = session.execute(
-        select(Context.identity, Server.gpu_model, func.avg(_job_seconds()), func.count())
-        .select_from(Attempt)
-        .join(Job, Attempt.job_id == Job.id)
-        .join(Context, Job.context_id == Context.id)
-        .join(Server, Attempt.server_id == Server.id)
-        .where(Attempt.outcome == "ok", Attempt.started.is_not(None))
-        .group_by(Context.identity, Server.gpu_model)
-    ).all()
-    load_rows = session.execute(
-        select(Context.identity, Server.gpu_model, func.avg(Placement.load_seconds), func.count())
-        .select_from(Placement)
-        .join(Context, Placement.context_id == Context.id)
-        .join(Server, Placement.server_id == Server.id)
-        .where(Placement.load_seconds.is_not(None))
-        .group_by(Context.identity, Server.gpu_model)
-    ).all()
-    sizes = session.execute(select(Context.identity, Context.bytes).where(Context.bytes > 0)).all()
-    return {
-        "job": [[i, m, float(v), int(c)] for i, m, v, c in job_rows if v is not None],
-        "load": [[i, m, float(v), int(c)] for i, m, v, c in load_rows if v is not None],
-        "bytes": {identity: int(size) for identity, size in sizes},
-    }
 
 
 @dataclass(frozen=True)
@@ -250,177 +205,6 @@ def contexts(session: Session) -> list[ContextRow]:
 
 
 @dataclass(frozen=True)
-class RunRow:
-    """A run and its totals."""
-
-    run_id: str
-    workdir: str
-    host: str
-    cluster: str
-    started: float
-    finished: float | None
-    heartbeat: float | None
-    state: str
-    ok: bool | None
-    jobs_total: int | None
-    jobs_ok: int
-    jobs_failed: int
-    items: int
-    loads: int
-
-
-def runs(session: Session, limit: int = 10, now: float | None = None) -> list[RunRow]:
-    """The latest runs, newest first; ``state`` is running, finished, failed or
-    stale (no heartbeat for :data:`STALE_SECONDS`, never ended)."""
-    now = time.time() if now is None else now
-    out = []
-    for row in session.scalars(select(Run).order_by(Run.started.desc()).limit(limit)):
-        if row.finished is not None:
-            state = "failed" if row.ok is False else "finished"
-        elif row.heartbeat is not None and now - row.heartbeat > STALE_SECONDS:
-            state = "stale"
-        else:
-            state = "running"
-        out.append(
-            RunRow(
-                run_id=row.run_id,
-                workdir=row.workdir,
-                host=row.host,
-                cluster=row.cluster,
-                started=row.started,
-                finished=row.finished,
-                heartbeat=row.heartbeat,
-                state=state,
-                ok=row.ok,
-                jobs_total=row.jobs_total,
-                jobs_ok=row.jobs_ok,
-                jobs_failed=row.jobs_failed,
-                items=row.items,
-                loads=row.loads,
-            )
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class LossRow:
-    """A server lost while it ran jobs."""
-
-    at: float
-    server: str
-    address: str
-    gpu_model: str
-    reason: str
-    jobs_lost: int
-    seconds_lost: float
-    jobs: list[str]
-
-
-def losses(session: Session, limit: int = 10) -> list[LossRow]:
-    """The latest server losses, newest first, with the jobs each hit."""
-    rows = session.execute(
-        select(ServerLoss, Server.name, Server.address, Server.gpu_model)
-        .join(Server, ServerLoss.server_id == Server.id)
-        .order_by(ServerLoss.at.desc())
-        .limit(limit)
-    ).all()
-    hits: dict[int, list[str]] = {}
-    if rows:
-        # One query for every loss's jobs (not one per loss).
-        for loss_id, key, rule in session.execute(
-            select(Attempt.loss_id, Attempt.key, Job.rule)
-            .outerjoin(Job, Attempt.job_id == Job.id)
-            .where(Attempt.loss_id.in_([loss.id for loss, *_ in rows]))
-            .order_by(Attempt.id)
-        ):
-            hits.setdefault(loss_id, []).append(f"{rule or '?'} ({key})")
-    out = []
-    for loss, name, address, model in rows:
-        out.append(
-            LossRow(
-                at=loss.at,
-                server=name or address,
-                address=address,
-                gpu_model=model,
-                reason=loss.reason,
-                jobs_lost=loss.jobs_lost,
-                seconds_lost=loss.seconds_lost,
-                jobs=hits.get(loss.id, []),
-            )
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class JobRow:
-    """One attempt of a job."""
-
-    key: str
-    run_id: str | None
-    rule: str | None
-    wildcards: dict[str, Any]
-    context: str | None
-    server: str | None
-    gpu_model: str | None
-    placed_by: str | None
-    dispatched: float | None
-    started: float | None
-    finished: float | None
-    outcome: str | None
-    items: int
-    load_seconds: float
-    cold: bool
-
-
-def recent_jobs(session: Session, limit: int = 10) -> list[JobRow]:
-    """The latest job attempts, newest first."""
-    server = aliased(Server)
-    rows = session.execute(
-        select(
-            Attempt,
-            Job.rule,
-            Job.wildcards,
-            Context.name,
-            server.name,
-            server.gpu_model,
-            Run.run_id,
-        )
-        .outerjoin(Job, Attempt.job_id == Job.id)
-        .outerjoin(Run, Job.run_pk == Run.id)
-        .outerjoin(Context, Job.context_id == Context.id)
-        .outerjoin(server, Attempt.server_id == server.id)
-        .order_by(Attempt.id.desc())
-        .limit(limit)
-    ).all()
-    out = []
-    for attempt, rule, wildcards, context, server_name, model, run_id in rows:
-        try:
-            parsed = json.loads(wildcards or "{}")
-        except ValueError:
-            parsed = {}
-        out.append(
-            JobRow(
-                key=attempt.key,
-                run_id=run_id,
-                rule=rule,
-                wildcards=parsed,
-                context=context,
-                server=server_name,
-                gpu_model=model,
-                placed_by=attempt.placed_by,
-                dispatched=attempt.dispatched,
-                started=attempt.started,
-                finished=attempt.finished,
-                outcome=attempt.outcome,
-                items=attempt.items,
-                load_seconds=attempt.load_seconds,
-                cold=attempt.cold,
-            )
-        )
-    return out
-
-
-@dataclass(frozen=True)
 class ThroughputRow:
     """What a context achieves on a GPU model."""
 
@@ -435,7 +219,7 @@ class ThroughputRow:
 def throughput(session: Session) -> list[ThroughputRow]:
     """Jobs, mean job seconds (loads excluded) and items per second, per context and
     GPU model, over successful attempts."""
-    seconds = _job_seconds()
+    seconds = job_seconds()
     rows = session.execute(
         select(
             Context.name,
@@ -493,400 +277,3 @@ def overview(session: Session, *, limit: int = 10) -> dict[str, Any]:
         ],
         "counts": asdict(counts(session)),
     }
-
-
-# ------------------------------------------------------------------------------------
-# What the monitor shows (snakemake_context_monitor): per server, per placement, the
-# fleet's timeline, throughput over time and the current run's progress.
-
-
-@dataclass(frozen=True)
-class ServerRow:
-    """One live server, with what it holds and has done."""
-
-    address: str
-    name: str
-    host: str
-    gpu_model: str
-    gpu_name: str | None
-    gpu_memory_bytes: int | None
-    compute_capability: str | None
-    slots: int
-    busy: int
-    contexts: list[str]
-    jobs_ok: int
-    jobs_failed: int
-    items: int
-    joined: float
-
-
-def server_rows(
-    session: Session,
-    *,
-    done: Mapping[int, tuple[int, int, int]] | None = None,
-    busy: Mapping[int | None, int] | None = None,
-) -> list[ServerRow]:
-    """Every live server: busy slots (attempts running there), contexts ready there,
-    and the jobs it finished (four grouped queries, whatever the fleet's size).
-
-    ``done`` (server id -> ok, failed, items) and ``busy`` (server id -> running) may
-    be given by a caller that keeps them up to date itself (the monitor does)."""
-    live = list(
-        session.execute(
-            select(Server).where(Server.left.is_(None)).order_by(Server.gpu_model, Server.name)
-        ).scalars()
-    )
-    if busy is None:
-        busy = _busy(session)
-    if done is None:
-        done = _done(session)
-    held: dict[int, list[str]] = {}
-    for server_id, name in session.execute(
-        select(Placement.server_id, Context.name)
-        .join(Context, Placement.context_id == Context.id)
-        .where(Placement.state == "ready")
-        .order_by(Context.name)
-    ):
-        held.setdefault(server_id, []).append(name)
-    return [
-        ServerRow(
-            address=s.address,
-            name=s.name or s.address,
-            host=s.host,
-            gpu_model=s.gpu_model,
-            gpu_name=s.gpu_name,
-            gpu_memory_bytes=s.gpu_memory_bytes,
-            compute_capability=s.compute_capability,
-            slots=s.slots,
-            busy=int(busy.get(s.id, 0)),
-            contexts=held.get(s.id, []),
-            jobs_ok=done.get(s.id, (0, 0, 0))[0],
-            jobs_failed=done.get(s.id, (0, 0, 0))[1],
-            items=done.get(s.id, (0, 0, 0))[2],
-            joined=s.joined,
-        )
-        for s in live
-    ]
-
-
-def _busy(session: Session) -> dict[int | None, int]:
-    return {
-        server_id: int(n)
-        for server_id, n in session.execute(
-            select(Attempt.server_id, func.count())
-            .where(
-                Attempt.started.is_not(None),
-                Attempt.finished.is_(None),
-                Attempt.outcome.is_(None),
-            )
-            .group_by(Attempt.server_id)
-        )
-    }
-
-
-def _done(session: Session) -> dict[int, tuple[int, int, int]]:
-    return {
-        server_id: (int(ok or 0), int(failed or 0), int(items or 0))
-        for server_id, ok, failed, items in session.execute(
-            select(
-                Attempt.server_id,
-                func.sum(case((Attempt.outcome == "ok", 1), else_=0)),
-                func.sum(case((Attempt.outcome == "failed", 1), else_=0)),
-                func.sum(Attempt.items),
-            )
-            .where(Attempt.finished.is_not(None))
-            .group_by(Attempt.server_id)
-        )
-    }
-
-
-@dataclass(frozen=True)
-class PlacementRow:
-    """A context on a server: its latest state, and what it was used for there."""
-
-    context: str
-    identity: str
-    server: str
-    address: str
-    gpu_model: str
-    state: str
-    load_seconds: float | None
-    from_cache: bool | None
-    loads: int
-    evictions: int
-    jobs_warm: int
-
-
-def placement_rows(
-    session: Session, *, warm: Mapping[tuple[int | None, int | None], int] | None = None
-) -> list[PlacementRow]:
-    """Per context and live server: the latest placement's state and load time, how
-    many loads and evictions there were, and how many jobs found it warm there
-    (``warm``: (server id, context id) -> jobs, when the caller keeps it itself)."""
-    latest = (
-        select(func.max(Placement.id))
-        .join(Server, Placement.server_id == Server.id)
-        .where(Server.left.is_(None))
-        .group_by(Placement.server_id, Placement.context_id)
-    )
-    counts_by_pair = {
-        (server_id, context_id): (int(loads), int(evictions or 0))
-        for server_id, context_id, loads, evictions in session.execute(
-            select(
-                Placement.server_id,
-                Placement.context_id,
-                func.count(),
-                func.sum(case((Placement.state == "evicted", 1), else_=0)),
-            ).group_by(Placement.server_id, Placement.context_id)
-        )
-    }
-    if warm is None:
-        warm = _warm(session)
-    rows = []
-    for placement, context, identity, server, address, model in session.execute(
-        select(
-            Placement, Context.name, Context.identity, Server.name, Server.address, Server.gpu_model
-        )
-        .join(Context, Placement.context_id == Context.id)
-        .join(Server, Placement.server_id == Server.id)
-        .where(Placement.id.in_(latest))
-        .order_by(Context.name, Server.name)
-    ):
-        pair = (placement.server_id, placement.context_id)
-        loads, evictions = counts_by_pair.get(pair, (1, 0))
-        rows.append(
-            PlacementRow(
-                context=context,
-                identity=identity,
-                server=server or address,
-                address=address,
-                gpu_model=model,
-                state=placement.state,
-                load_seconds=placement.load_seconds,
-                from_cache=placement.from_cache,
-                loads=loads,
-                evictions=evictions,
-                jobs_warm=warm.get(pair, 0),
-            )
-        )
-    return rows
-
-
-def _warm(session: Session) -> dict[tuple[int | None, int | None], int]:
-    return {
-        (server_id, context_id): int(n)
-        for server_id, context_id, n in session.execute(
-            select(Attempt.server_id, Job.context_id, func.count())
-            .join(Job, Attempt.job_id == Job.id)
-            .where(Attempt.outcome == "ok", Attempt.cold.is_(False), Job.context_id.is_not(None))
-            .group_by(Attempt.server_id, Job.context_id)
-        )
-    }
-
-
-@dataclass(frozen=True)
-class TimelineRow:
-    """A server joining, leaving, or lost (with what its loss cost)."""
-
-    at: float
-    kind: str  # joined, left, lost
-    server: str
-    address: str
-    gpu_model: str
-    reason: str = ""
-    jobs_lost: int = 0
-    seconds_lost: float = 0.0
-    jobs: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class LossTotals:
-    """Every loss in the catalog, summed."""
-
-    servers_lost: int
-    jobs_sent_back: int
-    seconds_lost: float
-    servers_joined: int
-    servers_left: int
-
-
-def timeline(session: Session, limit: int = 100) -> tuple[list[TimelineRow], LossTotals]:
-    """The latest joins, departures and losses, newest first, and the running totals."""
-    rows: list[TimelineRow] = []
-    for s in session.scalars(select(Server).order_by(Server.joined.desc()).limit(limit)):
-        rows.append(TimelineRow(s.joined, "joined", s.name or s.address, s.address, s.gpu_model))
-    lost_ids = set()
-    for loss in losses(session, limit):
-        rows.append(
-            TimelineRow(
-                loss.at,
-                "lost",
-                loss.server,
-                loss.address,
-                loss.gpu_model,
-                loss.reason,
-                loss.jobs_lost,
-                loss.seconds_lost,
-                loss.jobs,
-            )
-        )
-        lost_ids.add((loss.address, round(loss.at, 3)))
-    for s in session.scalars(
-        select(Server).where(Server.left.is_not(None)).order_by(Server.left.desc()).limit(limit)
-    ):
-        assert s.left is not None
-        if (s.address, round(s.left, 3)) not in lost_ids:
-            rows.append(
-                TimelineRow(
-                    s.left, "left", s.name or s.address, s.address, s.gpu_model, s.left_reason or ""
-                )
-            )
-    rows.sort(key=lambda row: row.at, reverse=True)
-    lost, sent_back, seconds = session.execute(
-        select(func.count(), func.sum(ServerLoss.jobs_lost), func.sum(ServerLoss.seconds_lost))
-    ).one()
-    joined = int(session.scalar(select(func.count()).select_from(Server)) or 0)
-    left = int(session.scalar(select(func.count()).where(Server.left.is_not(None))) or 0)
-    totals = LossTotals(int(lost or 0), int(sent_back or 0), float(seconds or 0.0), joined, left)
-    return rows[:limit], totals
-
-
-@dataclass(frozen=True)
-class Series:
-    """Jobs and items finished per time bucket, for one GPU model (or all)."""
-
-    gpu_model: str
-    start: float
-    bucket_seconds: float
-    jobs: list[int]
-    items: list[int]
-
-    @property
-    def jobs_per_minute(self) -> list[float]:
-        """Jobs per minute in each bucket."""
-        return [n * 60.0 / self.bucket_seconds for n in self.jobs]
-
-    @property
-    def items_per_second(self) -> list[float]:
-        """Items per second in each bucket."""
-        return [n / self.bucket_seconds for n in self.items]
-
-
-def throughput_series(
-    session: Session, *, since: float, until: float, buckets: int = 60
-) -> list[Series]:
-    """Successful attempts finished in [since, until], bucketed, overall (``all``, first)
-    and per GPU model (one grouped query over the attempts' index on ``finished``)."""
-    width = max(1e-6, (until - since) / buckets)
-    index = func.floor((Attempt.finished - since) / width)
-    rows = session.execute(
-        select(Server.gpu_model, index, func.count(), func.sum(Attempt.items))
-        .select_from(Attempt)
-        .join(Server, Attempt.server_id == Server.id)
-        .where(Attempt.outcome == "ok", Attempt.finished >= since, Attempt.finished <= until)
-        .group_by(Server.gpu_model, index)
-    ).all()
-    per_model: dict[str, Series] = {}
-
-    def series(model: str) -> Series:
-        if model not in per_model:
-            per_model[model] = Series(model, since, width, [0] * buckets, [0] * buckets)
-        return per_model[model]
-
-    series("all")
-    for model, bucket, jobs, items in rows:
-        position = min(buckets - 1, max(0, int(bucket)))
-        for target in (series("all"), series(model)):
-            target.jobs[position] += int(jobs)
-            target.items[position] += int(items or 0)
-    return [per_model["all"]] + [per_model[m] for m in sorted(per_model) if m != "all"]
-
-
-@dataclass(frozen=True)
-class Progress:
-    """How far the current run is, and when it may end."""
-
-    run: RunRow
-    done: int
-    failed: int
-    total: int | None
-    jobs_per_minute: float | None
-    eta_seconds: float | None
-
-
-def progress(
-    session: Session,
-    now: float | None = None,
-    window: float = 300.0,
-    *,
-    recent_count: Callable[[int | None, float], int] | None = None,
-) -> Progress | None:
-    """The current run (the newest running or stale one, else the newest): jobs done of
-    planned, failures, the recent rate and the time left at that rate.
-
-    ``recent_count(run pk, since)``: jobs of the run done since then, when the caller
-    keeps count itself."""
-    now = time.time() if now is None else now
-    latest = runs(session, 10, now)
-    if not latest:
-        return None
-    current = next((r for r in latest if r.state in ("running", "stale")), latest[0])
-    run_pk = session.scalar(select(Run.id).where(Run.run_id == current.run_id))
-    recent_from = max(current.started, (current.finished or now) - window)
-    if recent_count is not None:
-        recent = recent_count(run_pk, recent_from)
-    else:
-        recent = int(
-            session.scalar(
-                select(func.count())
-                .select_from(Attempt)
-                .join(Job, Attempt.job_id == Job.id)
-                .where(
-                    Job.run_pk == run_pk, Attempt.outcome == "ok", Attempt.finished >= recent_from
-                )
-            )
-            or 0
-        )
-    span = max(1e-6, (current.finished or now) - recent_from)
-    rate = recent * 60.0 / span if recent else None
-    total = current.jobs_total
-    remaining = (total - current.jobs_ok - current.jobs_failed) if total is not None else None
-    eta = None
-    if current.state == "finished" or current.state == "failed":
-        eta = 0.0
-    elif rate and remaining is not None:
-        eta = max(0.0, remaining) / rate * 60.0
-    return Progress(current, current.jobs_ok, current.jobs_failed, total, rate, eta)
-
-
-def throughput_from_totals(
-    session: Session, totals: Mapping[tuple[int | None, int | None], tuple[int, float, int]]
-) -> list[ThroughputRow]:
-    """:func:`throughput` from totals a caller keeps itself: (context id, server id) ->
-    (jobs, job seconds, items), grouped by context name and the server's GPU model."""
-    names: dict[int | None, str] = {
-        i: n for i, n in session.execute(select(Context.id, Context.name))
-    }
-    models: dict[int | None, str] = {
-        i: m for i, m in session.execute(select(Server.id, Server.gpu_model))
-    }
-    grouped: dict[tuple[str, str], list[float]] = {}
-    for (context_id, server_id), (jobs, seconds, items) in totals.items():
-        if context_id is None:
-            continue
-        key = (names.get(context_id, "?"), models.get(server_id, "cpu"))
-        acc = grouped.setdefault(key, [0, 0.0, 0])
-        acc[0] += jobs
-        acc[1] += seconds
-        acc[2] += items
-    return [
-        ThroughputRow(
-            context=context,
-            gpu_model=model,
-            jobs=int(jobs),
-            mean_job_seconds=seconds / jobs if jobs else 0.0,
-            items=int(items),
-            items_per_second=(items / seconds) if items and seconds else None,
-        )
-        for (context, model), (jobs, seconds, items) in sorted(grouped.items())
-    ]

@@ -53,7 +53,7 @@ class FleetHub(SchedulerPlugin):
         self.scheduler = scheduler
         if self.catalog:
             try:
-                from ..catalog.queries import placement_measurements
+                from ..catalog.seed import placement_measurements
                 from ..catalog.store import open_store
                 from ..catalog.writer import CatalogWriter
 

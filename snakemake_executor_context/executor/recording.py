@@ -113,7 +113,7 @@ class Recording:
         if catalog_disabled(spec):
             return None
         try:
-            from ..catalog.queries import placement_measurements
+            from ..catalog.seed import placement_measurements
             from ..catalog.store import open_store
 
             store = open_store(spec)

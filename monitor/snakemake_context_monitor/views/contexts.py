@@ -8,7 +8,10 @@ from textual.widgets import DataTable, Static
 
 from ..data import Snapshot
 from ..format import bytes_, cache_cell, rate
-from ..tables import clip, setup_columns, sync_rows
+from ..model import Cells, Memo, ViewModel
+from ..rows import PlacementRow
+from ..tables import Table, clip, setup_columns
+from .base import PolledView
 
 COLUMNS = [
     ("context", "context", 12),
@@ -22,36 +25,40 @@ COLUMNS = [
 ]
 
 
-class ContextsView(Vertical):
+def page(snapshot: Snapshot, memo: Memo) -> ViewModel:
+    """What the contexts view shows (off the UI thread)."""
+    placements = snapshot.placements
+    rows = memo.keyed("contexts-table", placements, lambda p: f"{p.identity}@{p.address}", _cells)
+    warm = sum(1 for p in placements if p.state == "ready")
+    hits = sum(1 for p in placements if p.from_cache)
+    evictions = sum(p.evictions for p in placements)
+    sizes = ", ".join(f"{c.name} {bytes_(c.bytes)}" for c in snapshot.contexts[:4])
+    summary = (
+        f"{len(snapshot.contexts)} context(s) ({sizes or 'none'}); warm in {warm} "
+        f"place(s); {hits} load(s) from local cache; {evictions} eviction(s)."
+    )
+    return ViewModel(tables={"contexts-table": rows}, texts={"contexts-summary": summary})
+
+
+def _cells(p: PlacementRow) -> Cells:
+    return (
+        clip(p.context, 12),
+        clip(p.server, 10),
+        p.state,
+        rate(p.load_seconds),
+        cache_cell(p.from_cache),
+        str(p.loads),
+        str(p.evictions),
+        str(p.jobs_warm),
+    )
+
+
+class ContextsView(Vertical, PolledView):
     """One row per context and live server it was placed on."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="contexts-summary", classes="summary")
-        yield DataTable(id="contexts-table", cursor_type="row", zebra_stripes=True)
+        yield Table(id="contexts-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         setup_columns(self.query_one("#contexts-table", DataTable), COLUMNS)
-
-    def show(self, snapshot: Snapshot) -> None:
-        """Update from a poll."""
-        rows = {}
-        for p in snapshot.placements:
-            rows[f"{p.identity}@{p.address}"] = (
-                clip(p.context, 12),
-                clip(p.server, 10),
-                p.state,
-                rate(p.load_seconds),
-                cache_cell(p.from_cache),
-                str(p.loads),
-                str(p.evictions),
-                str(p.jobs_warm),
-            )
-        sync_rows(self.query_one("#contexts-table", DataTable), rows)
-        warm = sum(1 for p in snapshot.placements if p.state == "ready")
-        hits = sum(1 for p in snapshot.placements if p.from_cache)
-        evictions = sum(p.evictions for p in snapshot.placements)
-        sizes = ", ".join(f"{c.name} {bytes_(c.bytes)}" for c in snapshot.contexts[:4])
-        self.query_one("#contexts-summary", Static).update(
-            f"{len(snapshot.contexts)} context(s) ({sizes or 'none'}); warm in {warm} "
-            f"place(s); {hits} load(s) from local cache; {evictions} eviction(s)."
-        )

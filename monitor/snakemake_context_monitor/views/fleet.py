@@ -9,7 +9,10 @@ from textual.widgets import DataTable, Static
 
 from ..data import Snapshot
 from ..format import bytes_, rate, window_phrase
-from ..tables import clip, setup_columns, sync_rows
+from ..model import Cells, Memo, Rows, ViewModel
+from ..rows import ServerRow
+from ..tables import Table, clip, setup_columns
+from .base import PolledView
 
 MODEL_COLUMNS = [
     ("model", "GPU model", 14),
@@ -33,7 +36,76 @@ SERVER_COLUMNS = [
 ]
 
 
-class FleetView(Vertical):
+def page(snapshot: Snapshot, memo: Memo) -> ViewModel:
+    """What the fleet view shows (off the UI thread)."""
+    models = memo.rows(
+        "fleet-models",
+        (snapshot.fleet, snapshot.servers, snapshot.series),
+        lambda: _model_rows(snapshot),
+    )
+    servers = memo.keyed("fleet-servers", snapshot.servers, lambda s: s.address, _server_cells)
+    busy = sum(s.busy for s in snapshot.servers)
+    slots = sum(s.slots for s in snapshot.servers)
+    count = len([r for r in snapshot.fleet if r.servers])
+    summary = (
+        f"{len(snapshot.servers)} servers of {count} GPU model(s), {busy} of {slots} "
+        f"slots busy; throughput over {window_phrase(snapshot.window)}. Enter: a server's page."
+    )
+    return ViewModel(
+        tables={"fleet-models": models, "fleet-servers": servers},
+        texts={"fleet-summary": summary},
+    )
+
+
+def _model_rows(snapshot: Snapshot) -> Rows:
+    by_model: dict[str, list[ServerRow]] = {}
+    for server in snapshot.servers:
+        by_model.setdefault(server.gpu_model, []).append(server)
+    window_minutes = _window_minutes(snapshot)
+    series = {s.gpu_model: s for s in snapshot.series}
+    rows = {}
+    for row in snapshot.fleet:
+        if row.servers == 0:
+            continue
+        members = by_model.get(row.gpu_model, [])
+        busy = sum(s.busy for s in members)
+        done = series.get(row.gpu_model)
+        jobs = sum(done.jobs) if done else 0
+        items = sum(done.items) if done else 0
+        rows[row.gpu_model] = (
+            clip(row.gpu_model, 14),
+            str(row.servers),
+            str(busy),
+            str(max(0, row.slots - busy)),
+            bytes_(row.gpu_memory_bytes),
+            str(len({c for s in members for c in s.contexts})),
+            str(sum(s.jobs_ok for s in members)),
+            rate(jobs / window_minutes if window_minutes else None),
+            rate(items / (window_minutes * 60) if window_minutes else None),
+        )
+    return rows
+
+
+def _server_cells(s: ServerRow) -> Cells:
+    return (
+        clip(s.name, 12),
+        clip(s.gpu_model, 14),
+        f"{s.busy}/{s.slots}",
+        clip(", ".join(s.contexts) or "-", 14),
+        str(s.jobs_ok),
+        str(s.jobs_failed),
+        str(s.items),
+    )
+
+
+def _window_minutes(snapshot: Snapshot) -> float:
+    first = snapshot.series[0] if snapshot.series else None
+    if first is None:
+        return 0.0
+    return first.bucket_seconds * len(first.jobs) / 60.0
+
+
+class FleetView(Vertical, PolledView):
     """Servers grouped by GPU model (heterogeneity at a glance), then each server."""
 
     class ServerChosen(Message):
@@ -45,8 +117,8 @@ class FleetView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-summary", classes="summary")
-        yield DataTable(id="fleet-models", cursor_type="none", zebra_stripes=True)
-        yield DataTable(id="fleet-servers", cursor_type="row", zebra_stripes=True)
+        yield Table(id="fleet-models", cursor_type="none", zebra_stripes=True)
+        yield Table(id="fleet-servers", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         models = self.query_one("#fleet-models", DataTable)
@@ -54,65 +126,7 @@ class FleetView(Vertical):
         setup_columns(models, MODEL_COLUMNS)
         setup_columns(self.query_one("#fleet-servers", DataTable), SERVER_COLUMNS)
 
-    def show(self, snapshot: Snapshot) -> None:
-        """Update the tables from a poll."""
-        by_model: dict[str, list] = {}
-        for server in snapshot.servers:
-            by_model.setdefault(server.gpu_model, []).append(server)
-        window_minutes = _window_minutes(snapshot)
-        series = {s.gpu_model: s for s in snapshot.series}
-        rows = {}
-        for row in snapshot.fleet:
-            if row.servers == 0:
-                continue
-            members = by_model.get(row.gpu_model, [])
-            busy = sum(s.busy for s in members)
-            done = series.get(row.gpu_model)
-            jobs = sum(done.jobs) if done else 0
-            items = sum(done.items) if done else 0
-            rows[row.gpu_model] = (
-                clip(row.gpu_model, 14),
-                str(row.servers),
-                str(busy),
-                str(max(0, row.slots - busy)),
-                bytes_(row.gpu_memory_bytes),
-                str(len({c for s in members for c in s.contexts})),
-                str(sum(s.jobs_ok for s in members)),
-                rate(jobs / window_minutes if window_minutes else None),
-                rate(items / (window_minutes * 60) if window_minutes else None),
-            )
-        sync_rows(self.query_one("#fleet-models", DataTable), rows)
-        sync_rows(
-            self.query_one("#fleet-servers", DataTable),
-            {
-                s.address: (
-                    clip(s.name, 12),
-                    clip(s.gpu_model, 14),
-                    f"{s.busy}/{s.slots}",
-                    clip(", ".join(s.contexts) or "-", 14),
-                    str(s.jobs_ok),
-                    str(s.jobs_failed),
-                    str(s.items),
-                )
-                for s in snapshot.servers
-            },
-        )
-        busy = sum(s.busy for s in snapshot.servers)
-        slots = sum(s.slots for s in snapshot.servers)
-        models = len([r for r in snapshot.fleet if r.servers])
-        self.query_one("#fleet-summary", Static).update(
-            f"{len(snapshot.servers)} servers of {models} GPU model(s), {busy} of {slots} "
-            f"slots busy; throughput over {window_phrase(snapshot.window)}. Enter: a server's page."
-        )
-
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a server row opens its page."""
         if event.data_table.id == "fleet-servers" and event.row_key.value:
             self.post_message(self.ServerChosen(event.row_key.value))
-
-
-def _window_minutes(snapshot: Snapshot) -> float:
-    first = snapshot.series[0] if snapshot.series else None
-    if first is None:
-        return 0.0
-    return first.bucket_seconds * len(first.jobs) / 60.0

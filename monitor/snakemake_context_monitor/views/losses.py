@@ -8,7 +8,9 @@ from textual.widgets import DataTable, Static
 
 from ..data import Snapshot
 from ..format import clock, duration
-from ..tables import clip, setup_columns, sync_rows
+from ..model import Memo, Rows, ViewModel
+from ..tables import Table, clip, setup_columns
+from .base import PolledView
 
 COLUMNS = [
     ("time", "time", 8),
@@ -21,36 +23,42 @@ COLUMNS = [
 ]
 
 
-class LossesView(Vertical):
+def page(snapshot: Snapshot, memo: Memo) -> ViewModel:
+    """What the losses view shows (off the UI thread)."""
+    rows = memo.rows("losses-table", (snapshot.timeline,), lambda: _rows(snapshot))
+    t = snapshot.loss_totals
+    summary = (
+        f"Lost {t.servers_lost} server(s): {t.jobs_sent_back} job(s) sent back, "
+        f"{duration(t.seconds_lost)} of work lost. {t.servers_joined} joined, "
+        f"{t.servers_left} left in all."
+    )
+    return ViewModel(tables={"losses-table": rows}, texts={"losses-summary": summary})
+
+
+def _rows(snapshot: Snapshot) -> Rows:
+    rows = {}
+    for event in snapshot.timeline:
+        detail = event.reason
+        if event.jobs:
+            detail = f"{event.reason}: {', '.join(event.jobs)}"
+        rows[f"{event.kind}:{event.address}:{event.at:.3f}"] = (
+            clock(event.at),
+            event.kind,
+            clip(event.server, 12),
+            clip(event.gpu_model, 12),
+            str(event.jobs_lost) if event.kind == "lost" else "",
+            duration(event.seconds_lost) if event.kind == "lost" else "",
+            clip(detail or "-", 40),
+        )
+    return rows
+
+
+class LossesView(Vertical, PolledView):
     """A timeline (newest first) and a running count of what losses cost."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="losses-summary", classes="summary")
-        yield DataTable(id="losses-table", cursor_type="row", zebra_stripes=True)
+        yield Table(id="losses-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         setup_columns(self.query_one("#losses-table", DataTable), COLUMNS)
-
-    def show(self, snapshot: Snapshot) -> None:
-        """Update from a poll."""
-        rows = {}
-        for event in snapshot.timeline:
-            detail = event.reason
-            if event.jobs:
-                detail = f"{event.reason}: {', '.join(event.jobs)}"
-            rows[f"{event.kind}:{event.address}:{event.at:.3f}"] = (
-                clock(event.at),
-                event.kind,
-                clip(event.server, 12),
-                clip(event.gpu_model, 12),
-                str(event.jobs_lost) if event.kind == "lost" else "",
-                duration(event.seconds_lost) if event.kind == "lost" else "",
-                clip(detail or "-", 40),
-            )
-        sync_rows(self.query_one("#losses-table", DataTable), rows)
-        t = snapshot.loss_totals
-        self.query_one("#losses-summary", Static).update(
-            f"Lost {t.servers_lost} server(s): {t.jobs_sent_back} job(s) sent back, "
-            f"{duration(t.seconds_lost)} of work lost. {t.servers_joined} joined, "
-            f"{t.servers_left} left in all."
-        )

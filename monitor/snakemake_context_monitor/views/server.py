@@ -9,7 +9,8 @@ from textual.widgets import DataTable, Footer, Static
 
 from ..data import Snapshot
 from ..format import bytes_, cache_cell, clock, duration, rate
-from ..tables import clip, setup_columns, sync_rows
+from ..model import Cells, Memo, ViewModel, ViewUpdate, compare
+from ..tables import Table, apply_delta, clip, setup_columns
 
 CONTEXT_COLUMNS = [
     ("context", "context", 14),
@@ -31,6 +32,56 @@ JOB_COLUMNS = [
 ]
 
 
+def page(snapshot: Snapshot, memo: Memo, address: str) -> ViewModel:
+    """What a server's page shows (off the UI thread, while the page is open)."""
+    server = snapshot.server(address)
+    if server is None:
+        title = f"Server {address} has left the fleet (see Losses). Esc: back."
+        return ViewModel(texts={"server-title": title})
+    gpu = server.gpu_name or "no GPU (CPU server)"
+    title = (
+        f"{server.name} on {server.host} ({server.address}) - {gpu}, "
+        f"{bytes_(server.gpu_memory_bytes)}, compute capability "
+        f"{server.compute_capability or '-'}; {server.busy}/{server.slots} slots busy; "
+        f"{server.jobs_ok} jobs done, {server.jobs_failed} failed, {server.items} items; "
+        f"joined {clock(server.joined)}. Esc: back."
+    )
+    contexts = memo.rows(
+        "server-contexts",
+        (snapshot.placements,),
+        lambda: {
+            p.identity: (
+                clip(p.context, 14),
+                p.state,
+                rate(p.load_seconds),
+                cache_cell(p.from_cache),
+                str(p.loads),
+                str(p.evictions),
+                str(p.jobs_warm),
+            )
+            for p in snapshot.placements
+            if p.address == address
+        },
+    )
+    jobs = {
+        job.key: (
+            clock(job.finished),
+            clip(job.rule or "?", 12),
+            job.outcome or "running",
+            duration((job.finished or snapshot.fetched_at) - job.started) if job.started else "-",
+            str(job.items),
+            job.placed_by or "-",
+            "yes" if job.cold else "",
+        )
+        for job in snapshot.recent_jobs
+        if job.server == server.name
+    }
+    return ViewModel(
+        tables={"server-contexts": contexts, "server-jobs": jobs},
+        texts={"server-title": title},
+    )
+
+
 class ServerScreen(Screen[None]):
     """Details of one server, kept up to date by the app's polls."""
 
@@ -39,11 +90,12 @@ class ServerScreen(Screen[None]):
     def __init__(self, address: str) -> None:
         super().__init__()
         self.address = address
+        self.held: dict[str, dict[str, Cells]] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(id="server-title", classes="summary")
-        yield DataTable(id="server-contexts", cursor_type="none", zebra_stripes=True)
-        yield DataTable(id="server-jobs", cursor_type="row", zebra_stripes=True)
+        yield Table(id="server-contexts", cursor_type="none", zebra_stripes=True)
+        yield Table(id="server-jobs", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -51,54 +103,12 @@ class ServerScreen(Screen[None]):
         setup_columns(self.query_one("#server-jobs", DataTable), JOB_COLUMNS)
         snapshot = getattr(self.app, "snapshot", None)
         if snapshot is not None:
-            self.show(snapshot)
+            self.receive(compare(None, page(snapshot, Memo(), self.address)))
 
-    def show(self, snapshot: Snapshot) -> None:
-        """Update from a poll."""
-        server = snapshot.server(self.address)
-        title = self.query_one("#server-title", Static)
-        if server is None:
-            title.update(f"Server {self.address} has left the fleet (see Losses). Esc: back.")
-            return
-        gpu = server.gpu_name or "no GPU (CPU server)"
-        title.update(
-            f"{server.name} on {server.host} ({server.address}) - {gpu}, "
-            f"{bytes_(server.gpu_memory_bytes)}, compute capability "
-            f"{server.compute_capability or '-'}; {server.busy}/{server.slots} slots busy; "
-            f"{server.jobs_ok} jobs done, {server.jobs_failed} failed, {server.items} items; "
-            f"joined {clock(server.joined)}. Esc: back."
-        )
-        sync_rows(
-            self.query_one("#server-contexts", DataTable),
-            {
-                p.identity: (
-                    clip(p.context, 14),
-                    p.state,
-                    rate(p.load_seconds),
-                    cache_cell(p.from_cache),
-                    str(p.loads),
-                    str(p.evictions),
-                    str(p.jobs_warm),
-                )
-                for p in snapshot.placements
-                if p.address == self.address
-            },
-        )
-        sync_rows(
-            self.query_one("#server-jobs", DataTable),
-            {
-                job.key: (
-                    clock(job.finished),
-                    clip(job.rule or "?", 12),
-                    job.outcome or "running",
-                    duration((job.finished or snapshot.fetched_at) - job.started)
-                    if job.started
-                    else "-",
-                    str(job.items),
-                    job.placed_by or "-",
-                    "yes" if job.cold else "",
-                )
-                for job in snapshot.recent_jobs
-                if job.server == server.name
-            },
-        )
+    def receive(self, update: ViewUpdate) -> None:
+        """Apply a poll's update."""
+        for label, text in update.texts.items():
+            self.query_one(f"#{label}", Static).update(text)
+        for table, delta in update.tables.items():
+            held = self.held.setdefault(table, {})
+            apply_delta(self.query_one(f"#{table}", DataTable), held, delta)

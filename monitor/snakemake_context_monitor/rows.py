@@ -1,0 +1,100 @@
+"""What the views show, as plain rows (derived from the catalog by :mod:`.derive`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from snakemake_executor_context.catalog.queries import RunRow
+
+__all__ = ["LossTotals", "PlacementRow", "Progress", "Series", "ServerRow", "TimelineRow"]
+
+
+@dataclass(frozen=True)
+class ServerRow:
+    """One live server, with what it holds and has done."""
+
+    address: str
+    name: str
+    host: str
+    gpu_model: str
+    gpu_name: str | None
+    gpu_memory_bytes: int | None
+    compute_capability: str | None
+    slots: int
+    busy: int
+    contexts: list[str]
+    jobs_ok: int
+    jobs_failed: int
+    items: int
+    joined: float
+
+
+@dataclass(frozen=True)
+class PlacementRow:
+    """A context on a live server: its latest state, and what it was used for there."""
+
+    context: str
+    identity: str
+    server: str
+    address: str
+    gpu_model: str
+    state: str
+    load_seconds: float | None
+    from_cache: bool | None
+    loads: int
+    evictions: int
+    jobs_warm: int
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    """A server joining, leaving, or lost (with what its loss cost)."""
+
+    at: float
+    kind: str  # joined, left, lost
+    server: str
+    address: str
+    gpu_model: str
+    reason: str = ""
+    jobs_lost: int = 0
+    seconds_lost: float = 0.0
+    jobs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LossTotals:
+    """Every loss in the catalog, summed."""
+
+    servers_lost: int
+    jobs_sent_back: int
+    seconds_lost: float
+    servers_joined: int
+    servers_left: int
+
+
+@dataclass(frozen=True)
+class Series:
+    """Jobs and items finished per time bucket, for one GPU model (or all)."""
+
+    gpu_model: str
+    start: float
+    bucket_seconds: float
+    jobs: list[int]
+    items: list[int]
+
+    @property
+    def jobs_per_minute(self) -> list[float]:
+        """Jobs per minute in each bucket."""
+        return [n * 60.0 / self.bucket_seconds for n in self.jobs]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far the current run is, and when it may end."""
+
+    run: RunRow
+    done: int
+    failed: int
+    total: int | None
+    jobs_per_minute: float | None
+    eta_seconds: float | None
