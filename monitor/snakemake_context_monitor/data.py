@@ -25,7 +25,12 @@ from snakemake_executor_context.catalog.queries import (
     RunRow,
     ThroughputRow,
 )
-from snakemake_executor_context.catalog.store import CatalogError, CatalogSchemaError, open_reader
+from snakemake_executor_context.catalog.store import (
+    CatalogError,
+    CatalogSchemaError,
+    EmptyCatalogError,
+    open_reader,
+)
 
 from .derive import Derived
 from .rows import LossTotals, PlacementRow, Progress, Series, ServerRow, TimelineRow
@@ -115,14 +120,13 @@ class CatalogSource:
                 self._store = open_reader(self.spec)
         except CatalogSchemaError as error:
             raise CatalogProblem(f"This catalog has another schema version.\n\n{error}") from None
+        except EmptyCatalogError:
+            raise CatalogProblem(
+                f"The catalog {self.spec} is empty: no run has written to it yet.\n\n"
+                "Start a run with `--executor context`; the monitor shows it live."
+            ) from None
         except CatalogError as error:
-            message = str(error)
-            if "is empty" in message:
-                raise CatalogProblem(
-                    f"The catalog {self.spec} is empty: no run has written to it yet.\n\n"
-                    "Start a run with `--executor context`; the monitor shows it live."
-                ) from None
-            raise CatalogProblem(message) from None
+            raise CatalogProblem(str(error)) from None
         self.immutable = immutable
         self.reader = MonitorReader()
 

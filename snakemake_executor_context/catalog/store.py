@@ -34,6 +34,7 @@ __all__ = [
     "CatalogLocation",
     "CatalogSchemaError",
     "CatalogStore",
+    "EmptyCatalogError",
     "is_network_fs",
     "open_reader",
     "open_store",
@@ -55,6 +56,10 @@ class CatalogError(ContextExecutorError):
 
 class CatalogSchemaError(CatalogError):
     """The catalog was written with another schema version than this plugin's."""
+
+
+class EmptyCatalogError(CatalogError):
+    """A reader opened a catalog no run has written to yet."""
 
 
 @dataclass(frozen=True)
@@ -247,7 +252,7 @@ def check_schema(store: CatalogStore, *, create: bool) -> None:
         if names - {Meta.__tablename__}:
             raise _schema_error(store.location, None)
         if not create:
-            raise CatalogError(f"The catalog {store.location.describe()} is empty.")
+            raise EmptyCatalogError(f"The catalog {store.location.describe()} is empty.")
         Base.metadata.create_all(store.engine)
         try:
             with store.session() as session, session.begin():
