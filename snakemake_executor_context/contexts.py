@@ -180,6 +180,9 @@ class LoadRecord:
     declared_bytes: int | None = None
     conversions: int = 0
     started: float = field(default_factory=time.time)
+    #: ``time.perf_counter()`` when the loader last reported a conversion done: what
+    #: the load took after it is what a load from the converted cache takes.
+    converted_at: float | None = None
 
 
 _state = threading.local()
@@ -257,10 +260,13 @@ def declare_size(nbytes: int) -> None:
 
 
 def note_conversion() -> None:
-    """Called by a loader when it converted weights (for example GGUF to safetensors)."""
+    """Called by a loader when it has converted weights (for example GGUF to
+    safetensors), right after the conversion: the rest of the load then measures what
+    a load from the converted cache costs, which placement uses for other servers."""
     record = getattr(_state, "load", None)
     if record is not None:
         record.conversions += 1
+        record.converted_at = time.perf_counter()
 
 
 def loader(

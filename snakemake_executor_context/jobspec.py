@@ -121,6 +121,9 @@ class JobResult:
     reused: list[str] = field(default_factory=list)
     #: Identities the server evicted to make room during this job.
     evicted: list[str] = field(default_factory=list)
+    #: Conversions its load did, and how long that load took after converting.
+    conversions: int = 0
+    reload_seconds: float | None = None
     #: Work done, as the script reported through report_items().
     items: int = 0
     cancelled: bool = False

@@ -120,7 +120,10 @@ def test_the_dispatch_machine_imports_neither_dask_nor_snakemake():
     reached = closure([f"{ROOT}.executor.dispatch"])
     allowed = under("fleet") | under("executor") | {f"{ROOT}.errors"}
     assert reached <= allowed, sorted(reached)
-    assert reached & under("executor") == {f"{ROOT}.executor.vocabulary"}
+    assert reached & under("executor") == {
+        f"{ROOT}.executor.vocabulary",
+        f"{ROOT}.executor.demand",
+    }
 
 
 def test_the_monitor_imports_only_the_catalog_and_errors():

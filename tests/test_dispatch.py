@@ -310,3 +310,33 @@ def test_an_invalid_job_is_reported_at_once():
     assert of(out, v.ReportError)[0].error is invalid
     assert recorded(out, ev.JobReported)[0].outcome == "invalid"
     assert dispatch.failures == 1
+
+
+def test_without_a_plan_the_queue_is_the_demand():
+    """Snakemake's DAG is not part of the plugin interface: without it, placement
+    weighs only the jobs the executor holds (so 4 queued jobs of 1 s never pay for a
+    5 s load), and with it the run's remaining jobs (60 do)."""
+    for plan, loads in ((None, 0), ({str(i): A for i in range(60)}, 1)):
+        dispatch = machine(servers=2)
+        if plan is not None:
+            dispatch.handle(v.DagPlanned(plan, 0.0))
+        (first,) = of(dispatch.handle(v.JobReady(ticket(0), 0.0)), v.Submit)
+        dispatch.fleet.measure.add_job(A, "cpu", 1.0)
+        dispatch.fleet.measure.add_load(A, "cpu", first.address, 5.0)
+        out = []
+        for n in range(1, 5):
+            out += dispatch.handle(v.JobReady(ticket(n), 1.0))
+        cold = [c for c in of(out, v.Submit) if c.address != first.address]
+        assert len(cold) == loads, (plan is not None, cold)
+
+
+def test_a_conversion_asks_the_caches_again():
+    dispatch = machine()
+    event = ev.ContextReady(
+        at=1.0, address="tcp://s0", identity=A, load_seconds=11.0, conversions=1
+    )
+    assert of(dispatch.handle(v.FleetEvent(event, 1.0)), v.ProbeCaches)
+    dispatch.handle(v.CachesProbed({"tcp://s1": (A,)}, 2.0))
+    assert A in dispatch.fleet.servers["tcp://s1"].cached
+    plain = ev.ContextReady(at=3.0, address="tcp://s1", identity=A, load_seconds=1.0)
+    assert not of(dispatch.handle(v.FleetEvent(plain, 3.0)), v.ProbeCaches)

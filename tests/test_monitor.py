@@ -73,6 +73,38 @@ def text(app: MonitorApp, widget_id: str) -> str:
 # Each view on a built catalog.
 
 
+def test_the_fleet_shows_each_servers_busy_time_and_an_idle_one_at_a_glance(tmp_path):
+    """When an idle server's last job ended ('never' for one that ran nothing, '-' for
+    a busy one), and busy and idle seconds on a server's page."""
+    with CatalogBuilder(tmp_path / "c.db", start=EPOCH) as b:
+        worker = b.server("worker", gpu="NVIDIA H200")
+        b.server("idler", gpu="NVIDIA H200")
+        model = b.context("smollm2")
+        run = b.run(jobs_total=3)
+        b.load(worker, model, seconds=1.0)
+        for _ in range(3):
+            b.job(run, "score", server=worker, context=model, seconds=2.0)
+        last = b.now
+        b.tick(60.0)
+        now = b.now
+    app = make_app(tmp_path / "c.db", now=now)
+
+    async def script(pilot):
+        servers = {cells[0]: cells for cells in rows(app, "fleet-servers").values()}
+        assert servers["worker"][-1] == time.strftime("%H:%M:%S", time.localtime(last))
+        assert servers["idler"][-1] == "never"
+        table = app.query_one("#fleet-servers", DataTable)
+        table.focus()
+        table.move_cursor(row=list(servers).index("worker"))
+        await pilot.press("enter")
+        await pilot.pause()
+        title = text(app, "server-title")
+        idle = now - EPOCH - 6.0
+        assert "busy 6.0 s, idle " in title and f"{int(idle // 60)} min" in title, title
+
+    drive(app, script)
+
+
 def test_fleet_groups_servers_by_gpu_model_and_opens_a_server_page(catalog):
     app = make_app(catalog)
 
@@ -85,6 +117,7 @@ def test_fleet_groups_servers_by_gpu_model_and_opens_a_server_page(catalog):
         assert len(servers) == 4
         gpu0 = next(cells for cells in servers.values() if cells[0] == "gpu0")
         assert gpu0[2:5] == ["1/1", "smollm2", "12"]
+        assert gpu0[-1] == "-"  # busy: not idle
         assert "4 servers of 2 GPU model(s), 1 of 4 slots busy" in text(app, "fleet-summary")
 
         table = app.query_one("#fleet-servers", DataTable)
@@ -533,7 +566,7 @@ def test_a_server_described_after_it_ran_jobs_is_read_again(tmp_path):
     """A server's description is the one change the recorder notes no event for: the
     monitor reads a server again until it is described, and sorts the jobs it ran by
     its GPU model again then."""
-    from snakemake_executor_context.catalog import events as ev
+    from snakemake_executor_context.fleet import events as ev
 
     path = tmp_path / "catalog.db"
     with CatalogBuilder(path, start=DEMO_NOW - 100) as b:

@@ -3,6 +3,8 @@ events (no cluster, no database)."""
 
 from __future__ import annotations
 
+import math
+
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.placement import (
     choose_server,
@@ -106,12 +108,12 @@ def test_wait_or_load_both_ways():
     view.dispatched("j1", "tcp://s1", A, at=2.0)
     warm = [view.servers["tcp://s0"], view.servers["tcp://s1"]]
     # Few jobs ahead: a warm slot comes sooner than a load ends.
-    assert expected_wait(view, A, warm, queued_ahead=3) == 2.0
-    decision = choose(view, GPU1, A, queued_ahead=3)
+    assert expected_wait(view, A, warm, remaining=4) == 2.0
+    decision = choose(view, GPU1, A, remaining=4)
     assert (decision.address, decision.step) == (None, "wait")
     assert "warm slot in 2.0 s <= load 10.0 s" in decision.reason
     # Many jobs ahead: loading on a cold server wins.
-    decision = choose(view, GPU1, A, queued_ahead=30)
+    decision = choose(view, GPU1, A, remaining=31)
     assert decision.step == "load" and decision.address in {"tcp://s2", "tcp://s3"}
     assert "warm slot in 15.5 s > load 10.0 s" in decision.reason
 
@@ -128,11 +130,14 @@ def test_a_load_that_evicts_a_wanted_context_costs_its_reload_too():
         view.dispatched(f"busy{i}", f"tcp://s{i}", None, at=2.0)
     s1 = view.servers["tcp://s1"]
     assert victims(s1, A, 40) == [B]
+    # s1 holds the last warm copy of B, which has work to come: never evicted.
+    assert load_cost(view, A, s1, {B: 2}) == math.inf
+    view.set_context("tcp://s2", B, "ready", at=1.0, nbytes=40)  # another copy
     assert load_cost(view, A, s1, {B: 0}) == 3.0
     assert load_cost(view, A, s1, {B: 2}) == 6.0
     # 4 jobs ahead: a wait of 5 s beats a 6 s load-and-reload, though not a 3 s load.
-    assert choose(view, GPU1, A, queued_ahead=4, demand={A: 5, B: 2}).step == "wait"
-    assert choose(view, GPU1, A, queued_ahead=4, demand={A: 5}).step == "load"
+    assert choose(view, GPU1, A, remaining=5, demand={A: 5, B: 2}).step == "wait"
+    assert choose(view, GPU1, A, remaining=5, demand={A: 5}).step == "load"
 
 
 def test_room_for_both_means_no_victim():
@@ -300,3 +305,51 @@ def _mean(seconds: float):
     mean = Mean()
     mean.add(seconds)
     return mean
+
+
+def test_an_idle_server_loads_when_the_remaining_work_pays_for_it():
+    """The rule: load when the work still to come, shared over the warm slots, takes
+    longer than the load (job 1 s, load 5 s, one warm slot)."""
+    view = _fleet(warm=(0,))
+    view.measure.add_job(A, "h200", 1.0)
+    view.measure.add_load(A, "h200", "tcp://s9", 5.0)
+    view.dispatched("j0", "tcp://s0", A, at=2.0)
+    assert choose(view, GPU1, A, remaining=5).step == "wait"  # 5 s of work, 5 s load
+    assert choose(view, GPU1, A, remaining=6).step == "load"
+    view.dispatched("j1", "tcp://s1", A, at=2.0)  # s1 warm (loading) now: 2 slots
+    assert choose(view, GPU1, A, remaining=10).step == "wait"
+    assert choose(view, GPU1, A, remaining=11).step == "load"
+
+
+def test_a_load_costs_what_its_kind_costs():
+    """A conversion (10 s) is not a load from the converted cache (1 s): a server
+    whose cache probe says the weights are there costs the latter."""
+    view = _fleet(warm=(0,))
+    view.measure.add_job(A, "h200", 1.0)
+    view.measure.add_load(A, "h200", "tcp://s0", 11.0, conversions=1, reload_seconds=1.0)
+    view.dispatched("j0", "tcp://s0", A, at=2.0)
+    assert view.measure.load_seconds(A, "h200", "tcp://s1") == 11.0
+    assert view.measure.load_seconds(A, "h200", "tcp://s1", cached=True) == 1.0
+    assert choose(view, GPU1, A, remaining=5).step == "wait"  # 5 s < a conversion
+    view.servers["tcp://s1"].cached.add(A)
+    decision = choose(view, GPU1, A, remaining=5)
+    assert (decision.step, decision.address) == ("load", "tcp://s1")
+    # A loader that never converts: every load is of one kind.
+    view.measure.add_load(B, "h200", "tcp://s2", 4.0)
+    assert view.measure.load_seconds(B, "h200", "tcp://s3") == 4.0
+    assert view.measure.load_seconds(B, "h200", "tcp://s3", cached=True) == 4.0
+
+
+def test_demand_comes_from_the_plan_then_follows_the_jobs():
+    from snakemake_executor_context.executor.demand import Demand
+
+    demand = Demand()
+    assert demand.counts([A, A, B]) == {A: 2, B: 1}  # no plan: what the executor holds
+    demand.plan({"1": A, "2": A, "3": A, "4": None})
+    assert demand.knows(A) and not demand.knows(B) and demand.unknown == 1
+    assert demand.counts([A, B, B]) == {A: 3, B: 2}  # B: only what the executor holds
+    demand.ended(A, "1")
+    demand.ended(A, "1")  # reported once, however often it is said
+    demand.ready(A, "9")  # a job the plan did not know (a checkpoint's)
+    demand.ready(A, "2")  # already counted
+    assert demand.counts([]) == {A: 3}

@@ -166,6 +166,8 @@ def _server(
         jobs_failed=failed,
         items=items,
         joined=s.joined,
+        busy_seconds=reader.busy_seconds.get(s.id, 0.0),
+        last_end=reader.last_end.get(s.id),
     )
 
 

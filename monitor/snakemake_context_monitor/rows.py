@@ -27,6 +27,13 @@ class ServerRow:
     jobs_failed: int
     items: int
     joined: float
+    #: Seconds its finished jobs ran (loads included), and when the last one ended.
+    busy_seconds: float = 0.0
+    last_end: float | None = None
+
+    def idle_seconds(self, now: float) -> float:
+        """Seconds since it joined that no finished job ran (running ones aside)."""
+        return max(0.0, now - self.joined - self.busy_seconds)
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,10 @@ class MonitorReader:
         self.pending: dict[int, tuple[int | None, float | None]] = {}
         #: server id -> (ok, failed, items) over finished attempts.
         self.done: dict[int | None, tuple[int, int, int]] = {}
+        #: server id -> seconds its finished attempts ran (loads included), and when
+        #: the last of them ended.
+        self.busy_seconds: dict[int | None, float] = {}
+        self.last_end: dict[int | None, float] = {}
         #: (server id, context id) -> successful attempts that found the context warm.
         self.warm: dict[tuple[int | None, int | None], int] = {}
         #: (context id, server id) -> (jobs, job seconds, items) of successful attempts.
@@ -339,6 +343,11 @@ class MonitorReader:
             ok, failed, all_items = self.done.get(server, (0, 0, 0))
             failed += outcome == "failed"
             self.done[server] = (ok + (outcome == "ok"), failed, all_items + int(items or 0))
+            if started is not None:
+                self.busy_seconds[server] = self.busy_seconds.get(server, 0.0) + max(
+                    0.0, end - started
+                )
+            self.last_end[server] = max(end, self.last_end.get(server, end))
             if outcome != "ok":
                 continue
             if not cold and context is not None:

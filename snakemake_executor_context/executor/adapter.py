@@ -19,7 +19,6 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from ..contexts import declarations_from_config
 from ..fleet import events as ev
 from ..fleet.keys import job_key_of
 from ..jobspec import remove_outputs
@@ -29,7 +28,6 @@ from .dispatch import FLEET_CHECK_SECONDS, Dispatch
 from .jobbuild import SpecBuilder, output_specs
 from .recording import Recording
 from .results import attempt_ended
-from .rulecheck import check_context_rules, check_shared_fs
 from .settings import ExecutorSettings
 from .summary import write_summary
 from .tasks import Tasks
@@ -62,12 +60,7 @@ class Executor(RemoteExecutor):
 
     def __post_init__(self) -> None:
         workflow = self.workflow
-        check_shared_fs(workflow.storage_settings.shared_fs_usage)
-        self.declarations = declarations_from_config(workflow.config)
-        methods = workflow.deployment_settings.deployment_method
-        check_context_rules(
-            workflow.rules, self.declarations, {m.item_to_choice() for m in methods}
-        )
+        self.declarations = startup.checked_declarations(workflow)
         self.workdir = os.getcwd()
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         self.started = time.time()
@@ -91,12 +84,15 @@ class Executor(RemoteExecutor):
             self.connection, self.run_id, self.workdir, self.settings.catalog, self.logger
         )
         fleet = self.dispatch.fleet
+        planned = startup.planned_jobs(workflow, self.declarations)
         self.dispatch.hub = self.recording.begin(
             fleet,
             self._on_events,
-            jobs_total=startup.jobs_total(workflow),
+            jobs_total=len(planned) if planned is not None else None,
             declarations=list(self.declarations.values()),
         )
+        if planned is not None:  # else the executor's queue is the demand
+            self.dispatch.handle(v.DagPlanned(planned, time.time()))
         if not self.dispatch.hub:  # no hub, no events: Dask's list is the membership
             self.dispatch.handle(v.ServersPolled(self.connection.workers(), time.time()))
         startup.announce_fleet(
@@ -197,6 +193,9 @@ class Executor(RemoteExecutor):
                 self.recording.emit(command.event)
             elif isinstance(command, v.Log):
                 getattr(self.logger, command.level)(command.message)
+            elif isinstance(command, v.ProbeCaches):
+                found = self.recording.probe_caches(list(self.declarations.values()))
+                self._inbox.put(v.CachesProbed(found, time.time()))
             else:
                 info = self._jobs.pop(command.ticket.key).info
                 info.aux["reported"] = True

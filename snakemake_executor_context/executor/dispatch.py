@@ -5,26 +5,22 @@ nor Snakemake, and does no I/O: :class:`~.adapter.Executor` feeds it from one th
 and carries out its commands in one function.
 
 **One route for a job's end.** An attempt's *result* (the Dask task's value, or its
-failure to produce one) is authoritative: only a result reports a job to Snakemake,
-and a result of an attempt that was given up is fenced off. The server's
-``JobFinished`` event is best-effort; it only frees the attempt's slot early, so
-placement can use it before the result has travelled back. Each attempt's slot is
-released exactly once, by whichever arrives first; a lost event costs nothing, and an
-attempt whose event came but whose result did not is polled at the next fleet check.
-A result that beats its event records the attempt's end itself: nothing waits.
+failure to produce one) is authoritative: only a result reports a job, and a given-up
+attempt's result is fenced off. The server's ``JobFinished`` event (best-effort) only
+frees the slot early; each slot is released once, by whichever comes first; an attempt
+whose event came but whose result did not is polled at the next fleet check, and a
+result that beats its event records the attempt's end itself: nothing waits.
 
-**Membership** comes from the hub's ``ServerJoined``/``ServerLeft`` events (and the
-snapshot taken when the run attached); the scheduler's list of workers is only
-compared with it, unless the cluster has no hub. A server that leaves takes its
-attempts with it: each of their jobs goes back to the queue, at most
-``max_requeues`` times (None: without limit).
+**Membership** comes from the hub's events and the attach snapshot (Dask's list of
+workers is only compared with it, unless there is no hub). A server that leaves takes
+its attempts: their jobs go back to the queue, at most ``max_requeues`` times.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..errors import ContextExecutorError, NoServerError
 from ..fleet import events as ev
@@ -32,22 +28,25 @@ from ..fleet.keys import attempt_key
 from ..fleet.placement import PlacementStep, choose_server
 from ..fleet.resources import explain_unrunnable
 from ..fleet.state import FleetState
+from .demand import Demand
 from .vocabulary import (
     AttemptEnded,
+    CachesProbed,
     Cancel,
     CancelAll,
     Command,
+    DagPlanned,
     FleetEvent,
     JobReady,
     JobTicket,
     Log,
     LossReason,
     Poll,
+    ProbeCaches,
     Record,
     ReportError,
     ReportSuccess,
     ServersPolled,
-    SetDemand,
     Stimulus,
     StopRunning,
     Submit,
@@ -78,7 +77,7 @@ class _Attempt:
     step: PlacementStep
     holds_slot: bool = True
     event_seen: float | None = None
-    pinned: bool = field(default=True)
+    pinned: bool = True
 
 
 class Dispatch:
@@ -108,8 +107,8 @@ class Dispatch:
         self.fleet = fleet if fleet is not None else FleetState()
         #: Whether fleet membership comes from the hub's events (else from polls).
         self.hub = True
-        #: Per-context work still to come (for demand-aware placement; kept, unused).
-        self.demand: dict[str, int] = {}
+        #: Per-context work still to come, which placement weighs against a load.
+        self.demand = Demand()
         self.failures = 0
         self._jobs: dict[str, _Job] = {}
         self._queue: list[_Job] = []
@@ -133,8 +132,10 @@ class Dispatch:
             self._tick(stimulus.now, out)
         elif isinstance(stimulus, CancelAll):
             self._cancel_all(out)
-        elif isinstance(stimulus, SetDemand):
-            self.demand = dict(stimulus.remaining)
+        elif isinstance(stimulus, DagPlanned):
+            self.demand.plan(stimulus.jobs)
+        elif isinstance(stimulus, CachesProbed):
+            self.fleet.probed(stimulus.found)
         if not isinstance(stimulus, CancelAll):
             self._place(stimulus.now, out)
         return out
@@ -143,11 +144,6 @@ class Dispatch:
     def queued(self) -> int:
         """Jobs waiting in the queue."""
         return len(self._queue)
-
-    @property
-    def in_flight(self) -> list[str]:
-        """Attempts submitted whose result has not arrived."""
-        return list(self._attempts)
 
     # -- jobs ------------------------------------------------------------------------
 
@@ -159,6 +155,7 @@ class Dispatch:
             return
         self._seq += 1
         job = self._jobs[ticket.key] = _Job(ticket, self._seq)
+        self.demand.ready(ticket.identity, ticket.jobid)
         if not self.fleet.runnable(ticket.wanted):
             job.waiting_since = stimulus.now
             if self.embedded and self.fleet.servers:
@@ -172,10 +169,10 @@ class Dispatch:
         if not self._queue:
             return
         self._queue.sort(key=lambda j: (-j.ticket.priority, j.seq))
-        demand = Counter(j.ticket.identity for j in self._queue if j.ticket.identity)
-        demand.update(
-            a.job.ticket.identity for a in self._attempts.values() if a.job.ticket.identity
-        )
+        held = [j.ticket.identity for j in self._queue] + [
+            a.job.ticket.identity for a in self._attempts.values()
+        ]
+        demand = self.demand.counts(identity for identity in held if identity)
         ahead: Counter[str] = Counter()
         placed: list[_Job] = []
         for job in self._queue:
@@ -193,18 +190,24 @@ class Dispatch:
                 self.fleet,
                 ticket.wanted,
                 ticket.identity,
-                queued_ahead=ahead[ticket.identity or ""],
+                remaining=self._remaining(ticket.identity, demand, ahead),
                 demand=demand,
                 now=now,
             )
-            if ticket.identity:
-                ahead[ticket.identity] += 1
             if decision.address is not None:
                 self._submit(job, decision.address, decision.step, now, out)
                 placed.append(job)
         if placed:
             done = {id(job) for job in placed}
             self._queue = [job for job in self._queue if id(job) not in done]
+
+    def _remaining(self, identity: str | None, demand: Counter[str], ahead: Counter[str]) -> int:
+        """The work to weigh a load against: the run's, when its DAG named the context;
+        else the jobs queued ahead of this one, and this one."""
+        if identity is None:
+            return 1
+        ahead[identity] += 1
+        return demand[identity] if self.demand.knows(identity) else ahead[identity]
 
     def _submit(
         self, job: _Job, address: str | None, step: PlacementStep, now: float, out: list[Command]
@@ -240,6 +243,8 @@ class Dispatch:
                 evicted=learned.evicted,
                 job_seconds=learned.job_seconds if ended.ok else None,
                 load_seconds=learned.load_seconds,
+                conversions=learned.conversions,
+                reload_seconds=learned.reload_seconds,
             )
             if attempt.event_seen is None:  # record the end from the result
                 server = self.fleet.servers.get(address)
@@ -284,6 +289,7 @@ class Dispatch:
     ) -> Record:
         if outcome not in (ev.JobOutcome.OK, ev.JobOutcome.CANCELLED):
             self.failures += 1
+        self.demand.ended(ticket.identity, ticket.jobid)
         return Record(ticket.reported(self.run_id, key, outcome, message))
 
     def _fail_unrunnable(self, job: _Job, now: float, out: list[Command]) -> None:
@@ -320,6 +326,8 @@ class Dispatch:
             return
         if mine:
             return  # this run's own dispatches and reports, echoed by the scheduler
+        if isinstance(event, ev.ContextReady) and event.conversions:
+            out.append(ProbeCaches())  # the conversion may have filled other caches
         if isinstance(event, ev.ServerLeft):
             reason = LossReason(expected=event.expected, detail=event.reason)
             self._server_left(event.address, reason, out)
@@ -351,15 +359,12 @@ class Dispatch:
         present = polled.workers
         known = set(self.fleet.servers)
         if self.hub:
-            missing, extra = known - set(present), set(present) - known
+            missing, extra = sorted(known - set(present)), sorted(set(present) - known)
             if missing or extra:
-                out.append(
-                    Log(
-                        "debug",
-                        f"fleet membership differs from the scheduler's list: "
-                        f"{sorted(missing)} not listed, {sorted(extra)} not announced",
-                    )
+                text = (
+                    f"membership differs from Dask's: {missing} not listed, {extra} not announced"
                 )
+                out.append(Log("debug", text))
             return
         for address, worker in present.items():
             self.fleet.add_server(
@@ -388,12 +393,8 @@ class Dispatch:
                 out.append(Poll(attempt.key))
 
     def _cancel_all(self, out: list[Command]) -> None:
-        for job in self._queue:
+        for job in [*self._queue, *(attempt.job for attempt in self._attempts.values())]:
             job.cancelled = True
         self._queue = []
-        running = []
-        for attempt in self._attempts.values():
-            attempt.job.cancelled = True
-            running.append(attempt.key)
-        if running:
-            out.append(StopRunning(tuple(running)))
+        if self._attempts:
+            out.append(StopRunning(tuple(self._attempts)))

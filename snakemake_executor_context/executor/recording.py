@@ -80,7 +80,7 @@ class Recording:
             fleet.load_wire(snapshot.get("view") or {})
         self.sink = self._open_sink(snapshot, fleet)
         self._started(fleet, jobs_total)
-        self._probe_caches(fleet, declarations)
+        fleet.probed(self.probe_caches(declarations))
         return snapshot is not None
 
     def _snapshot(self) -> dict[str, Any] | None:
@@ -165,21 +165,18 @@ class Recording:
                     )
                 )
 
-    def _probe_caches(self, fleet: FleetState, declarations: list[ContextDeclaration]) -> None:
-        """Ask every server which declared contexts its local cache holds."""
+    def probe_caches(self, declarations: list[ContextDeclaration]) -> dict[str, tuple[str, ...]]:
+        """Which declared contexts each server's local cache holds (by address)."""
         from ..server.plugin import probe_caches
 
         if not declarations:
-            return
+            return {}
         try:
             found = self.connection.client.run(probe_caches, declarations, on_error="return")
         except Exception as error:
             logger.debug("no cache probes from the servers: %r", error)
-            return
-        for address, identities in found.items():
-            server = fleet.servers.get(address)
-            if server is not None and isinstance(identities, list):
-                server.cached.update(identities)
+            return {}
+        return {a: tuple(ids) for a, ids in found.items() if isinstance(ids, list)}
 
     def emit(self, event: ev.Event) -> None:
         """Send one event to the catalog (nothing without one)."""

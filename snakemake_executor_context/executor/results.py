@@ -42,6 +42,8 @@ def _ended(key: str, future: Any, title: str) -> tuple[AttemptEnded, JobResult |
             loaded=tuple(result.loaded),
             reused=tuple(result.reused),
             evicted=tuple(result.evicted),
+            conversions=result.conversions,
+            reload_seconds=result.reload_seconds,
         )
         aux = (result.log_path,) if result.log_path and not result.ok else ()
         ended = AttemptEnded(

@@ -4,12 +4,13 @@ send Dask's client logs to a file, say what the fleet is, and warn about groups.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..contexts import ContextDeclaration, declarations_from_config
 from ..defaults import CONTEXT_DIR
-from .rulecheck import constant_resource
+from .rulecheck import check_context_rules, check_shared_fs, constant_resource
 from .settings import ExecutorSettings
 
 if TYPE_CHECKING:
@@ -18,11 +19,22 @@ if TYPE_CHECKING:
 __all__ = [
     "GroupWarnings",
     "announce_fleet",
+    "checked_declarations",
     "connect",
     "group_warning",
-    "jobs_total",
     "log_dask_to_file",
+    "planned_jobs",
 ]
+
+
+def checked_declarations(workflow: Any) -> dict[str, ContextDeclaration]:
+    """The run's declared contexts, once the checks at start pass (the shared
+    filesystem, every rule that names a context)."""
+    check_shared_fs(workflow.storage_settings.shared_fs_usage)
+    declarations = declarations_from_config(workflow.config)
+    methods = {m.item_to_choice() for m in workflow.deployment_settings.deployment_method}
+    check_context_rules(workflow.rules, declarations, methods)
+    return declarations
 
 
 def connect(settings: ExecutorSettings, workdir: str, run_id: str) -> ClusterConnection:
@@ -55,14 +67,29 @@ def log_dask_to_file(workdir: str, run_id: str) -> None:
         log.propagate = False
 
 
-def jobs_total(workflow: Any) -> int | None:
-    """The jobs this run will hand the executor (None if the DAG cannot tell)."""
+def planned_jobs(
+    workflow: Any, declarations: Mapping[str, ContextDeclaration]
+) -> dict[str, str | None] | None:
+    """The jobs this run will hand the executor, by Snakemake job id, with the context
+    identity each needs (None: none, or not known before it runs: a context given by
+    a function, or a context rule inside a group). None if the DAG cannot tell: it is
+    not part of Snakemake's plugin interface."""
     # Local rules run in Snakemake's own process and targets like `all` run nothing:
     # neither reaches the executor, so a run's progress counts the others.
     try:
-        return sum(1 for j in workflow.dag.needrun_jobs() if not (j.is_local or j.is_norun))
+        jobs = [j for j in workflow.dag.needrun_jobs() if not (j.is_local or j.is_norun)]
+        contexts: dict[str, str | None] = {}
+        planned: dict[str, str | None] = {}
+        for job in jobs:
+            rule = job.rule.name
+            if rule not in contexts:
+                name = constant_resource(job.rule, "context")
+                found = declarations.get(str(name)) if name else None
+                contexts[rule] = found.identity if found else None
+            planned[str(job.jobid)] = None if job.group is not None else contexts[rule]
+        return planned
     except Exception as error:
-        logging.getLogger(__name__).debug("no planned total from the DAG: %r", error)
+        logging.getLogger(__name__).debug("no plan from the DAG: %r", error)
         return None
 
 

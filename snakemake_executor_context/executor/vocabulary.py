@@ -19,9 +19,11 @@ from ..fleet.resources import Requirements
 
 __all__ = [
     "AttemptEnded",
+    "CachesProbed",
     "Cancel",
     "CancelAll",
     "Command",
+    "DagPlanned",
     "FleetEvent",
     "JobReady",
     "JobTicket",
@@ -29,11 +31,11 @@ __all__ = [
     "Log",
     "LossReason",
     "Poll",
+    "ProbeCaches",
     "Record",
     "ReportError",
     "ReportSuccess",
     "ServersPolled",
-    "SetDemand",
     "Stimulus",
     "StopRunning",
     "Submit",
@@ -115,6 +117,8 @@ class Learned:
     loaded: tuple[str, ...] = ()
     reused: tuple[str, ...] = ()
     evicted: tuple[str, ...] = ()
+    conversions: int = 0
+    reload_seconds: float | None = None
 
     @property
     def job_seconds(self) -> float:
@@ -222,14 +226,33 @@ class CancelAll:
 
 
 @dataclass(frozen=True)
-class SetDemand:
-    """The work still to come per context identity (jobs of the DAG)."""
+class DagPlanned:
+    """The jobs of the run's DAG that will reach the executor: Snakemake job id ->
+    the context identity each needs (None: none, or not known before it runs)."""
 
-    remaining: Mapping[str, int]
+    jobs: Mapping[str, str | None]
     now: float
 
 
-Stimulus = JobReady | AttemptEnded | FleetEvent | ServersPolled | Tick | CancelAll | SetDemand
+@dataclass(frozen=True)
+class CachesProbed:
+    """Which declared contexts each server's local cache holds (address ->
+    identities), as the loaders' cache probes answered."""
+
+    found: Mapping[str, tuple[str, ...]]
+    now: float
+
+
+Stimulus = (
+    JobReady
+    | AttemptEnded
+    | FleetEvent
+    | ServersPolled
+    | Tick
+    | CancelAll
+    | DagPlanned
+    | CachesProbed
+)
 
 
 # -- commands --------------------------------------------------------------------------
@@ -301,4 +324,11 @@ class Poll:
     key: str
 
 
-Command = Submit | Cancel | StopRunning | ReportSuccess | ReportError | Record | Log | Poll
+@dataclass(frozen=True)
+class ProbeCaches:
+    """Ask every server's cache probes again (a conversion may have filled a cache)."""
+
+
+Command = (
+    Submit | Cancel | StopRunning | ReportSuccess | ReportError | Record | Log | Poll | ProbeCaches
+)

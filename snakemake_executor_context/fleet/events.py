@@ -190,6 +190,10 @@ class ContextReady(Event):
     load_seconds: float = 0.0
     bytes: int = 0
     gpu_model: str = ""
+    #: Conversions the load did (weights converted into a local cache), and how long
+    #: the load took after the last one: a load from the converted cache.
+    conversions: int = 0
+    reload_seconds: float | None = None
 
 
 @dataclass(kw_only=True)

@@ -7,11 +7,16 @@ No I/O here: the executor's dispatch state machine passes in the fleet's state
 context with a free slot; then one whose local cache holds the weights; then the
 fastest free server by measured time for this context and GPU model; then any free
 one. While a server holds (or is loading) the context but none of those has a free
-slot, the job goes to a server that must load it only when the expected wait for a
-warm slot exceeds what the load costs there (:func:`expected_wait`,
-:func:`load_cost`); otherwise it waits in the executor's queue. Times not measured
-yet are bounded from below by what is running (a job's elapsed time, a load's), so a
-long first job does not keep an idle server idle, and nothing is evicted on a guess.
+slot, an idle server loads it when the work still to come for that context, shared
+over the slots that hold it, takes longer than the load costs there
+(:func:`expected_wait`, :func:`load_cost`): then the remaining work ends sooner with
+the load than without it. Otherwise the job waits in the executor's queue. The work
+to come is the run's (every job of the DAG that needs the context and has not ended,
+not only the jobs Snakemake has handed over), and the load's cost is that of the
+kind of load the server would do (from its local cache, or converting). Times not
+measured yet are bounded from below by what is running (a job's elapsed time, a
+load's), so a long first job does not keep an idle server idle, and nothing is
+evicted on a guess.
 """
 
 from __future__ import annotations
@@ -82,7 +87,7 @@ def choose_server(
     wanted: Mapping[str, float],
     identity: str | None,
     *,
-    queued_ahead: int = 0,
+    remaining: int = 1,
     demand: Mapping[str, int] | None = None,
     now: float | None = None,
     prefetch: int = PREFETCH,
@@ -90,10 +95,10 @@ def choose_server(
     """Pick a server for one job (see the module's docstring for the order).
 
     ``wanted`` is the job's Dask resources (:func:`.resources.job_resources`),
-    ``identity`` its context (None for a plain job), ``queued_ahead`` the jobs of the
-    same context ahead of it in the executor's queue, ``demand`` the jobs queued or
-    running per context (a context with demand is costly to evict), and ``now`` the
-    wall-clock time (for times not measured yet, see :func:`expected_wait`).
+    ``identity`` its context (None for a plain job), ``remaining`` the jobs of that
+    context still to come (this one included), ``demand`` the same per context (a
+    context with demand is costly to evict), and ``now`` the wall-clock time (for
+    times not measured yet, see :func:`expected_wait`).
 
     When the job would wait for a warm slot (a measured wait shorter than a load, or
     no free slot anywhere), it is queued behind a running job on a warm server with
@@ -101,7 +106,7 @@ def choose_server(
     the moment its running job ends, instead of after the round trip through the
     executor (17-25 ms a job here, about 4% of an 8-claim SmolLM2 job on a CPU).
     """
-    decision = _choose(view, wanted, identity, queued_ahead, demand, now)
+    decision = _choose(view, wanted, identity, remaining, demand, now)
     if prefetch <= 0 or identity is None or decision.address is not None:
         return decision
     if decision.step in (PlacementStep.BUSY, PlacementStep.WAIT):
@@ -125,7 +130,7 @@ def _choose(
     view: FleetState,
     wanted: Mapping[str, float],
     identity: str | None,
-    queued_ahead: int,
+    remaining: int,
     demand: Mapping[str, int] | None,
     now: float | None,
 ) -> Decision:
@@ -162,7 +167,7 @@ def _choose(
     best, step = _best_cold(view, cold, identity)
     if not warm:
         return Decision(best.address, step)
-    wait = expected_wait(view, identity, warm, queued_ahead, now=now)
+    wait = expected_wait(view, identity, warm, remaining, now=now)
     cost = load_cost(view, identity, best, demand or {}, now=now)
     if wait <= 0:
         return Decision(None, PlacementStep.UNMEASURED, "no job time measured or elapsed yet")
@@ -197,11 +202,11 @@ def expected_wait(
     view: FleetState,
     identity: str,
     warm: Sequence[ServerState],
-    queued_ahead: int,
+    remaining: int,
     *,
     now: float | None = None,
 ) -> float:
-    """Seconds until a warm slot takes this job: the jobs ahead of it (and itself)
+    """Seconds the warm slots need for the work still to come: ``remaining`` jobs
     times the job time, shared over the warm slots.
 
     The job time is the measured mean on the warm servers' GPU models; until one is
@@ -216,7 +221,7 @@ def expected_wait(
     else:
         seconds = _running_for(warm, identity, time.time() if now is None else now)
     slots = sum(s.slots for s in warm)
-    return (queued_ahead + 1) * seconds / max(1, slots)
+    return max(1, remaining) * seconds / max(1, slots)
 
 
 def _running_for(warm: Sequence[ServerState], identity: str, now: float) -> float:
@@ -240,15 +245,19 @@ def load_cost(
     now: float | None = None,
 ) -> float:
     """Seconds a load of ``identity`` costs on ``server``: its measured load time
-    there (else on its GPU model, else anywhere), plus the reload of every context it
-    would evict that jobs still want.
+    there for the kind of load it would do (from its cache when its cache probe says
+    the weights are there, else converting; see
+    :meth:`.measure.Measurements.load_seconds`), plus the reload of every context it
+    would evict that jobs still want. Evicting the last warm copy of a context with
+    work to come costs too much to do at all: two contexts would take turns.
 
     Until a load is measured, the time a load of it in progress has taken so far
     stands in (a lower bound), and every eviction counts as infinitely costly: the
     policy never evicts on a guess.
     """
     measure = view.measure
-    seconds = measure.load_seconds(identity, server.gpu_model, server.address)
+    cached = identity in server.cached
+    seconds = measure.load_seconds(identity, server.gpu_model, server.address, cached=cached)
     evicts = victims(server, identity, measure.bytes.get(identity))
     if seconds is None:
         if evicts:
@@ -262,7 +271,11 @@ def load_cost(
         return max(loading, default=0.0)
     for victim in evicts:
         if demand.get(victim, 0) > 0:
-            reload = measure.load_seconds(victim, server.gpu_model, server.address)
+            if view.warm.get(victim, set()) <= {server.address}:
+                return math.inf  # its last warm copy, with work to come: never evicted
+            reload = measure.load_seconds(
+                victim, server.gpu_model, server.address, cached=victim in server.cached
+            )
             seconds += reload if reload is not None else seconds
     return seconds
 

@@ -13,9 +13,7 @@ Not thread-safe: each owner updates it from one thread (the hub holds a lock).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .events import (
@@ -30,86 +28,14 @@ from .events import (
     ServerJoined,
     ServerLeft,
 )
-from .gpus import normalize_gpu_model
 from .measure import Measurements
-from .resources import GPU, MEM_MB, covers, model_from_resources
+from .resources import covers
+from .servers import CPU_MODEL, ContextState, Placed, ServerState, model_of
 
 __all__ = ["CPU_MODEL", "ContextState", "FleetState", "Placed", "ServerState", "model_of"]
 
-#: The GPU model of a server without a GPU.
-CPU_MODEL = "cpu"
 #: Servers remembered after they left, so a late event does not bring one back.
 LEFT_MEMORY = 10_000
-
-
-class ContextState(StrEnum):
-    """Where a context stands on a server."""
-
-    LOADING = "loading"
-    READY = "ready"
-
-
-def model_of(resources: Mapping[str, float], gpu: Mapping[str, Any] | None = None) -> str:
-    """A server's normalised GPU model: from its GPU record, else the most specific
-    ``gpu_model:`` resource it advertises, else :data:`CPU_MODEL`."""
-    if gpu and gpu.get("name"):
-        return normalize_gpu_model(str(gpu["name"]))
-    return model_from_resources(resources) or CPU_MODEL
-
-
-@dataclass
-class Placed:
-    """A context on a server: loading or ready, since when, and its size."""
-
-    state: ContextState
-    at: float
-    bytes: int = 0
-    last_used: float = 0.0
-
-
-@dataclass
-class ServerState:
-    """One server: what it advertises, holds and runs. The one server type of the
-    fleet (the catalog has its rows, the server process its own record)."""
-
-    address: str
-    name: str = ""
-    resources: dict[str, float] = field(default_factory=dict)
-    slots: int = 1
-    gpu_model: str = CPU_MODEL
-    gpu: dict[str, Any] | None = None
-    #: Bytes the server may fill with contexts (None: not yet described).
-    budget: int | None = None
-    contexts: dict[str, Placed] = field(default_factory=dict)
-    #: Identities whose weights its local disk holds (the loaders' cache probes).
-    cached: set[str] = field(default_factory=set)
-    #: Keys holding a slot there -> the context each runs (None: a plain job), and
-    #: when each started (absent until it has).
-    holding: dict[str, str | None] = field(default_factory=dict)
-    started: dict[str, float] = field(default_factory=dict)
-    #: When each context was last evicted (a late "ready" from before does not count).
-    gone: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def busy(self) -> int:
-        """Slots in use (jobs running or dispatched there)."""
-        return len(self.holding)
-
-    @property
-    def free(self) -> bool:
-        """Whether a slot is free."""
-        return self.busy < self.slots
-
-    def describe(self) -> str:
-        """'gpu0 (gpu=1, h200, mem_mb=12000)'."""
-        res = self.resources
-        parts = [f"gpu={res.get(GPU, 0):g}"]
-        model = model_from_resources(res)
-        if model:
-            parts.append(model)
-        if MEM_MB in res:
-            parts.append(f"mem_mb={res[MEM_MB]:g}")
-        return f"{self.name or self.address} ({', '.join(parts)})"
 
 
 class FleetState:
@@ -205,7 +131,14 @@ class FleetState:
             )
             server = self.servers.get(event.address)
             model = event.gpu_model or (server.gpu_model if server else CPU_MODEL)
-            self.measure.add_load(event.identity, model, event.address, event.load_seconds)
+            self.measure.add_load(
+                event.identity,
+                model,
+                event.address,
+                event.load_seconds,
+                conversions=event.conversions,
+                reload_seconds=event.reload_seconds,
+            )
             if event.bytes:
                 self.measure.bytes[event.identity] = int(event.bytes)
         elif isinstance(event, (ContextEvicted, ContextLoadFailed)):
@@ -255,6 +188,13 @@ class FleetState:
         placed.state, placed.at = state, at
         placed.bytes = int(nbytes or placed.bytes or self.measure.bytes.get(identity, 0))
         self.warm.setdefault(identity, set()).add(address)
+
+    def probed(self, found: Mapping[str, Iterable[str]]) -> None:
+        """Servers' cache probes answered: which identities each local cache holds."""
+        for address, identities in found.items():
+            server = self.servers.get(address)
+            if server is not None:
+                server.cached = set(identities)
 
     def touch(self, address: str, identity: str | None, at: float) -> None:
         """A job used a context on a server at ``at`` (for the eviction order)."""
@@ -322,6 +262,8 @@ class FleetState:
         evicted: Sequence[str] = (),
         job_seconds: float | None = None,
         load_seconds: float = 0.0,
+        conversions: int = 0,
+        reload_seconds: float | None = None,
     ) -> None:
         """Learn from one of an executor's job results what its server now holds, and
         measure it (``job_seconds``: a successful job's time without loads)."""
@@ -332,7 +274,14 @@ class FleetState:
         if identity is not None and job_seconds is not None:
             self.measure.add_job(identity, model, job_seconds)
         if identity is not None and identity in loaded and len(loaded) == 1 and load_seconds:
-            self.measure.add_load(identity, model, address, load_seconds)
+            self.measure.add_load(
+                identity,
+                model,
+                address,
+                load_seconds,
+                conversions=conversions,
+                reload_seconds=reload_seconds,
+            )
         for gone in evicted:
             self.set_context(address, gone, None, started)
         for held in (*loaded, *reused):

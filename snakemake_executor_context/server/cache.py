@@ -20,7 +20,14 @@ from ..errors import ContextLoadError, JobCancelled
 from ..fleet import events as ev
 from ..fleet.eviction import Held, to_evict
 
-__all__ = ["ContextCache", "LoadedContext", "ServerStats", "probe", "resolve_budget"]
+__all__ = [
+    "ContextCache",
+    "JobTrace",
+    "LoadedContext",
+    "ServerStats",
+    "probe",
+    "resolve_budget",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +61,16 @@ class LoadedContext:
     hits: int = 0
     pins: int = 0
     conversions: int = 0
+
+
+@dataclass
+class JobTrace:
+    """What one job's loads did on a server: evictions, conversions, and how long
+    its converting load took after converting."""
+
+    evicted: list[str] = field(default_factory=list)
+    conversions: int = 0
+    reload_seconds: float | None = None
 
 
 @dataclass
@@ -130,15 +147,15 @@ class ContextCache:
             if entry is not None:
                 entry.pins -= 1
 
-    def track_evictions(self) -> list[str]:
-        """Start collecting, for the job of this thread, what gets evicted."""
-        evicted: list[str] = []
-        self._local.evicted = evicted
-        return evicted
+    def track(self) -> JobTrace:
+        """Start collecting, for the job of this thread, what it loads and evicts."""
+        trace = JobTrace()
+        self._local.trace = trace
+        return trace
 
     def stop_tracking(self) -> None:
-        """Stop collecting evictions for this thread's job."""
-        self._local.evicted = None
+        """Stop collecting for this thread's job."""
+        self._local.trace = None
 
     def _hit(self, entry: LoadedContext, declaration: ContextDeclaration) -> Any:
         entry.pins += 1
@@ -176,7 +193,9 @@ class ContextCache:
                 "needs this context tries the load again. Fix: see the loader's traceback "
                 "in this job's log."
             ) from error
-        seconds = time.perf_counter() - started
+        ended = time.perf_counter()
+        seconds = ended - started
+        reload = ended - record.converted_at if record.converted_at is not None else None
         nbytes = record.declared_bytes
         if nbytes is None:
             nbytes = max(0, self._memory_in_use() - before)
@@ -192,6 +211,10 @@ class ContextCache:
             last_used=now,
             conversions=record.conversions,
         )
+        trace = getattr(self._local, "trace", None)
+        if trace is not None:
+            trace.conversions += record.conversions
+            trace.reload_seconds = reload if reload is not None else trace.reload_seconds
         with self._lock:
             self._contexts[declaration.identity] = entry
             self._sizes[declaration.identity] = nbytes
@@ -207,6 +230,8 @@ class ContextCache:
                 load_seconds=seconds,
                 bytes=nbytes,
                 gpu_model=self._gpu_model,
+                conversions=record.conversions,
+                reload_seconds=reload,
             )
         )
         return obj, seconds, True
@@ -234,9 +259,9 @@ class ContextCache:
         del self._contexts[entry.identity]
         self.stats.evictions += 1
         self.stats.evicted.append(entry.identity)
-        evicted = getattr(self._local, "evicted", None)
-        if evicted is not None:
-            evicted.append(entry.identity)
+        trace = getattr(self._local, "trace", None)
+        if trace is not None:
+            trace.evicted.append(entry.identity)
         self._emit(ev.ContextEvicted(address=self.address, identity=entry.identity))
         close = getattr(entry.obj, "close", None)
         entry.obj = None

@@ -165,13 +165,14 @@ class ContextServer:
                 run_id=spec.run_id, key=spec.key, address=self.identity.address, context=identity
             )
         )
-        evicted = self.cache.track_evictions()
+        trace = self.cache.track()
         try:
             if isinstance(spec, ContextJobSpec):
                 result = self._run_context(spec, running)
             else:
                 result = run_plain_job(spec, self.identity, running)
-            result.evicted = list(evicted)
+            result.evicted = list(trace.evicted)
+            result.conversions, result.reload_seconds = trace.conversions, trace.reload_seconds
         finally:
             self.cache.stop_tracking()
             with self._lock:

@@ -7,6 +7,8 @@ the median of every numeric result per tree and the ratio new/old.
 
     python workflows/bench/compare.py --old ../parent --new . core -- --jobs 200
     python workflows/bench/compare.py --old ../parent --new . catalog -- --jobs 20000
+    python workflows/bench/compare.py --old ../parent --new . \
+        --script workflows/bench/mainjob.py mainjob
 
 Both trees must run in the same Python environment (this one).
 """
@@ -23,12 +25,18 @@ import tempfile
 from pathlib import Path
 
 
-def run_once(tree: Path, bench: str, extra: list[str]) -> dict[str, float]:
-    """The benchmark's JSON results from one run on ``tree``."""
+def run_once(
+    tree: Path, bench: str, extra: list[str], script: Path | None = None
+) -> dict[str, float]:
+    """The benchmark's JSON results from one run on ``tree`` (``script``: one script
+    for both trees, told which tree with ``--tree``)."""
     out = Path(tempfile.mkdtemp(prefix=f"compare-{bench}-"))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), str(tree / "monitor")])
-    script = tree / "workflows" / "bench" / f"{bench}.py"
+    if script is not None:
+        extra = ["--tree", str(tree), *extra]
+    else:
+        script = tree / "workflows" / "bench" / f"{bench}.py"
     done = subprocess.run(
         [sys.executable, str(script), "--out", str(out), *extra],
         cwd=tree,
@@ -47,6 +55,9 @@ def main() -> None:
     parser.add_argument("--old", type=Path, required=True, help="the parent tree")
     parser.add_argument("--new", type=Path, required=True, help="the changed tree")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--script", type=Path, default=None, help="run this script on both trees (--tree)"
+    )
     parser.add_argument("bench", help="a benchmark of workflows/bench writing <bench>.json")
     parser.add_argument("extra", nargs="*", help="arguments for the benchmark (after --)")
     args = parser.parse_args()
@@ -56,7 +67,8 @@ def main() -> None:
         order = ("old", "new") if repeat % 2 == 0 else ("new", "old")
         for name in order:
             print(f"[{repeat + 1}/{args.repeats}] {args.bench} on {name} ...", flush=True)
-            runs[name].append(run_once(trees[name], args.bench, args.extra))
+            script = args.script.resolve() if args.script else None
+            runs[name].append(run_once(trees[name], args.bench, args.extra, script))
     keys = [k for k in runs["old"][0] if all(k in r for r in runs["old"] + runs["new"])]
     print(f"\n{args.bench}: medians of {args.repeats} interleaved runs")
     print(f"{'measure':<34}{'old':>14}{'new':>14}{'new/old':>10}")

@@ -8,7 +8,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from ..data import Snapshot
-from ..format import bytes_, rate, window_phrase
+from ..format import bytes_, clock, rate, window_phrase
 from ..model import Cells, Memo, Rows, ViewModel
 from ..rows import ServerRow
 from ..tables import Table, clip, setup_columns
@@ -26,13 +26,16 @@ MODEL_COLUMNS = [
     ("ips", "items/s", 7),
 ]
 SERVER_COLUMNS = [
-    ("name", "server", 12),
-    ("model", "GPU model", 14),
+    ("name", "server", 10),
+    ("model", "GPU model", 12),
     ("busy", "busy", 4),
-    ("contexts", "contexts", 14),
+    ("contexts", "contexts", 10),
     ("jobs", "jobs", 6),
     ("failed", "failed", 6),
     ("items", "items", 7),
+    # When an idle server's last job ended: an idle server at a glance (its busy and
+    # idle seconds are on its page).
+    ("idle", "idle", 8),
 ]
 
 
@@ -88,14 +91,22 @@ def _model_rows(snapshot: Snapshot) -> Rows:
 
 def _server_cells(s: ServerRow) -> Cells:
     return (
-        clip(s.name, 12),
-        clip(s.gpu_model, 14),
+        clip(s.name, 10),
+        clip(s.gpu_model, 12),
         f"{s.busy}/{s.slots}",
-        clip(", ".join(s.contexts) or "-", 14),
+        clip(", ".join(s.contexts) or "-", 10),
         str(s.jobs_ok),
         str(s.jobs_failed),
         str(s.items),
+        _idle_since(s),
     )
+
+
+def _idle_since(s: ServerRow) -> str:
+    """When an idle server's last job ended ('never': it has run none)."""
+    if s.busy:
+        return "-"
+    return clock(s.last_end) if s.last_end else "never"
 
 
 def _window_minutes(snapshot: Snapshot) -> float:

@@ -44,7 +44,8 @@ def page(snapshot: Snapshot, memo: Memo, address: str) -> ViewModel:
         f"{bytes_(server.gpu_memory_bytes)}, compute capability "
         f"{server.compute_capability or '-'}; {server.busy}/{server.slots} slots busy; "
         f"{server.jobs_ok} jobs done, {server.jobs_failed} failed, {server.items} items; "
-        f"joined {clock(server.joined)}. Esc: back."
+        f"joined {clock(server.joined)}; busy {duration(server.busy_seconds)}, idle "
+        f"{duration(server.idle_seconds(snapshot.fetched_at))} since. Esc: back."
     )
     contexts = memo.rows(
         "server-contexts",

@@ -1,0 +1,173 @@
+"""Placement that sees the work still to come: real runs of the real snakemake command
+line (embedded cluster, and an attached plain Dask cluster that a server joins
+mid-run), with loaders that sleep for a known time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from .conftest import BIN, context_run, plain_dask_cluster
+
+pytestmark = pytest.mark.slow
+
+
+def _use(run) -> tuple[Counter, dict[str, dict]]:
+    """Jobs per server name, and each server's inventory by name (last summary)."""
+    summary = run.summaries()[-1]
+    jobs = Counter(job["server"] for job in summary["jobs"])
+    servers = {inv["server"]["name"]: inv for inv in summary["servers"].values()}
+    return jobs, servers
+
+
+def test_the_rest_of_the_run_pays_for_a_second_load(workflow):
+    """60 jobs of 1 s, a 5 s load, --jobs 4: Snakemake hands over 4 jobs at a time,
+    but the run's 60 are what the second server's load is weighed against."""
+    workdir = workflow("demand")
+    run = context_run(
+        workdir, "--context-servers", "2", "--config", "count=60", "load=5", "sleep=1"
+    ).check()
+    jobs, servers = _use(run)
+    assert {name: inv["loads"] for name, inv in servers.items()} == {"cpu0": 1, "cpu1": 1}
+    assert min(jobs.values()) >= 20, jobs
+    assert "busy" in run.output and "idle" in run.output  # the summary says so per server
+    use = run.summaries()[-1]["server_use"]
+    assert set(use) == {"cpu0", "cpu1"} and all(row["busy"] > 0 for row in use.values())
+
+
+def test_few_jobs_do_not_pay_for_a_second_load(workflow):
+    """3 jobs of 1 s and a 20 s load: no server loads for work it cannot win."""
+    workdir = workflow("demand")
+    run = context_run(
+        workdir, "--context-servers", "2", "--config", "count=3", "load=20", "sleep=1"
+    ).check()
+    _, servers = _use(run)
+    assert sum(inv["loads"] for inv in servers.values()) == 1
+
+
+@pytest.mark.parametrize(("budget", "max_loads", "max_evictions"), [("150MB", 3, 1), ("1GB", 4, 0)])
+def test_two_contexts_on_two_servers(workflow, budget, max_loads, max_evictions):
+    """More jobs than --jobs, two contexts of 100 MB: with room for one per server
+    the two never take turns; with room for both, nothing is evicted."""
+    workdir = workflow("demand")
+    run = context_run(
+        workdir,
+        "--context-servers",
+        "2",
+        "--context-memory-budget",
+        budget,
+        "--config",
+        "count=12",
+        "count_b=12",
+        "load=2",
+        "sleep=0.5",
+        "nbytes=100000000",
+    ).check()
+    _, servers = _use(run)
+    loads = sum(inv["loads"] for inv in servers.values())
+    evictions = sum(inv["evictions"] for inv in servers.values())
+    assert loads <= max_loads and evictions <= max_evictions, (loads, evictions)
+
+
+def test_after_a_conversion_an_idle_server_loads_from_the_cache_at_once(workflow, tmp_path):
+    """The first load converts (10 s), later ones read the converted cache (1 s): once
+    the conversion is done, the second server's cache probe says so, and with 7 jobs
+    of 1 s to come it loads at once instead of leaving them to the first server."""
+    workdir = workflow("demand")
+    cache = tmp_path / "cache"
+    run = context_run(
+        workdir,
+        "--context-servers",
+        "2",
+        "--config",
+        "count=8",
+        "load=10",
+        "sleep=1",
+        "loader=convert_once",
+        env={"DEMAND_CACHE": str(cache)},
+    ).check()
+    summary = run.summaries()[-1]
+    loads = [job for job in summary["jobs"] if job["loaded"]]
+    assert len(loads) == 2, loads
+    converting, cached = sorted(loads, key=lambda job: -job["load_seconds"])
+    assert converting["load_seconds"] >= 10 and cached["load_seconds"] < 5
+    assert cached["server"] != converting["server"]
+    second = [job for job in summary["jobs"] if job["server"] == cached["server"]]
+    assert len(second) >= 3
+    # "At once": it loaded while the first server's first job was still running or
+    # right after, not once the queue had drained.
+    first_end = min(job["finished"] for job in summary["jobs"])
+    assert cached["started"] <= first_end + 3.0, (cached["started"], first_end)
+
+
+def test_a_server_that_joins_mid_run_gets_work(workflow, tmp_path):
+    """An attached plain Dask cluster: a second worker (a pilot) joins while the run is
+    under way, and loads the context because the work still to come pays for it."""
+    workdir = workflow("demand")
+    worker_args = ("--resources", "gpu=1,mem_mb=4000")
+    with plain_dask_cluster(tmp_path, *worker_args) as scheduler:
+        snakemake = subprocess.Popen(
+            [
+                str(BIN / "snakemake"),
+                "--executor",
+                "context",
+                "--jobs",
+                "4",
+                "--context-scheduler-file",
+                str(scheduler),
+                "--config",
+                "count=30",
+                "load=3",
+                "sleep=1",
+            ],
+            cwd=workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        joined = None
+        try:
+            deadline = time.monotonic() + 120
+            while len(list((workdir / "a").glob("*.txt"))) < 3:
+                assert snakemake.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            joined = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    "--scheduler-file",
+                    str(scheduler),
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    "--name",
+                    "pilot",
+                    *worker_args,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+            output, _ = snakemake.communicate(timeout=240)
+        finally:
+            if snakemake.poll() is None:
+                os.killpg(snakemake.pid, 9)
+            if joined is not None:
+                joined.terminate()
+                joined.wait(timeout=30)
+    assert snakemake.returncode == 0, output
+    runs = sorted((workdir / ".snakemake/context/runs").glob("*.json"))
+    summary = json.loads(Path(runs[-1]).read_text())
+    jobs = Counter(job["server"] for job in summary["jobs"])
+    assert jobs["pilot"] >= 5, jobs
+    pilot_loads = [job for job in summary["jobs"] if job["server"] == "pilot" and job["loaded"]]
+    assert len(pilot_loads) == 1

@@ -1,0 +1,9 @@
+import os
+import time
+
+from snakemake_executor_context import load_context
+
+ctx = load_context(snakemake)
+time.sleep(snakemake.params.sleep)
+with open(snakemake.output[0], "w") as f:
+    f.write(f"{os.getpid()} {ctx['name']}\n")
