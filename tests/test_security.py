@@ -388,7 +388,7 @@ def test_second_user_cannot_plant_the_live_catalog_directory(attacker):  # pragm
     copy's directory as a symlink to a directory the attacker owns; then a run with a
     network-filesystem catalog must refuse that directory (or use another one), and
     nothing may appear in the attacker's directory."""
-    command, env, base = attacker
+    command, env, _base = attacker
     python = command[:-1]
 
     def plant(live_dir: Path, target: Path) -> None:
