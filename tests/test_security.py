@@ -209,7 +209,7 @@ def test_credentials_that_do_not_match_are_one_line(up_cluster, tmp_path):
         )
     message = str(caught.value)
     assert "\n" not in message
-    assert f"the credentials in {foreign.directory} do not match the cluster at" in message
+    assert f"the credentials in {foreign.directory} do not match the server at" in message
 
 
 # -- a second local user ------------------------------------------------------------

@@ -189,9 +189,10 @@ def _tls_refusal(target: AttachTarget, error: ssl.SSLError) -> str:
         )
     where = target.credentials.directory if target.credentials else "(none)"
     return (
-        f"{target.setting}: the credentials in {where} "
-        f"do not match the cluster at {target.address} ({text}). Fix: use the credentials "
-        "beside that cluster's scheduler file (--context-credentials DIR)."
+        f"{target.setting}: the credentials in {where} do not match the server at "
+        f"{target.address} ({text}): another cluster's, or not a cluster of this plugin. "
+        "Fix: use the credentials beside that cluster's scheduler file "
+        "(--context-credentials DIR)."
     )
 
 

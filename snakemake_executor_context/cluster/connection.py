@@ -204,7 +204,7 @@ def _connect(target: AttachTarget, *, timeout: float) -> Client:
     except FatalCommClosedError as error:
         where = target.credentials.directory if target.credentials else "(none)"
         raise ClusterError(
-            f"{target.setting}: the credentials in {where} do not match the cluster at "
+            f"{target.setting}: the credentials in {where} do not match the server at "
             f"{target.address} ({error}). Fix: use the credentials beside that cluster's "
             "scheduler file (--context-credentials DIR)."
         ) from None
