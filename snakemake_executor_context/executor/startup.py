@@ -67,31 +67,43 @@ def connect(
 ) -> ClusterConnection:
     """Attach to the cluster the settings name, or start the run's embedded one (a
     warning, if any, goes to ``say``)."""
+    from ..errors import ContextExecutorError
+
+    try:
+        connection = _connect(settings, workdir, run_id, say)
+    except ContextExecutorError as error:
+        # A bad setting is the user's, not the plugin's: Snakemake shows the frames an
+        # error went through, and the ones inside the plugin say nothing to them.
+        raise error.with_traceback(None) from None
+    if connection.warning:
+        say(connection.warning)
+    return connection
+
+
+def _connect(
+    settings: ExecutorSettings, workdir: str, run_id: str, say: Callable[[str], None]
+) -> ClusterConnection:
     from ..cluster.connection import ClusterConnection
 
     check_settings(settings)
     if settings.scheduler_address or settings.scheduler_file:
-        connection = ClusterConnection.attach(
+        return ClusterConnection.attach(
             address=settings.scheduler_address,
             scheduler_file=Path(settings.scheduler_file) if settings.scheduler_file else None,
             timeout=settings.connect_timeout,
             credentials=Path(settings.credentials) if settings.credentials else None,
             allow_plaintext=bool(settings.allow_plaintext),
         )
-    else:
-        tls = os.environ.get(NO_TLS_VARIABLE, "") != "1"
-        if not tls:
-            say(f"{NO_TLS_VARIABLE}=1: the embedded cluster runs WITHOUT TLS (benchmarks only).")
-        connection = ClusterConnection.start_embedded(
-            Path(workdir) / CONTEXT_DIR / "cluster" / f"{run_id}.json",
-            servers=settings.servers,
-            memory_budget=settings.memory_budget,
-            timeout=max(settings.connect_timeout, 60.0),
-            tls=tls,
-        )
-    if connection.warning:
-        say(connection.warning)
-    return connection
+    tls = os.environ.get(NO_TLS_VARIABLE, "") != "1"
+    if not tls:
+        say(f"{NO_TLS_VARIABLE}=1: the embedded cluster runs WITHOUT TLS (benchmarks only).")
+    return ClusterConnection.start_embedded(
+        Path(workdir) / CONTEXT_DIR / "cluster" / f"{run_id}.json",
+        servers=settings.servers,
+        memory_budget=settings.memory_budget,
+        timeout=max(settings.connect_timeout, 60.0),
+        tls=tls,
+    )
 
 
 def log_dask_to_file(workdir: str, run_id: str) -> None:
