@@ -208,16 +208,9 @@ def _down(args: argparse.Namespace) -> int:
 
     local = LocalClusterProcess.find(args.scheduler_file)
     if local is None:
-        from .cluster.files import ClusterFiles
-
-        files = ClusterFiles(args.scheduler_file.resolve())
-        stale = files.pid_file.exists() or files.scheduler_file.exists()
-        if stale:  # its process is gone (or the pid names another process now)
-            files.remove()
-        print(
-            f"No context cluster runs for {args.scheduler_file}"
-            + (" (removed the stale scheduler and pid files; signalled nothing)." if stale else ".")
-        )
+        stale = LocalClusterProcess.remove_stale(args.scheduler_file)
+        note = " (removed the stale scheduler and pid files; signalled nothing)" if stale else ""
+        print(f"No context cluster runs for {args.scheduler_file}{note}.")
         return 0
     local.stop()
     print(f"Context cluster stopped (log: {local.files.log_file}).")

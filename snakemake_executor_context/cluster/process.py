@@ -118,6 +118,17 @@ class LocalClusterProcess:
         pid = files.running_pid()
         return cls(files, None, pid) if pid is not None else None
 
+    @staticmethod
+    def remove_stale(scheduler_file: Path) -> bool:
+        """Remove the files of a cluster whose process is gone (or whose pid now names
+        another process); whether there were any. Call only once :meth:`find` found
+        nothing."""
+        files = ClusterFiles(scheduler_file.resolve())
+        stale = files.pid_file.exists() or files.scheduler_file.exists()
+        if stale:
+            files.remove()
+        return stale
+
     def _same(self) -> bool:
         """Whether ``self.pid`` (and its process group) still names the cluster. A
         child of this process keeps its pid while its group lives, even once reaped."""
