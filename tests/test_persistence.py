@@ -40,6 +40,7 @@ def test_second_run_loads_nothing(workflow, scheduler_file):
     names = {p.name for p in scheduler_file.parent.iterdir()}
     assert {"scheduler.json", "scheduler.log", "scheduler.pid", "scheduler.db"} <= names
     assert names <= {
+        "scheduler.tls",
         "scheduler.json",
         "scheduler.log",
         "scheduler.pid",
