@@ -93,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.set_defaults(func=_up)
 
+    from .cluster.inject import add_parser as add_inject
+
+    add_inject(commands)
+
     down = commands.add_parser("down", help="stop a persistent local cluster")
     scheduler_file(down)
     down.set_defaults(func=_down)

@@ -38,6 +38,12 @@ class ClusterFiles:
         """The default catalog of a persistent cluster (``X.db``)."""
         return self.scheduler_file.with_suffix(".db")
 
+    @property
+    def hold_dir(self) -> Path:
+        """Where a preemption injector holds a server's restart back: one file per
+        server name, holding the time until which it stays down."""
+        return self.scheduler_file.with_suffix(".holds")
+
     def read_info(self) -> dict[str, Any] | None:
         """The cluster process's record, or None if it is not (yet) written."""
         try:

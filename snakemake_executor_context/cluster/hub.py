@@ -16,6 +16,7 @@ any other Dask scheduler), it
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -40,8 +41,17 @@ class FleetHub(SchedulerPlugin):
     name = PLUGIN_NAME
     idempotent = True
 
+    #: Exit codes of server processes by their last address, filled by the nannies
+    #: of a cluster this project starts (:mod:`.nannies`, same process).
+    exits: dict[str, int] = {}
+    #: Seconds to wait for a lost server's exit code before publishing its loss (0
+    #: where no nanny of ours reports them).
+    exit_wait: float = 0.0
+
     def __init__(self, catalog: str | None = None) -> None:
         self.catalog = catalog
+        self.injected: dict[str, int] = {}
+        self.heartbeat_lost: set[str] = set()
         self.view = FleetState()
         self.lock = threading.Lock()
         self.writer: Any = None
@@ -98,19 +108,45 @@ class FleetHub(SchedulerPlugin):
                 decoded = list(ev.decode(msg))
                 for item in decoded:
                     self.view.apply(item)
+                    if isinstance(item, ev.ServerKillInjected):
+                        self.injected[item.address] = item.signal
             if self.writer is not None:
                 for item in decoded:
                     self.writer.submit(item)
-        elif topic == "all" and isinstance(msg, dict) and msg.get("action") == "remove-worker":
-            self._server_left(msg)
+        elif not isinstance(msg, dict):
+            return
+        elif msg.get("action") == "worker-ttl-timed-out":
+            self.heartbeat_lost.update(str(w) for w in msg.get("workers") or ())
+        elif topic == "all" and msg.get("action") == "remove-worker":
+            address = str(msg.get("worker", ""))
+            with self.lock:
+                server = self.view.servers.get(address)
+                started = dict(server.started) if server else {}
+                slots = server.slots if server else 1
+                name = server.name if server else ""
+            if self.exit_wait > 0 and not msg.get("expected"):
+                # The nanny reaps the process a moment after the scheduler sees its
+                # connection close: wait briefly for the exit code that classifies it.
+                task = asyncio.ensure_future(self._left_after_exit(msg, started, slots, name))
+                task.add_done_callback(lambda _: None)
+            else:
+                self._server_left(msg, started, slots, name)
 
-    def _server_left(self, msg: dict[str, Any]) -> None:
+    async def _left_after_exit(
+        self, msg: dict[str, Any], started: dict[str, float], slots: int, name: str
+    ) -> None:
+        address = str(msg.get("worker", ""))
+        for _ in range(int(self.exit_wait / 0.05)):
+            if address in self.exits:
+                break
+            await asyncio.sleep(0.05)
+        self._server_left(msg, started, slots, name)
+
+    def _server_left(
+        self, msg: dict[str, Any], started: dict[str, float], slots: int, name: str
+    ) -> None:
         address = str(msg.get("worker", ""))
         expected = bool(msg.get("expected"))
-        with self.lock:
-            server = self.view.servers.get(address)
-            started = dict(server.started) if server else {}
-            slots = server.slots if server else 1
         # The hub learns of jobs only from their servers' JobStarted: what holds a
         # slot here has started.
         running = list(started)
@@ -128,8 +164,22 @@ class FleetHub(SchedulerPlugin):
         # Dask's stimulus ids end in a timestamp ("handle-worker-cleanup-1795953990.72"):
         # the cause without it reads better in a loss record.
         stimulus = re.sub(r"-[0-9.]+$", "", str(msg.get("stimulus_id", "")))
-        reason = ("closed" if expected else "lost") + (f" ({stimulus})" if stimulus else "")
-        self._publish(ev.ServerLeft(address=address, reason=reason, expected=expected, lost=lost))
+        left = ev.ServerLeft(
+            address=address,
+            expected=expected,
+            lost=lost,
+            name=name,
+            exit_code=self.exits.pop(address, None),
+            injected=self.injected.pop(address, None),
+            heartbeat=address in self.heartbeat_lost or "worker-ttl" in stimulus,
+        )
+        self.heartbeat_lost.discard(address)
+        cause = left.cause()
+        # The classification leads the reason, so the catalog's loss records say it.
+        left.reason = f"{cause.kind}: {cause.why}, {cause.exit_text()}" + (
+            f" ({stimulus})" if stimulus else ""
+        )
+        self._publish(left)
 
     async def close(self) -> None:
         """Write what is queued (a few seconds at most) and close the catalog."""

@@ -74,12 +74,10 @@ class Executor(RemoteExecutor):
         startup.log_dask_to_file(self.workdir, self.run_id)
         self.connection = startup.connect(self.settings, self.workdir, self.run_id)
         self.tasks = Tasks(self.connection)
-        self.dispatch = Dispatch(
-            self.run_id,
-            embedded=self.connection.embedded,
-            wait_for_server=self.settings.wait_for_server,
-            placement=self.settings.placement,
+        options = startup.dispatch_options(
+            self.settings, workflow, self.connection, self.logger.warning
         )
+        self.dispatch = Dispatch(self.run_id, **options)
         self.recording = Recording(
             self.connection, self.run_id, self.workdir, self.settings.catalog, self.logger
         )

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum, StrEnum
 from typing import Any, ClassVar
 
+from .losses import LossCause, classify
+
 __all__ = [
     "TOPIC",
     "ContextEvicted",
@@ -36,6 +38,7 @@ __all__ = [
     "RunStarted",
     "ServerDescribed",
     "ServerJoined",
+    "ServerKillInjected",
     "ServerLeft",
     "decode",
     "encode",
@@ -157,10 +160,41 @@ class ServerLeft(Event):
     #: Whether Dask expected it (a clean close or retirement) or lost it.
     expected: bool = False
     lost: list[dict[str, Any]] = field(default_factory=list)
+    #: The server's name, and what is known of why it left (:mod:`.losses`): its
+    #: process's exit code (negative: the signal) as its nanny saw it, the signal an
+    #: injector announced, whether Dask removed it for missing heartbeats, whether
+    #: it left after a drain.
+    name: str = ""
+    exit_code: int | None = None
+    injected: int | None = None
+    heartbeat: bool = False
+    drained: bool = False
 
     def lost_jobs(self) -> list[LostJob]:
         """``lost`` as :class:`LostJob` records."""
         return [LostJob(**item) for item in self.lost]
+
+    def cause(self) -> LossCause:
+        """The loss, classified (preemption, crash or closed)."""
+        return classify(
+            expected=self.expected,
+            exit_code=self.exit_code,
+            injected=self.injected,
+            heartbeat=self.heartbeat,
+            drained=self.drained,
+        )
+
+
+@dataclass(kw_only=True)
+class ServerKillInjected(Event):
+    """A preemption injector is about to send ``signal`` to a server's process
+    (sent before the kill, so the loss is classified as injected)."""
+
+    kind: ClassVar[str] = "server-kill-injected"
+    address: str
+    name: str = ""
+    pid: int = 0
+    signal: int = 9
 
 
 # -- contexts ------------------------------------------------------------------------

@@ -7,13 +7,20 @@ import subprocess
 import time
 
 from ..jobspec import JobResult, PlainJobSpec, ServerIdentity
+from .pgroups import GroupRecord, child_setup
 from .running import RunningJob
 
 __all__ = ["run_plain_job"]
 
 
-def run_plain_job(spec: PlainJobSpec, server: ServerIdentity, running: RunningJob) -> JobResult:
-    """Run the job's command with its log as stdout and stderr; report its outcome."""
+def run_plain_job(
+    spec: PlainJobSpec,
+    server: ServerIdentity,
+    running: RunningJob,
+    groups: GroupRecord | None = None,
+) -> JobResult:
+    """Run the job's command with its log as stdout and stderr, in a process group of
+    its own recorded in ``groups`` (killed if the server dies); report its outcome."""
     started = time.time()
     log_path = os.path.join(spec.workdir, spec.log_path)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
@@ -25,11 +32,17 @@ def run_plain_job(spec: PlainJobSpec, server: ServerIdentity, running: RunningJo
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=child_setup,
         )
+        if groups is not None:
+            groups.add(process.pid)
         running.process = process
         if running.cancel_requested:
             running.kill_process()
         returncode = process.wait()
+        if groups is not None:
+            groups.remove(process.pid)
     result = JobResult(
         key=spec.key,
         ok=returncode == 0,

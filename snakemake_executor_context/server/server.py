@@ -24,6 +24,7 @@ from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec, ServerIdentity
 from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
 from .inprocess import run_context_job
 from .isolation import torch_threads
+from .pgroups import GroupRecord
 from .plain import run_plain_job
 from .running import RunningJob
 
@@ -43,6 +44,8 @@ class ServerConfig:
     gpu: dict[str, Any] | None = None
     #: Memory of the server in bytes (its share of RAM); 0 = ask the worker.
     memory_bytes: int = 0
+    #: Seconds without its scheduler after which the server stops its jobs (0: never).
+    lease: float = 30.0
 
 
 class ContextServer:
@@ -81,6 +84,8 @@ class ContextServer:
         )
         self._lock = threading.RLock()
         self._running: dict[str, RunningJob] = {}
+        #: The process groups of this server's plain jobs, on local disk.
+        self.groups = GroupRecord.of_this_server(self.identity.name)
 
     # -- the process-wide instance -------------------------------------------------
 
@@ -89,6 +94,10 @@ class ContextServer:
         """Make a server for this process (replacing any earlier one)."""
         with cls._current_lock:
             cls._current = cls(config, address, worker)
+            # What a dead predecessor of this server left running dies now.
+            killed = cls._current.groups.kill_all()
+            if killed:
+                logger.warning("killed the process groups %s of a lost predecessor", killed)
             return cls._current
 
     @classmethod
@@ -170,7 +179,7 @@ class ContextServer:
             if isinstance(spec, ContextJobSpec):
                 result = self._run_context(spec, running)
             else:
-                result = run_plain_job(spec, self.identity, running)
+                result = run_plain_job(spec, self.identity, running, self.groups)
             result.evicted = list(trace.evicted)
             result.conversions, result.reload_seconds = trace.conversions, trace.reload_seconds
         finally:
@@ -252,6 +261,15 @@ class ContextServer:
             keys = list(self._running)
         if keys:
             self.cancel(keys, grace=5.0)
+
+    def stop_everything(self, why: str) -> None:
+        """Stop every running job at once and kill its process group."""
+        with self._lock:
+            keys = list(self._running)
+        logger.warning("stopping %d job(s): %s", len(keys), why)
+        self.groups.kill_all()
+        if keys:
+            self.cancel(keys, grace=2.0)
 
     def inventory(self) -> dict[str, Any]:
         """Contexts, load seconds, bytes, hits, evictions, conversions and jobs."""

@@ -1,0 +1,208 @@
+"""Why a server was lost, and what each loss costs the jobs it hit: pure functions.
+
+A lost server costs at most the jobs it was running; they go back to the queue
+without consuming Snakemake's ``--retries``. Each loss is classified from what is
+known (:func:`classify`):
+
+- a **preemption** is not the job's fault: an injected kill, SIGTERM from outside (a
+  batch system's eviction), a server drained for that reason, a server whose
+  heartbeat stopped (node or network loss), a server lost with nothing known;
+- a **crash** may be: the server process exited by itself (``os._exit``, an
+  uncaught error in a native library), died of SIGSEGV/SIGABRT/SIGBUS, or of a
+  SIGKILL nobody announced (the kernel's OOM killer sends one);
+- a **closed** server (retired, shut down) costs nothing.
+
+Every job has two budgets (:class:`Budgets`), one per kind; :class:`LossHistory`
+charges them and says when one runs out, with a message naming the budget, the
+servers, their exit codes and each attempt's log.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = [
+    "DEFAULT_CRASH_BUDGET",
+    "DEFAULT_PREEMPTION_BUDGET",
+    "Budgets",
+    "LossCause",
+    "LossHistory",
+    "LossKind",
+    "classify",
+    "loss_line",
+    "signal_name",
+]
+
+#: Preemptions a job may suffer when Snakemake's --preemptible-retries is not set.
+DEFAULT_PREEMPTION_BUDGET = 10
+#: Server crashes a job may cause before it fails.
+DEFAULT_CRASH_BUDGET = 2
+
+#: Signals that mean the process failed by itself (not killed from outside).
+_CRASH_SIGNALS = {
+    _signal.SIGSEGV,
+    _signal.SIGABRT,
+    _signal.SIGBUS,
+    _signal.SIGFPE,
+    _signal.SIGILL,
+}
+
+
+class LossKind(StrEnum):
+    """Which budget a loss is charged to (closed: none)."""
+
+    PREEMPTION = "preemption"
+    CRASH = "crash"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class LossCause:
+    """A classified loss: its kind and a short reason ('injected SIGKILL')."""
+
+    kind: LossKind
+    why: str
+    exit_code: int | None = None
+    signal: int | None = None
+
+    def exit_text(self) -> str:
+        """'killed by SIGKILL', 'exit code 3', or 'no exit code known'."""
+        if self.signal is not None:
+            return f"killed by {signal_name(self.signal)}"
+        if self.exit_code is not None:
+            return f"exit code {self.exit_code}"
+        return "no exit code known"
+
+
+def signal_name(number: int) -> str:
+    """'SIGKILL' for 9 (the number itself when unknown)."""
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def classify(
+    *,
+    expected: bool = False,
+    exit_code: int | None = None,
+    injected: int | None = None,
+    heartbeat: bool = False,
+    drained: bool = False,
+) -> LossCause:
+    """Classify a loss. ``exit_code``: the server process's, as the nanny saw it
+    (negative: the signal that killed it); ``injected``: the signal an injector
+    announced before it killed the server; ``heartbeat``: Dask removed the server
+    for missing heartbeats; ``drained``: the server left after a drain request."""
+    code = None if exit_code is None or exit_code < 0 else exit_code
+    sig = -exit_code if exit_code is not None and exit_code < 0 else None
+    if injected is not None:
+        why = f"injected {signal_name(injected)}"
+        return LossCause(LossKind.PREEMPTION, why, code, sig if sig is not None else injected)
+    if drained:
+        return LossCause(LossKind.PREEMPTION, "drained (SIGTERM)", code, sig)
+    if heartbeat:
+        return LossCause(LossKind.PREEMPTION, "heartbeat lost (stopped or unreachable)", code, sig)
+    if sig == _signal.SIGTERM or sig == _signal.SIGINT:
+        return LossCause(LossKind.PREEMPTION, f"{signal_name(sig)} from outside", code, sig)
+    if sig == _signal.SIGKILL:
+        why = "SIGKILL of unknown origin (the OOM killer?)"
+        return LossCause(LossKind.CRASH, why, code, sig)
+    if sig is not None:
+        kind = LossKind.CRASH if sig in _CRASH_SIGNALS else LossKind.PREEMPTION
+        return LossCause(kind, f"died of {signal_name(sig)}", code, sig)
+    if code is not None:
+        if expected and code == 0:
+            return LossCause(LossKind.CLOSED, "closed", code)
+        return LossCause(LossKind.CRASH, f"exited by itself with code {code}", code)
+    if expected:
+        return LossCause(LossKind.CLOSED, "closed")
+    return LossCause(LossKind.PREEMPTION, "lost (connection closed, no exit code known)")
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """How many losses of each kind a job may suffer; one more fails it."""
+
+    preemptions: int = DEFAULT_PREEMPTION_BUDGET
+    crashes: int = DEFAULT_CRASH_BUDGET
+
+    @classmethod
+    def resolve(
+        cls, preemptions: int | None, crashes: int | None, preemptible_retries: int | None
+    ) -> Budgets:
+        """The settings' budgets; the preemption budget defaults to Snakemake's
+        ``--preemptible-retries`` when set."""
+        if preemptions is None:
+            preemptions = (
+                preemptible_retries
+                if preemptible_retries is not None
+                else DEFAULT_PREEMPTION_BUDGET
+            )
+        return cls(
+            preemptions=max(0, preemptions),
+            crashes=max(0, crashes if crashes is not None else DEFAULT_CRASH_BUDGET),
+        )
+
+
+@dataclass(frozen=True)
+class _Loss:
+    server: str
+    cause: LossCause
+    log: str
+
+
+@dataclass
+class LossHistory:
+    """The losses one job suffered, in order."""
+
+    losses: list[_Loss] = field(default_factory=list)
+
+    def count(self, kind: LossKind) -> int:
+        """Losses of that kind so far."""
+        return sum(1 for loss in self.losses if loss.cause.kind == kind)
+
+    def charge(
+        self, cause: LossCause, server: str, log: str, budgets: Budgets, title: str
+    ) -> str | None:
+        """Record a loss; the job's failure message if this one exhausts a budget."""
+        if cause.kind == LossKind.CLOSED:
+            return None
+        self.losses.append(_Loss(server, cause, log))
+        if cause.kind == LossKind.CRASH:
+            allowed, flag = budgets.crashes, "--context-crash-budget"
+        else:
+            allowed, flag = budgets.preemptions, "--context-preemption-budget"
+        hits = [loss for loss in self.losses if loss.cause.kind == cause.kind]
+        if len(hits) <= allowed:
+            return None
+        servers = "; ".join(f"{loss.server} ({loss.cause.exit_text()})" for loss in hits)
+        logs = ", ".join(loss.log for loss in self.losses if loss.log) or "none kept"
+        if cause.kind == LossKind.CRASH:
+            head = (
+                f"{title}: its server crashed while running it {len(hits)} time(s), more "
+                f"than the crash budget of {allowed} ({flag})"
+            )
+            fix = (
+                "Fix: read the attempts' logs; a job that kills its server (os._exit, a "
+                "segfault in a native library, the OOM killer) fails here: give the rule "
+                "more memory or fix the crash, or raise the budget."
+            )
+        else:
+            head = (
+                f"{title}: its server was preempted {len(hits)} time(s), more than the "
+                f"preemption budget of {allowed} ({flag}, default --preemptible-retries)"
+            )
+            fix = (
+                "Fix: split the job into shorter ones if it is long next to the time "
+                "between preemptions, or raise the budget."
+            )
+        return f"{head}. Servers: {servers}. Logs of its attempts: {logs}. {fix}"
+
+
+def loss_line(server: str, cause: LossCause, jobs: list[str]) -> str:
+    """The console's one line for a loss: server, why, which jobs went back."""
+    went = f"{len(jobs)} job(s) back to the queue: {', '.join(jobs)}" if jobs else "no job running"
+    return f"Server {server} lost ({cause.kind}: {cause.why}, {cause.exit_text()}); {went}."

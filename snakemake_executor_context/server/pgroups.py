@@ -1,0 +1,87 @@
+"""The process groups of a server's plain jobs, recorded on local disk so that what
+a dead server left running is killed: by its nanny when the process exits, and by
+its successor when it starts.
+
+A plain job runs in a session (and process group) of its own, with a parent-death
+signal on its first process (:func:`child_setup`); the record catches the rest of
+its tree, which the parent-death signal does not reach. A record is one file per
+server, named by the nanny's pid and the server's name (a restarted server has the
+same nanny and name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+__all__ = ["GroupRecord", "child_setup"]
+
+_PR_SET_PDEATHSIG = 1
+_lock = threading.Lock()
+
+
+def child_setup() -> None:
+    """In the child before exec: die with SIGKILL when the server thread that started
+    it dies (Linux; elsewhere nothing)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class GroupRecord:
+    """The process groups one server's running plain jobs own."""
+
+    def __init__(self, nanny_pid: int, name: str, root: Path | None = None) -> None:
+        base = root or Path(tempfile.gettempdir()) / f"snakemake-context-{os.getuid()}"
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "server"
+        self.path = base / "pgroups" / f"{nanny_pid}-{safe}"
+
+    @classmethod
+    def of_this_server(cls, name: str) -> GroupRecord:
+        """The record of the server running in this process (its parent: the nanny)."""
+        return cls(os.getppid(), name)
+
+    def groups(self) -> set[int]:
+        """The process groups recorded."""
+        try:
+            text = self.path.read_text()
+        except OSError:
+            return set()
+        return {int(line) for line in text.split() if line.isdigit()}
+
+    def _write(self, groups: set[int]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text("".join(f"{g}\n" for g in sorted(groups)))
+        os.replace(tmp, self.path)
+
+    def add(self, pgid: int) -> None:
+        """Record a job's process group (before the job can run long)."""
+        with _lock:
+            self._write(self.groups() | {pgid})
+
+    def remove(self, pgid: int) -> None:
+        """Forget a finished job's process group."""
+        with _lock:
+            self._write(self.groups() - {pgid})
+
+    def kill_all(self) -> list[int]:
+        """SIGKILL every recorded process group still alive; clear the record.
+        Returns the groups that had processes."""
+        killed = []
+        with _lock:
+            for pgid in sorted(self.groups()):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+                    killed.append(pgid)
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        return killed
