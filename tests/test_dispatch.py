@@ -3,8 +3,6 @@ Snakemake, no clock), in the spirit of distributed's ``WorkerState`` tests."""
 
 from __future__ import annotations
 
-import pytest
-
 from snakemake_executor_context import ContextDeclarationError, NoServerError
 from snakemake_executor_context.executor import vocabulary as v
 from snakemake_executor_context.executor.dispatch import FLEET_CHECK_SECONDS, Dispatch

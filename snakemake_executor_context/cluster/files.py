@@ -51,6 +51,18 @@ class ClusterFiles:
         except (OSError, ValueError):
             return None
 
+    def shortfall(self, running: set[str]) -> str | None:
+        """'1 of 2 planned servers running (down: cpu1)' when fewer servers run than
+        the cluster process planned (lost, and not back yet); None otherwise."""
+        planned = [str(s["name"]) for s in (self.read_info() or {}).get("servers", [])]
+        down = [name for name in planned if name not in running]
+        if not down:
+            return None
+        return (
+            f"{len(planned) - len(down)} of {len(planned)} planned servers running "
+            f"(down: {', '.join(down)})"
+        )
+
     def remove(self) -> None:
         """Remove the scheduler and pid files (the log stays)."""
         for path in (self.scheduler_file, self.pid_file):

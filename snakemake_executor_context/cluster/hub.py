@@ -176,9 +176,7 @@ class FleetHub(SchedulerPlugin):
         self.heartbeat_lost.discard(address)
         cause = left.cause()
         # The classification leads the reason, so the catalog's loss records say it.
-        left.reason = f"{cause.kind}: {cause.why}, {cause.exit_text()}" + (
-            f" ({stimulus})" if stimulus else ""
-        )
+        left.reason = f"{cause.kind}: {cause.why}" + (f" ({stimulus})" if stimulus else "")
         self._publish(left)
 
     async def close(self) -> None:

@@ -108,14 +108,11 @@ def inject(args: argparse.Namespace) -> int:
                 list(by_name), rng, fraction=args.fraction, turn=turn, alternate=args.alternate
             )
             turn += 1
-            running = _running(client)
+            pids = client.run(os.getpid, on_error="return")
             for name in names:
-                address, info = by_name[name]
-                record = _kill(
-                    client, files, name, address, int(info.get("pid") or 0), signum, down
-                )
-                record["busy"] = bool(running.get(address))
-                record["running"] = list(running.get(address) or ())
+                address = by_name[name][0]
+                pid = pids.get(address)
+                record = _kill(client, files, name, address, pid, signum, down)
                 kills += 1
                 if log is not None:
                     log.write(json.dumps(record) + "\n")
@@ -129,32 +126,45 @@ def inject(args: argparse.Namespace) -> int:
 
 
 def _kill(
-    client: Any, files: ClusterFiles, name: str, address: str, pid: int, signum: int, down: float
+    client: Any, files: ClusterFiles, name: str, address: str, pid: Any, signum: int, down: float
 ) -> dict[str, Any]:
-    if not pid:
-        raise ClusterError(f"server {name} ({address}) reports no pid: cannot kill it")
+    """Hold the restart back, announce the kill, look whether the server runs a job
+    (as late as possible: the log is the tests' reference), kill it."""
+    if not isinstance(pid, int) or not pid:
+        raise ClusterError(f"server {name} ({address}) reports no pid ({pid!r}): cannot kill it")
     if down > 0:
         files.hold_dir.mkdir(parents=True, exist_ok=True)
         (files.hold_dir / name).write_text(str(time.time() + down))
     announce = ev.ServerKillInjected(address=address, name=name, pid=pid, signal=int(signum))
     client.log_event(ev.TOPIC, ev.encode([announce]))
+    running = _running(client, address)
     at = time.time()
     try:
         os.kill(pid, signum)
     except ProcessLookupError:
         pass
-    return {"at": at, "server": name, "address": address, "pid": pid, "signal": int(signum)}
+    return {
+        "at": at,
+        "server": name,
+        "address": address,
+        "pid": pid,
+        "signal": int(signum),
+        "busy": bool(running),
+        "running": running,
+        "hold_until": at + down if down > 0 else None,
+    }
 
 
-def _running(client: Any) -> dict[str, list[str]]:
-    """The jobs each server runs now (by address)."""
+def _running(client: Any, address: str) -> list[str]:
+    """The jobs a server runs now."""
     from ..server.plugin import server_inventory
 
     try:
-        found = client.run(server_inventory, on_error="return")
+        found = client.run(server_inventory, workers=[address], on_error="return")
     except Exception:
-        return {}
-    return {a: list(inv.get("running") or ()) for a, inv in found.items() if isinstance(inv, dict)}
+        return []
+    inventory = found.get(address)
+    return list(inventory.get("running") or ()) if isinstance(inventory, dict) else []
 
 
 def _scheduler_file(path: Path, timeout: float) -> Path:

@@ -29,7 +29,7 @@ from .jobbuild import SpecBuilder, output_specs
 from .recording import Recording
 from .results import attempt_ended
 from .settings import ExecutorSettings
-from .summary import write_summary
+from .summary import LoadTally, write_summary
 from .tasks import Tasks
 from .wake import Waker
 
@@ -69,6 +69,7 @@ class Executor(RemoteExecutor):
         )
         self._jobs: dict[str, _Job] = {}
         self._summary: list[dict[str, Any]] = []
+        self._loads = LoadTally()
         self._group_warnings = startup.GroupWarnings()
         self._last_check = 0.0
         startup.log_dask_to_file(self.workdir, self.run_id)
@@ -122,6 +123,7 @@ class Executor(RemoteExecutor):
             for item in decoded:
                 self.recording.emit(item)
         now = time.time()
+        self._loads.see(decoded)
         for item in decoded:
             self._inbox.put(v.FleetEvent(item, now))
         if any(isinstance(item, WAKING_EVENTS) for item in decoded):
@@ -236,9 +238,8 @@ class Executor(RemoteExecutor):
         super().shutdown()
         say = self.logger.info
         try:
-            write_summary(
-                self.workdir, self.run_id, self.started, self.connection, self._summary, say
-            )
+            run = (self.workdir, self.run_id, self.started, self.connection, self._summary)
+            write_summary(*run, say, self._loads.lost)
         finally:
             try:
                 self.recording.finished(ok=self.dispatch.failures == 0)

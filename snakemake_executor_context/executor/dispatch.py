@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ..errors import ContextExecutorError, NoServerError
 from ..fleet import events as ev
 from ..fleet.keys import attempt_key, attempt_log
-from ..fleet.losses import Budgets, LossCause, LossHistory, classify, loss_line
+from ..fleet.losses import Budgets, LossCause, LossHistory, classify, loss_line, ran_there
 from ..fleet.placement import PlacementStep, choose_server
 from ..fleet.resources import explain_unrunnable
 from ..fleet.state import FleetState
@@ -169,10 +169,8 @@ class Dispatch:
         self._queue.append(job)
 
     @property
-    def _fixed_fleet(self) -> bool:
-        """Whether the fleet is all there is (embedded, no server restarting)."""
-        count = len(self.fleet.servers)
-        return self.embedded and count > 0 and count >= self.planned
+    def _fixed_fleet(self) -> bool:  # embedded, and no server is restarting
+        return self.embedded and len(self.fleet.servers) >= max(1, self.planned)
 
     def _place(self, now: float, out: list[Command]) -> None:
         """Submit the queued jobs placement finds a server for, in Snakemake's
@@ -337,9 +335,11 @@ class Dispatch:
         self, address: str, name: str, cause: LossCause, now: float, out: list[Command]
     ) -> None:
         lost = [a for a in self._attempts.values() if a.pinned and a.address == address]
+        server = self.fleet.servers.get(address)
+        ran = ran_there([a.key for a in lost], server.started if server else {}, server)
         if lost or cause.kind != "closed":
-            line = loss_line(name or address, cause, [a.job.ticket.title for a in lost])
-            out.append(Log("warning", line))
+            titles = [a.job.ticket.title for a in lost if a.key in ran]
+            out.append(Log("warning", loss_line(name or address, cause, titles, len(lost))))
         # A server Dask gave up on but nobody saw die may still run the job.
         unconfirmed = "heartbeat" in cause.why and cause.exit_code is cause.signal is None
         for attempt in lost:
@@ -347,7 +347,8 @@ class Dispatch:
             self._release(attempt)
             out.append(Cancel(attempt.key))
             job, log = attempt.job, attempt_log(attempt.job.ticket.log_path, attempt.job.dispatches)
-            failed = job.losses.charge(cause, name or address, log, self.budgets, job.ticket.title)
+            title, where = job.ticket.title, name or address
+            failed = job.losses.charge(cause, where, log, self.budgets, title, attempt.key in ran)
             if failed is not None:
                 self._report_error(job.ticket, failed, ev.JobOutcome.FAILED, out, key=attempt.key)
                 continue
@@ -361,9 +362,7 @@ class Dispatch:
         if self.hub:
             missing, extra = sorted(known - set(present)), sorted(set(present) - known)
             if missing or extra:
-                text = (
-                    f"membership differs from Dask's: {missing} not listed, {extra} not announced"
-                )
+                text = f"membership differs from Dask's: {missing} not listed, {extra} new"
                 out.append(Log("debug", text))
             return
         for address, worker in present.items():

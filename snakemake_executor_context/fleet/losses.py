@@ -20,8 +20,10 @@ servers, their exit codes and each attempt's log.
 from __future__ import annotations
 
 import signal as _signal
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 __all__ = [
     "DEFAULT_CRASH_BUDGET",
@@ -32,6 +34,7 @@ __all__ = [
     "LossKind",
     "classify",
     "loss_line",
+    "ran_there",
     "signal_name",
 ]
 
@@ -165,10 +168,17 @@ class LossHistory:
         return sum(1 for loss in self.losses if loss.cause.kind == kind)
 
     def charge(
-        self, cause: LossCause, server: str, log: str, budgets: Budgets, title: str
+        self,
+        cause: LossCause,
+        server: str,
+        log: str,
+        budgets: Budgets,
+        title: str,
+        ran: bool = True,
     ) -> str | None:
-        """Record a loss; the job's failure message if this one exhausts a budget."""
-        if cause.kind == LossKind.CLOSED:
+        """Record a loss; the job's failure message if this one exhausts a budget.
+        An attempt that had not started there (``ran`` False) costs nothing."""
+        if cause.kind == LossKind.CLOSED or not ran:
             return None
         self.losses.append(_Loss(server, cause, log))
         if cause.kind == LossKind.CRASH:
@@ -202,7 +212,20 @@ class LossHistory:
         return f"{head}. Servers: {servers}. Logs of its attempts: {logs}. {fix}"
 
 
-def loss_line(server: str, cause: LossCause, jobs: list[str]) -> str:
-    """The console's one line for a loss: server, why, which jobs went back."""
+def ran_there(keys: Sequence[str], started: Collection[str], server: Any) -> set[str]:
+    """Of the attempts placed on a lost server (``keys``, in dispatch order), those
+    that ran there: the ones seen starting, and as many others as its free slots
+    could hold (a start not reported yet). The rest were queued behind a running job
+    (placement sends one ahead to a warm server): placed again at no cost."""
+    ran = {key for key in keys if key in started}
+    free = max(0, (getattr(server, "slots", 1) or 1) - len(ran))
+    return ran | set([key for key in keys if key not in ran][:free])
+
+
+def loss_line(server: str, cause: LossCause, jobs: list[str], placed: int = 0) -> str:
+    """The console's one line for a loss: server, why, which running jobs went back
+    (and how many jobs queued there were placed again)."""
     went = f"{len(jobs)} job(s) back to the queue: {', '.join(jobs)}" if jobs else "no job running"
-    return f"Server {server} lost ({cause.kind}: {cause.why}, {cause.exit_text()}); {went}."
+    queued = placed - len(jobs)
+    more = f" ({queued} queued there placed again)" if queued > 0 else ""
+    return f"Server {server} lost ({cause.kind}: {cause.why}); {went}{more}."
