@@ -88,11 +88,20 @@ def alive(pid: int) -> bool:
 
 
 def kill_group(pid: int) -> None:
-    """SIGKILL a whole process group (nothing if it is gone)."""
+    """SIGKILL a whole process group, and every process of the session it leads
+    (plain jobs run in process groups of their own inside it); nothing if gone."""
+    import psutil
+
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == pid:
+                proc.kill()
+        except (OSError, psutil.Error):
+            pass
 
 
 def tail(path: Path, lines: int = 30) -> str:

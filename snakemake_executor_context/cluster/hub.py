@@ -44,6 +44,8 @@ class FleetHub(SchedulerPlugin):
     #: Exit codes of server processes by their last address, filled by the nannies
     #: of a cluster this project starts (:mod:`.nannies`, same process).
     exits: dict[str, int] = {}
+    #: The jobs each such process ran when it died, by its own record on disk.
+    running_at_exit: dict[str, list[str]] = {}
     #: Seconds to wait for a lost server's exit code before publishing its loss (0
     #: where no nanny of ours reports them).
     exit_wait: float = 0.0
@@ -147,10 +149,11 @@ class FleetHub(SchedulerPlugin):
     ) -> None:
         address = str(msg.get("worker", ""))
         expected = bool(msg.get("expected"))
-        # The hub learns of jobs only from their servers' JobStarted: what holds a
-        # slot here has started.
-        running = list(started)
-        lost = [ev.LostJob(key=key, started=started[key]).to_wire() for key in running]
+        # The hub learns of jobs from their servers' JobStarted (what holds a slot
+        # here has started), or, better, from what the dead process recorded.
+        recorded = self.running_at_exit.pop(address, None)
+        running = list(started) if recorded is None else recorded
+        lost = [ev.LostJob(key=key, started=started.get(key)).to_wire() for key in running]
         unreported = [
             key
             for key in msg.get("processing-tasks") or ()
@@ -159,7 +162,7 @@ class FleetHub(SchedulerPlugin):
         # Dask's processing set also holds the jobs queued behind a running one
         # (placement prefetches one per warm server); those had not started and are
         # simply placed again. Only a free slot can hold a start not yet reported.
-        for key in unreported[: max(0, slots - len(running))]:
+        for key in unreported[: max(0, slots - len(running))] if recorded is None else ():
             lost.append(ev.LostJob(key=key).to_wire())
         # Dask's stimulus ids end in a timestamp ("handle-worker-cleanup-1795953990.72"):
         # the cause without it reads better in a loss record.
@@ -172,6 +175,7 @@ class FleetHub(SchedulerPlugin):
             exit_code=self.exits.pop(address, None),
             injected=self.injected.pop(address, None),
             heartbeat=address in self.heartbeat_lost or "worker-ttl" in stimulus,
+            running=recorded,
         )
         self.heartbeat_lost.discard(address)
         cause = left.cause()

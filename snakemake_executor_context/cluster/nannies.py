@@ -46,9 +46,11 @@ class ContextNanny(Nanny):
 
     async def _on_worker_exit(self, exitcode: Any) -> None:
         address = self.worker_address
+        record = GroupRecord(os.getpid(), str(self.name))
         if address and exitcode is not None:
+            FleetHub.running_at_exit[str(address)] = record.running()
             FleetHub.exits[str(address)] = int(exitcode)
-        killed = GroupRecord(os.getpid(), str(self.name)).kill_all()
+        killed = record.kill_all()
         if killed:
             logger.warning("server %s: killed its jobs' process groups %s", self.name, killed)
         until = held_until(self.hold_dir, str(self.name))

@@ -164,7 +164,10 @@ class Executor(RemoteExecutor):
                     if found is None:
                         continue  # cancelled by dispatch: fenced off already
                     ticket = self._jobs[job_key_of(stimulus)].ticket
-                    stimulus, entry = attempt_ended(stimulus, *found, ticket)
+                    ended, entry = attempt_ended(stimulus, *found, ticket)
+                    if ended is None:
+                        continue  # lost with its server: the server's loss requeues it
+                    stimulus = ended
                     if entry is not None:
                         self._summary.append(entry)
                 self._execute(self.dispatch.handle(stimulus))

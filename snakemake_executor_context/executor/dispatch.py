@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ..errors import ContextExecutorError, NoServerError
 from ..fleet import events as ev
 from ..fleet.keys import attempt_key, attempt_log
-from ..fleet.losses import Budgets, LossCause, LossHistory, classify, loss_line, ran_there
+from ..fleet.losses import Budgets, LossHistory, loss_line, ran_there
 from ..fleet.placement import PlacementStep, choose_server
 from ..fleet.resources import explain_unrunnable
 from ..fleet.state import FleetState
@@ -328,15 +328,15 @@ class Dispatch:
         if isinstance(event, ev.ContextReady) and event.conversions:
             out.append(ProbeCaches())  # the conversion may have filled other caches
         if isinstance(event, ev.ServerLeft):
-            self._server_left(event.address, event.name, event.cause(), now, out)
+            self._server_left(event, now, out)
         self.fleet.apply(event)
 
-    def _server_left(
-        self, address: str, name: str, cause: LossCause, now: float, out: list[Command]
-    ) -> None:
+    def _server_left(self, event: ev.ServerLeft, now: float, out: list[Command]) -> None:
+        address, name, cause = event.address, event.name, event.cause()
         lost = [a for a in self._attempts.values() if a.pinned and a.address == address]
         server = self.fleet.servers.get(address)
-        ran = ran_there([a.key for a in lost], server.started if server else {}, server)
+        keys = [a.key for a in lost]
+        ran = ran_there(keys, server.started if server else {}, server, event.running)
         if lost or cause.kind != "closed":
             titles = [a.job.ticket.title for a in lost if a.key in ran]
             out.append(Log("warning", loss_line(name or address, cause, titles, len(lost))))
@@ -370,7 +370,7 @@ class Dispatch:
                 address, name=worker["name"], resources=worker["resources"], slots=worker["slots"]
             )
         for address in known - set(present):
-            self._server_left(address, "", classify(), polled.now, out)
+            self._server_left(ev.ServerLeft(address=address), polled.now, out)
             self.fleet.remove_server(address)
 
     def _tick(self, now: float, out: list[Command]) -> None:

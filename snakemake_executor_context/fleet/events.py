@@ -169,6 +169,8 @@ class ServerLeft(Event):
     injected: int | None = None
     heartbeat: bool = False
     drained: bool = False
+    #: The attempts its process ran when it died, by its own record (None: unknown).
+    running: list[str] | None = None
 
     def lost_jobs(self) -> list[LostJob]:
         """``lost`` as :class:`LostJob` records."""

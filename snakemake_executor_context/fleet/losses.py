@@ -212,11 +212,20 @@ class LossHistory:
         return f"{head}. Servers: {servers}. Logs of its attempts: {logs}. {fix}"
 
 
-def ran_there(keys: Sequence[str], started: Collection[str], server: Any) -> set[str]:
+def ran_there(
+    keys: Sequence[str],
+    started: Collection[str],
+    server: Any,
+    running: Sequence[str] | None = None,
+) -> set[str]:
     """Of the attempts placed on a lost server (``keys``, in dispatch order), those
-    that ran there: the ones seen starting, and as many others as its free slots
-    could hold (a start not reported yet). The rest were queued behind a running job
-    (placement sends one ahead to a warm server): placed again at no cost."""
+    that ran there. ``running``: what the server's own record on disk said it ran
+    when it died (its nanny read it), when known: the truth. Else the ones seen
+    starting, and as many others as its free slots could hold (a start not reported
+    yet). The rest were queued behind a running job (placement sends one ahead to a
+    warm server): placed again at no cost."""
+    if running is not None:
+        return set(keys) & set(running)
     ran = {key for key in keys if key in started}
     free = max(0, (getattr(server, "slots", 1) or 1) - len(ran))
     return ran | set([key for key in keys if key not in ran][:free])

@@ -1,6 +1,7 @@
 """The process groups of a server's plain jobs, recorded on local disk so that what
 a dead server left running is killed: by its nanny when the process exits, and by
-its successor when it starts.
+its successor when it starts; and the jobs it runs, which its nanny reports when it
+dies (the job a crash is blamed on).
 
 A plain job runs in a session (and process group) of its own, with a parent-death
 signal on its first process (:func:`child_setup`); the record catches the rest of
@@ -73,6 +74,31 @@ class GroupRecord:
         with _lock:
             self._write(self.groups() - {pgid})
 
+    @property
+    def _running_path(self) -> Path:
+        return self.path.with_suffix(".running")
+
+    def started(self, key: str) -> None:
+        """A job starts: written before its code runs, so that a crash is blamed on
+        the job that ran (events may die unsent with the process)."""
+        with _lock:
+            keys = set(self.running()) | {key}
+            self._running_path.parent.mkdir(parents=True, exist_ok=True)
+            self._running_path.write_text("".join(f"{k}\n" for k in sorted(keys)))
+
+    def finished(self, key: str) -> None:
+        """A job ended."""
+        with _lock:
+            keys = set(self.running()) - {key}
+            self._running_path.write_text("".join(f"{k}\n" for k in sorted(keys)))
+
+    def running(self) -> list[str]:
+        """The jobs recorded as running."""
+        try:
+            return self._running_path.read_text().split()
+        except OSError:
+            return []
+
     def kill_all(self) -> list[int]:
         """SIGKILL every recorded process group still alive; clear the record.
         Returns the groups that had processes."""
@@ -82,6 +108,7 @@ class GroupRecord:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGKILL)
                     killed.append(pgid)
-            with contextlib.suppress(OSError):
-                self.path.unlink()
+            for path in (self.path, self._running_path):
+                with contextlib.suppress(OSError):
+                    path.unlink()
         return killed

@@ -32,7 +32,9 @@ def run_plain_job(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            # A group of its own (killed whole if the server dies), in the cluster's
+            # session (which a kill of the embedded cluster still reaches).
+            process_group=0,
             preexec_fn=child_setup,
         )
         if groups is not None:

@@ -169,6 +169,7 @@ class ContextServer:
         identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
         with self._lock:
             self._running[spec.key] = running
+            self.groups.started(spec.key)
         self.emit(
             ev.JobStarted(
                 run_id=spec.run_id, key=spec.key, address=self.identity.address, context=identity
@@ -186,6 +187,7 @@ class ContextServer:
             self.cache.stop_tracking()
             with self._lock:
                 self._running.pop(spec.key, None)
+                self.groups.finished(spec.key)
             running.done.set()
         self.emit(
             ev.JobFinished(
