@@ -23,8 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from ..errors import ClusterError
 from ..fleet import events as ev
+from ..server.pgroups import GroupRecord
 from .files import ClusterFiles
 
 __all__ = ["add_parser", "choose_targets", "inject"]
@@ -128,8 +131,8 @@ def inject(args: argparse.Namespace) -> int:
 def _kill(
     client: Any, files: ClusterFiles, name: str, address: str, pid: Any, signum: int, down: float
 ) -> dict[str, Any]:
-    """Hold the restart back, announce the kill, look whether the server runs a job
-    (as late as possible: the log is the tests' reference), kill it."""
+    """Hold the restart back, announce the kill, freeze the server, read which jobs
+    it runs, kill it."""
     if not isinstance(pid, int) or not pid:
         raise ClusterError(f"server {name} ({address}) reports no pid ({pid!r}): cannot kill it")
     if down > 0:
@@ -137,12 +140,17 @@ def _kill(
         (files.hold_dir / name).write_text(str(time.time() + down))
     announce = ev.ServerKillInjected(address=address, name=name, pid=pid, signal=int(signum))
     client.log_event(ev.TOPIC, ev.encode([announce]))
-    running = _running(client, address)
     at = time.time()
     try:
+        # Frozen, the server can neither start nor end a job: its own record of
+        # what it runs is then exact (the log is the tests' reference).
+        os.kill(pid, signal.SIGSTOP)
+        running = GroupRecord(psutil.Process(pid).ppid(), name).running()
         os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
+        if signum != signal.SIGKILL:
+            os.kill(pid, signal.SIGCONT)
+    except (ProcessLookupError, psutil.Error):
+        running = []
     return {
         "at": at,
         "server": name,
@@ -153,18 +161,6 @@ def _kill(
         "running": running,
         "hold_until": at + down if down > 0 else None,
     }
-
-
-def _running(client: Any, address: str) -> list[str]:
-    """The jobs a server runs now."""
-    from ..server.plugin import server_inventory
-
-    try:
-        found = client.run(server_inventory, workers=[address], on_error="return")
-    except Exception:
-        return []
-    inventory = found.get(address)
-    return list(inventory.get("running") or ()) if isinstance(inventory, dict) else []
 
 
 def _scheduler_file(path: Path, timeout: float) -> Path:
