@@ -242,3 +242,58 @@ def _stop_busy_server(workdir: Path) -> int:
                     continue
         time.sleep(0.1)
     raise AssertionError("the job never started")
+
+
+LOOPING_SCRIPT = """
+import time
+from snakemake_executor_context import load_context
+
+load_context(snakemake)
+with open(snakemake.output[0], "w") as f:
+    f.write("partial")
+    f.flush()
+    for _ in range(1200):
+        time.sleep(0.1)
+"""
+
+
+def test_an_in_process_job_whose_snakemake_is_killed_stops_on_its_server(
+    make_workflow, scheduler_file
+):
+    """SIGKILL Snakemake (no Ctrl-C handling runs): Dask releases its tasks, and the
+    persistent server stops the job it was running instead of running it on."""
+    from .conftest import HEADER, TOY_LOADER
+
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + 'rule slow:\n    output: "ctx.txt"\n    resources: context="toy"\n'
+            + '    script: "scripts/slow.py"\n',
+            "loader.py": TOY_LOADER,
+            "scripts/slow.py": LOOPING_SCRIPT,
+        }
+    )
+    command = [str(BIN / "snakemake"), "--executor", "context", "--jobs", "1"]
+    process = subprocess.Popen(
+        [*command, "--context-scheduler-file", str(scheduler_file)],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 120
+        while not (workdir / "ctx.txt").exists():
+            assert time.time() < deadline and process.poll() is None, "the job never started"
+            time.sleep(0.2)
+        process.kill()
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        (log,) = (workdir / ".snakemake/context/logs/slow").glob("*.log")
+        if "cancelled on" in log.read_text():
+            break
+        time.sleep(0.5)
+    assert "cancelled on" in log.read_text(), log.read_text()

@@ -96,7 +96,10 @@ class ContextServerPlugin(WorkerPlugin):
     def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
         """A job Dask cancelled while it ran (its run was cancelled, its Snakemake
         died, or the executor gave the attempt up) is stopped here, not left running."""
-        if start == "executing" and finish == "cancelled" and is_attempt_key(key):
+        # Dask's worker reports a running task it was told to forget as executing ->
+        # released (its state becomes "cancelled": it cannot stop the code itself).
+        ran = start in ("executing", "long-running")
+        if ran and finish in ("released", "cancelled") and is_attempt_key(key):
             server = ContextServer._current
             if server is not None:
                 threading.Thread(target=server.cancel, args=([key], 10.0), daemon=True).start()
