@@ -167,3 +167,25 @@ def test_the_hub_classifies_a_loss_with_the_nannys_exit_code_and_an_injection():
     assert isinstance(left, ev.ServerLeft)
     assert left.injected == 9 and left.exit_code == -9
     assert left.reason.startswith("preemption: injected SIGKILL")
+
+
+def test_a_draining_server_finishes_only_what_fits_its_grace():
+    from snakemake_executor_context.fleet.losses import finishes_in_grace
+
+    assert finishes_in_grace(10.0, 4.0, 30.0)
+    assert finishes_in_grace(32.0, 4.0, 30.0)  # 28 s left: grace minus 2 s
+    assert not finishes_in_grace(33.0, 4.0, 30.0)
+    assert not finishes_in_grace(None, 0.0, 30.0), "unknown length: hand back"
+
+
+def test_only_attempts_that_ran_on_a_lost_server_are_charged():
+    from snakemake_executor_context.fleet.losses import ran_there
+
+    class Server:
+        slots = 1
+
+    keys = ["a.1", "b.1"]
+    assert ran_there(keys, {"a.1": 1.0}, Server()) == {"a.1"}
+    assert ran_there(keys, {}, Server()) == {"a.1"}, "a start not reported yet"
+    assert ran_there(keys, {"a.1": 1.0}, Server(), running=["b.1"]) == {"b.1"}
+    assert ran_there(keys, {}, Server(), running=[]) == set()

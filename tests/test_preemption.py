@@ -297,3 +297,67 @@ def test_an_in_process_job_whose_snakemake_is_killed_stops_on_its_server(
             break
         time.sleep(0.5)
     assert "cancelled on" in log.read_text(), log.read_text()
+
+
+def _signal_busy_server(workdir: Path, signum: int, nth: int = 1) -> int:
+    """Send ``signum`` to the server process running the ``nth`` job to start (found
+    by its open job log); its pid."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        logs = sorted(
+            (workdir / ".snakemake/context/logs/work").glob("*.log"),
+            key=lambda p: p.stat().st_ctime,
+        )
+        if len(logs) >= nth:
+            for proc in psutil.process_iter():
+                try:
+                    if any(f.path == str(logs[nth - 1]) for f in proc.open_files()):
+                        proc.send_signal(signum)
+                        return proc.pid
+                except psutil.Error:
+                    continue
+        time.sleep(0.05)
+    raise AssertionError(f"job {nth} never started")
+
+
+def _background_run(workdir: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(BIN / "snakemake"), "--executor", "context", "--jobs", "2", *args],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_sigterm_drain_finishes_a_job_that_fits_the_grace(preempt):
+    """The server knows its jobs take ~2 s: SIGTERM during the second one lets it
+    finish there (nothing goes back), then the server leaves and comes back."""
+    process = _background_run(preempt, "--context-servers", "1", "--config", "count=3", "sleep=2")
+    try:
+        _signal_busy_server(preempt, signal.SIGTERM, nth=2)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output
+    assert "lost (preemption: drained (SIGTERM)); no job running" in output, output
+    assert "back to the queue" not in output
+    outcomes = [o for (o,) in _catalog(preempt, "select outcome from attempts")]
+    # A job queued behind on the draining server never started: placed again.
+    assert outcomes.count("ok") == 3 and "lost" not in outcomes, outcomes
+
+
+def test_sigterm_drain_hands_back_a_job_that_may_not_fit(preempt):
+    """No job of the context has finished on the server yet (its length unknown):
+    SIGTERM hands the job back at once and it completes on the other server."""
+    process = _background_run(preempt, "--context-servers", "2", "--config", "count=1", "sleep=3")
+    try:
+        _signal_busy_server(preempt, signal.SIGTERM, nth=1)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output
+    assert "lost (preemption: drained (SIGTERM)); 1 job(s) back to the queue" in output, output
+    assert (preempt / "out/0.txt").read_text() == "0\n"

@@ -53,6 +53,7 @@ class Recorder:
             ev.ServerDescribed: self._server_described,
             ev.ServerLeft: self._server_left,
             ev.ServerKillInjected: self._kill_injected,
+            ev.ServerDraining: self._draining,
             ev.ContextLoading: self._context_loading,
             ev.ContextReady: self._context_ready,
             ev.ContextEvicted: self._context_ended,
@@ -250,6 +251,14 @@ class Recorder:
         name = event.name or event.address
         text = f"{name}: injected signal {event.signal} (pid {event.pid})"
         self._note(session, "kill-injected", event.at, text, server_id=server_id)
+
+    def _draining(self, session: Session, event: ev.ServerDraining) -> None:
+        server_id = self._server(session, event.address, event.at)
+        text = (
+            f"{event.name or event.address}: SIGTERM, draining within {event.grace:.0f} s; "
+            f"finishing {len(event.finishing)} job(s), handing back {len(event.handed_back)}"
+        )
+        self._note(session, "server-draining", event.at, text, server_id=server_id)
 
     def _server_left(self, session: Session, event: ev.ServerLeft) -> None:
         server_id = self._server(session, event.address, event.at)

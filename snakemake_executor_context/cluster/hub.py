@@ -54,6 +54,7 @@ class FleetHub(SchedulerPlugin):
         self.catalog = catalog
         self.injected: dict[str, int] = {}
         self.heartbeat_lost: set[str] = set()
+        self.drained: set[str] = set()
         self.view = FleetState()
         self.lock = threading.Lock()
         self.writer: Any = None
@@ -112,6 +113,8 @@ class FleetHub(SchedulerPlugin):
                     self.view.apply(item)
                     if isinstance(item, ev.ServerKillInjected):
                         self.injected[item.address] = item.signal
+                    elif isinstance(item, ev.ServerDraining):
+                        self.drained.add(item.address)
             if self.writer is not None:
                 for item in decoded:
                     self.writer.submit(item)
@@ -176,7 +179,9 @@ class FleetHub(SchedulerPlugin):
             injected=self.injected.pop(address, None),
             heartbeat=address in self.heartbeat_lost or "worker-ttl" in stimulus,
             running=recorded,
+            drained=address in self.drained,
         )
+        self.drained.discard(address)
         self.heartbeat_lost.discard(address)
         cause = left.cause()
         # The classification leads the reason, so the catalog's loss records say it.

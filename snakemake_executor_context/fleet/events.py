@@ -37,6 +37,7 @@ __all__ = [
     "RunHeartbeat",
     "RunStarted",
     "ServerDescribed",
+    "ServerDraining",
     "ServerJoined",
     "ServerKillInjected",
     "ServerLeft",
@@ -185,6 +186,20 @@ class ServerLeft(Event):
             heartbeat=self.heartbeat,
             drained=self.drained,
         )
+
+
+@dataclass(kw_only=True)
+class ServerDraining(Event):
+    """A server got SIGTERM (a preemption notice): it takes no new job, finishes
+    ``finishing`` if they fit its grace period, hands ``handed_back`` back, and
+    exits."""
+
+    kind: ClassVar[str] = "server-draining"
+    address: str
+    name: str = ""
+    grace: float = 0.0
+    finishing: list[str] = field(default_factory=list)
+    handed_back: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)

@@ -33,6 +33,7 @@ __all__ = [
     "LossHistory",
     "LossKind",
     "classify",
+    "finishes_in_grace",
     "loss_line",
     "ran_there",
     "signal_name",
@@ -238,3 +239,12 @@ def loss_line(server: str, cause: LossCause, jobs: list[str], placed: int = 0) -
     queued = placed - len(jobs)
     more = f" ({queued} queued there placed again)" if queued > 0 else ""
     return f"Server {server} lost ({cause.kind}: {cause.why}); {went}{more}."
+
+
+def finishes_in_grace(mean: float | None, elapsed: float, grace: float) -> bool:
+    """Whether a draining server should finish a running job (else hand it back at
+    once): its expected remaining time (the measured mean job time of its context
+    there, minus what it ran) fits the grace period less 2 s. Unknown: hand back."""
+    if mean is None:
+        return False
+    return mean - elapsed <= grace - 2.0

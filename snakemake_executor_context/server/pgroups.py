@@ -99,8 +99,9 @@ class GroupRecord:
         except OSError:
             return []
 
-    def kill_all(self) -> list[int]:
-        """SIGKILL every recorded process group still alive; clear the record.
+    def kill_all(self, *, keep_running: bool = False) -> list[int]:
+        """SIGKILL every recorded process group still alive; clear the record (the
+        jobs' too unless ``keep_running``: the nanny reads them after the exit).
         Returns the groups that had processes."""
         killed = []
         with _lock:
@@ -108,7 +109,7 @@ class GroupRecord:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGKILL)
                     killed.append(pgid)
-            for path in (self.path, self._running_path):
+            for path in (self.path,) if keep_running else (self.path, self._running_path):
                 with contextlib.suppress(OSError):
                     path.unlink()
         return killed

@@ -17,6 +17,7 @@ from ..contexts import ContextDeclaration
 from ..fleet.keys import is_attempt_key
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
 from .cache import probe
+from .drain import install_drain
 from .server import ContextServer, ServerConfig
 
 __all__ = [
@@ -78,13 +79,14 @@ class ContextServerPlugin(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         """Install the server; leave the terminal's Ctrl-C to the Snakemake process."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
         config = ServerConfig(**asdict(self.config))
         config.name = config.name or str(worker.name)
         if not config.memory_bytes:
             config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
         server = ContextServer.install(config, worker.address, worker)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            install_drain(worker, server, config.drain_grace)
         if config.lease > 0:
             threading.Thread(
                 target=_hold_lease, args=(worker, server, config.lease), daemon=True

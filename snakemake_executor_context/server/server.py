@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -46,6 +47,8 @@ class ServerConfig:
     memory_bytes: int = 0
     #: Seconds without its scheduler after which the server stops its jobs (0: never).
     lease: float = 30.0
+    #: Seconds between SIGTERM and the server's exit (:mod:`.drain`).
+    drain_grace: float = 30.0
 
 
 class ContextServer:
@@ -84,6 +87,9 @@ class ContextServer:
         )
         self._lock = threading.RLock()
         self._running: dict[str, RunningJob] = {}
+        #: Set on SIGTERM (:mod:`.drain`): no new job starts.
+        self.draining = False
+        self._durations: dict[str | None, tuple[int, float]] = {}
         #: The process groups of this server's plain jobs, on local disk.
         self.groups = GroupRecord.of_this_server(self.identity.name)
 
@@ -165,8 +171,12 @@ class ContextServer:
 
     def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
         """Run one job and report its outcome; never raises for a job's own failure."""
-        running = RunningJob(key=spec.key, thread_id=threading.get_ident())
         identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
+        while self.draining:  # never started here: placed again once the server is gone
+            time.sleep(1.0)
+        running = RunningJob(
+            spec.key, threading.get_ident(), identity=identity, started=time.time()
+        )
         with self._lock:
             self._running[spec.key] = running
             self.groups.started(spec.key)
@@ -206,6 +216,9 @@ class ContextServer:
             )
         )
         self.stats.jobs += 1
+        if result.ok:
+            count, total = self._durations.get(identity, (0, 0.0))
+            self._durations[identity] = (count + 1, total + result.finished - result.started)
         if result.cancelled:
             self.stats.jobs_cancelled += 1
         elif not result.ok:
@@ -244,8 +257,6 @@ class ContextServer:
 
     def cancel(self, keys: list[str], grace: float = 10.0) -> dict[str, str]:
         """Stop the named jobs if they run here: 'stopped', 'running' (stuck) or absent."""
-        import time
-
         with self._lock:
             targets = {key: self._running[key] for key in keys if key in self._running}
         for job in targets.values():
@@ -263,6 +274,22 @@ class ContextServer:
             keys = list(self._running)
         if keys:
             self.cancel(keys, grace=5.0)
+
+    def running_jobs(self) -> dict[str, RunningJob]:
+        """The jobs running now, by key."""
+        with self._lock:
+            return dict(self._running)
+
+    def mean_job_seconds(self, identity: str | None) -> float | None:
+        """The mean time of this server's successful jobs of that context (None:
+        none yet; ``identity`` None: plain jobs)."""
+        count, total = self._durations.get(identity, (0, 0.0))
+        return total / count if count else None
+
+    def wait_done(self, key: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for job ``key`` to end; whether it has."""
+        job = self.running_jobs().get(key)
+        return job is None or job.done.wait(max(0.0, timeout))
 
     def stop_everything(self, why: str) -> None:
         """Stop every running job at once and kill its process group."""
