@@ -27,7 +27,7 @@ from .test_dispatch import join, leave, machine, of, ticket
         ({"exit_code": -6}, LossKind.CRASH, "SIGABRT"),
         ({"exit_code": 3}, LossKind.CRASH, "exited by itself with code 3"),
         ({"exit_code": -9, "heartbeat": True}, LossKind.PREEMPTION, "heartbeat"),
-        ({"drained": True}, LossKind.PREEMPTION, "drained"),
+        ({"drained": "SIGTERM"}, LossKind.PREEMPTION, "drained (SIGTERM)"),
         ({}, LossKind.PREEMPTION, "no exit code known"),
         ({"expected": True}, LossKind.CLOSED, "closed"),
         ({"expected": True, "exit_code": 0}, LossKind.CLOSED, "closed"),
@@ -189,3 +189,12 @@ def test_only_attempts_that_ran_on_a_lost_server_are_charged():
     assert ran_there(keys, {}, Server()) == {"a.1"}, "a start not reported yet"
     assert ran_there(keys, {"a.1": 1.0}, Server(), running=["b.1"]) == {"b.1"}
     assert ran_there(keys, {}, Server(), running=[]) == set()
+
+
+def test_gpu_failures_are_told_from_their_text():
+    from snakemake_executor_context.server.blackhole import gpu_failure
+
+    assert gpu_failure("CUDA error: an illegal memory access was encountered") == "fatal"
+    assert gpu_failure("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus") == "fatal"
+    assert gpu_failure("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate") == "oom"
+    assert gpu_failure("ValueError: bad claim") is None

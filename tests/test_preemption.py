@@ -361,3 +361,26 @@ def test_sigterm_drain_hands_back_a_job_that_may_not_fit(preempt):
     assert process.returncode == 0, output
     assert "lost (preemption: drained (SIGTERM)); 1 job(s) back to the queue" in output, output
     assert (preempt / "out/0.txt").read_text() == "0\n"
+
+
+def test_a_cuda_fatal_error_recycles_its_server(preempt):
+    """Simulated (no GPU here): a job raising the text torch raises after an illegal
+    memory access fails, and its server is recycled (a fresh process) instead of
+    failing every later job; the other jobs finish."""
+    run = context_run(
+        preempt,
+        "--context-servers",
+        "2",
+        "--keep-going",
+        "--config",
+        "count=4",
+        "cuda=1",
+        "sleep=0.5",
+        timeout=180,
+    )
+    assert run.returncode != 0
+    assert "illegal memory access" in run.output
+    assert "drained (recycled after a CUDA-fatal error" in run.output, run.output
+    assert all((preempt / f"out/{i}.txt").exists() for i in range(4))
+    left = _catalog(preempt, "select left_reason from servers where left is not null")
+    assert any("recycled after a CUDA-fatal error" in r for (r,) in left), left

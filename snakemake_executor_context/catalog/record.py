@@ -255,7 +255,7 @@ class Recorder:
     def _draining(self, session: Session, event: ev.ServerDraining) -> None:
         server_id = self._server(session, event.address, event.at)
         text = (
-            f"{event.name or event.address}: SIGTERM, draining within {event.grace:.0f} s; "
+            f"{event.name or event.address}: {event.why}, draining within {event.grace:.0f} s; "
             f"finishing {len(event.finishing)} job(s), handing back {len(event.handed_back)}"
         )
         self._note(session, "server-draining", event.at, text, server_id=server_id)

@@ -54,7 +54,7 @@ class FleetHub(SchedulerPlugin):
         self.catalog = catalog
         self.injected: dict[str, int] = {}
         self.heartbeat_lost: set[str] = set()
-        self.drained: set[str] = set()
+        self.drained: dict[str, str] = {}
         self.view = FleetState()
         self.lock = threading.Lock()
         self.writer: Any = None
@@ -114,7 +114,7 @@ class FleetHub(SchedulerPlugin):
                     if isinstance(item, ev.ServerKillInjected):
                         self.injected[item.address] = item.signal
                     elif isinstance(item, ev.ServerDraining):
-                        self.drained.add(item.address)
+                        self.drained[item.address] = item.why
             if self.writer is not None:
                 for item in decoded:
                     self.writer.submit(item)
@@ -179,9 +179,8 @@ class FleetHub(SchedulerPlugin):
             injected=self.injected.pop(address, None),
             heartbeat=address in self.heartbeat_lost or "worker-ttl" in stimulus,
             running=recorded,
-            drained=address in self.drained,
+            drained=self.drained.pop(address, ""),
         )
-        self.drained.discard(address)
         self.heartbeat_lost.discard(address)
         cause = left.cause()
         # The classification leads the reason, so the catalog's loss records say it.

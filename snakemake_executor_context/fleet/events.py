@@ -169,7 +169,8 @@ class ServerLeft(Event):
     exit_code: int | None = None
     injected: int | None = None
     heartbeat: bool = False
-    drained: bool = False
+    #: Why it drained ('SIGTERM', 'recycled: ...'); empty: it did not.
+    drained: str = ""
     #: The attempts its process ran when it died, by its own record (None: unknown).
     running: list[str] | None = None
 
@@ -197,6 +198,8 @@ class ServerDraining(Event):
     kind: ClassVar[str] = "server-draining"
     address: str
     name: str = ""
+    #: Why: 'SIGTERM', or 'recycled: CUDA-fatal error ...' (:mod:`..server.blackhole`).
+    why: str = "SIGTERM"
     grace: float = 0.0
     finishing: list[str] = field(default_factory=list)
     handed_back: list[str] = field(default_factory=list)

@@ -94,19 +94,19 @@ def classify(
     exit_code: int | None = None,
     injected: int | None = None,
     heartbeat: bool = False,
-    drained: bool = False,
+    drained: str = "",
 ) -> LossCause:
     """Classify a loss. ``exit_code``: the server process's, as the nanny saw it
     (negative: the signal that killed it); ``injected``: the signal an injector
     announced before it killed the server; ``heartbeat``: Dask removed the server
-    for missing heartbeats; ``drained``: the server left after a drain request."""
+    for missing heartbeats; ``drained``: why the server drained before it left."""
     code = None if exit_code is None or exit_code < 0 else exit_code
     sig = -exit_code if exit_code is not None and exit_code < 0 else None
     if injected is not None:
         why = f"injected {signal_name(injected)}"
         return LossCause(LossKind.PREEMPTION, why, code, sig if sig is not None else injected)
     if drained:
-        return LossCause(LossKind.PREEMPTION, "drained (SIGTERM)", code, sig)
+        return LossCause(LossKind.PREEMPTION, f"drained ({drained})", code, sig)
     if heartbeat:
         return LossCause(LossKind.PREEMPTION, "heartbeat lost (stopped or unreachable)", code, sig)
     if sig == _signal.SIGTERM or sig == _signal.SIGINT:

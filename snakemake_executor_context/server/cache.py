@@ -86,6 +86,8 @@ class ServerStats:
     jobs_failed: int = 0
     jobs_cancelled: int = 0
     load_failures: int = 0
+    #: Jobs that failed with CUDA out of memory (the allocator's cache was freed).
+    cuda_ooms: int = 0
     evicted: list[str] = field(default_factory=list)
 
 

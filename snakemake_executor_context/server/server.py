@@ -22,6 +22,7 @@ from ..defaults import DEFAULT_MEMORY_BUDGET
 from ..fleet import events as ev
 from ..fleet.state import CPU_MODEL, model_of
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec, ServerIdentity
+from .blackhole import gpu_failure, recycle
 from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
 from .inprocess import run_context_job
 from .isolation import torch_threads
@@ -223,7 +224,18 @@ class ContextServer:
             self.stats.jobs_cancelled += 1
         elif not result.ok:
             self.stats.jobs_failed += 1
+            self._after_failure(spec.key, result.message or "")
         return result
+
+    def _after_failure(self, key: str, message: str) -> None:
+        """A CUDA-fatal error recycles the server; a CUDA OOM frees the cache."""
+        failure = gpu_failure(message)
+        if failure == "fatal":
+            text = message.strip().splitlines()[0][:200] if message.strip() else ""
+            recycle(self._worker, self, key, f"recycled after a CUDA-fatal error: {text}")
+        elif failure == "oom":
+            self.stats.cuda_ooms += 1
+            free_gpu_cache()
 
     def _run_context(self, spec: ContextJobSpec, running: RunningJob) -> JobResult:
         held: dict[str, Any] = {}  # identity -> object, pinned for this job
