@@ -156,6 +156,7 @@ class SpecBuilder:
             log_path=self.log_path(job, key),
             shell_exec=job.resources.get("shell_exec"),
             run_id=self.run_id,
+            reuse=not getattr(self.workflow.executor_settings, "agnostic", False),
         )
 
     def _script_source(self, job: Any) -> tuple[Any, ...]:

@@ -166,3 +166,14 @@ class ExecutorSettings(ExecutorSettingsBase):
             "required": False,
         },
     )
+    agnostic: bool = field(
+        default=False,
+        metadata={
+            "help": "Context-agnostic mode: each job loads its context and the server "
+            "drops it at the job's end (no reuse), the baseline of the paper's "
+            "experiments run on the same servers (for comparisons, such as the "
+            "preemption benchmark).",
+            "env_var": False,
+            "required": False,
+        },
+    )

@@ -260,7 +260,7 @@ class ContextServer:
         finally:
             contexts.set_current_job(None)
             for identity in held:
-                self.cache.release(identity)
+                self.cache.release(identity, drop=not spec.reuse)
             held.clear()
         result.items = hooks.items
         result.loaded, result.reused = loaded, reused
