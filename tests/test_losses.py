@@ -198,3 +198,17 @@ def test_gpu_failures_are_told_from_their_text():
     assert gpu_failure("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus") == "fatal"
     assert gpu_failure("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate") == "oom"
     assert gpu_failure("ValueError: bad claim") is None
+
+
+def test_a_black_hole_is_a_server_failing_a_rule_others_run():
+    from snakemake_executor_context.fleet.keys import rule_of
+    from snakemake_executor_context.fleet.losses import FailureStreaks
+
+    assert rule_of("my-rule-12-a1-0abc1234.3") == "my-rule"
+    streaks = FailureStreaks(k=2)
+    assert streaks.record("r", "bad", ok=False) is None
+    assert streaks.record("r", "bad", ok=False) is None, "nobody succeeded: the rule is broken"
+    assert streaks.record("r", "good", ok=True) is None
+    why = streaks.record("r", "bad", ok=False)
+    assert why is not None and "last 2 jobs of rule 'r' failed" in why
+    assert streaks.record("other", "bad", ok=False) is None

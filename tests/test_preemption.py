@@ -384,3 +384,24 @@ def test_a_cuda_fatal_error_recycles_its_server(preempt):
     assert all((preempt / f"out/{i}.txt").exists() for i in range(4))
     left = _catalog(preempt, "select left_reason from servers where left is not null")
     assert any("recycled after a CUDA-fatal error" in r for (r,) in left), left
+
+
+def test_a_server_whose_jobs_of_a_rule_all_fail_while_others_succeed_is_drained(preempt):
+    """A black hole: every job of the rule fails on cpu0 and succeeds on cpu1. After
+    3 failures in a row on cpu0 it is drained and reported; the rest run on cpu1."""
+    run = context_run(
+        preempt,
+        "--context-servers",
+        "2",
+        "--keep-going",
+        "--config",
+        "count=0",
+        "flaky=12",
+        timeout=180,
+    )
+    assert run.returncode != 0
+    assert "drained (black hole: its last 3 jobs of rule 'flaky' failed" in run.output, run.output
+    done = [i for i in range(12) if (preempt / f"flaky/{i}.txt").exists()]
+    assert len(done) >= 12 - 4, "after the drain the other server ran the rest"
+    notes = _catalog(preempt, "select text from events where kind = 'server-draining'")
+    assert any("black hole" in text for (text,) in notes), notes

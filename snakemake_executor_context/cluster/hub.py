@@ -26,7 +26,8 @@ from typing import Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ..fleet import events as ev
-from ..fleet.keys import is_attempt_key
+from ..fleet.keys import is_attempt_key, rule_of
+from ..fleet.losses import FailureStreaks
 from ..fleet.state import FleetState
 
 __all__ = ["PLUGIN_NAME", "FleetHub", "fleet_snapshot"]
@@ -55,6 +56,7 @@ class FleetHub(SchedulerPlugin):
         self.injected: dict[str, int] = {}
         self.heartbeat_lost: set[str] = set()
         self.drained: dict[str, str] = {}
+        self.streaks = FailureStreaks()
         self.view = FleetState()
         self.lock = threading.Lock()
         self.writer: Any = None
@@ -80,6 +82,25 @@ class FleetHub(SchedulerPlugin):
                 logger.warning("context catalog disabled: %s", error)
         for address in list(scheduler.workers):
             self.add_worker(scheduler, address)
+
+    def _job_finished(self, event: ev.JobFinished) -> None:
+        """A server whose last jobs of a rule all failed while others succeeded on
+        it is drained and reported (the catalog and the console say why)."""
+        why = self.streaks.record(rule_of(event.key), event.address, event.ok)
+        if why is None or self.scheduler is None or event.address in self.drained:
+            return
+        self.drained[event.address] = why
+        logger.warning("draining %s: %s", event.address, why)
+        drained = ev.ServerDraining(address=event.address, why=why, grace=0.0)
+        # Inside log_event: publish and retire once it has returned.
+        self.scheduler.loop.add_callback(self._drain, drained)
+
+    async def _drain(self, drained: ev.ServerDraining) -> None:
+        self._publish(drained)
+        try:
+            await self.scheduler.retire_workers(workers=[drained.address], close_workers=True)
+        except Exception as error:
+            logger.warning("could not retire %s: %r", drained.address, error)
 
     def _publish(self, event: ev.Event) -> None:
         # Scheduler.log_event reaches subscribed clients and every plugin's
@@ -115,6 +136,8 @@ class FleetHub(SchedulerPlugin):
                         self.injected[item.address] = item.signal
                     elif isinstance(item, ev.ServerDraining):
                         self.drained[item.address] = item.why
+                    elif isinstance(item, ev.JobFinished) and not item.cancelled:
+                        self._job_finished(item)
             if self.writer is not None:
                 for item in decoded:
                     self.writer.submit(item)

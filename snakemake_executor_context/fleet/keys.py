@@ -21,6 +21,7 @@ __all__ = [
     "is_attempt_key",
     "job_key",
     "job_key_of",
+    "rule_of",
     "safe_name",
 ]
 
@@ -67,3 +68,10 @@ def attempt_log(path: str, number: int) -> str:
         return path
     stem, dot, ext = path.rpartition(".")
     return f"{stem}.{number}.{ext}" if dot else f"{path}.{number}"
+
+
+def rule_of(key: str) -> str:
+    """The (safe) rule or group name an attempt key starts with ('' if none)."""
+    if not is_attempt_key(key):
+        return ""
+    return job_key_of(key).rsplit("-", 3)[0]
