@@ -122,6 +122,8 @@ def test_the_embedded_cluster_waits_for_restarting_servers_instead_of_failing():
     (submit,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
     out = leave(dispatch, submit.address, at=1.0, exit_code=-9, injected=9)
     assert not of(out, v.ReportError)
+    (line,) = of(out, v.Log)
+    assert line.message.endswith("Fleet: 0 of 1 planned servers.")
     assert not of(dispatch.handle(v.JobReady(ticket(2), 1.5)), v.ReportError)
     assert not of(dispatch.handle(v.Tick(5.0)), v.ReportError), "servers are restarting"
     out = join(dispatch, "tcp://back", at=6.0)
@@ -212,3 +214,31 @@ def test_a_black_hole_is_a_server_failing_a_rule_others_run():
     why = streaks.record("r", "bad", ok=False)
     assert why is not None and "last 2 jobs of rule 'r' failed" in why
     assert streaks.record("other", "bad", ok=False) is None
+
+
+def test_a_server_that_loses_its_scheduler_for_its_lease_stops_its_jobs():
+    """The watchdog thread with stand-ins for the Dask worker and the server: a
+    network partition cannot be made here (no root), so the worker's connection is
+    a flag the test closes."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from snakemake_executor_context.server.plugin import _hold_lease
+
+    comm = SimpleNamespace(closed=lambda: state["closed"])
+    state = {"closed": False}
+    worker = SimpleNamespace(
+        status=SimpleNamespace(name="running"), batched_stream=SimpleNamespace(comm=comm)
+    )
+    stopped: list[str] = []
+    server = SimpleNamespace(stop_everything=stopped.append)
+    threading.Thread(target=_hold_lease, args=(worker, server, 0.4), daemon=True).start()
+    time.sleep(0.6)
+    assert not stopped, "connected: nothing stops"
+    state["closed"] = True
+    deadline = time.time() + 3
+    while not stopped and time.time() < deadline:
+        time.sleep(0.05)
+    worker.status.name = "closed"
+    assert stopped and "lease" in stopped[0]

@@ -339,7 +339,8 @@ class Dispatch:
         ran = ran_there(keys, server.started if server else {}, server, event.running)
         if lost or cause.kind != "closed":
             titles = [a.job.ticket.title for a in lost if a.key in ran]
-            out.append(Log("warning", loss_line(name or address, cause, titles, len(lost))))
+            fleet = (len(self.fleet.servers) - 1, self.planned)
+            out.append(Log("warning", loss_line(name or address, cause, titles, len(lost), fleet)))
         # A server Dask gave up on but nobody saw die may still run the job.
         unconfirmed = "heartbeat" in cause.why and cause.exit_code is cause.signal is None
         for attempt in lost:

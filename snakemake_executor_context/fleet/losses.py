@@ -234,13 +234,22 @@ def ran_there(
     return ran | set([key for key in keys if key not in ran][:free])
 
 
-def loss_line(server: str, cause: LossCause, jobs: list[str], placed: int = 0) -> str:
+def loss_line(
+    server: str,
+    cause: LossCause,
+    jobs: list[str],
+    placed: int = 0,
+    fleet: tuple[int, int] = (0, 0),
+) -> str:
     """The console's one line for a loss: server, why, which running jobs went back
-    (and how many jobs queued there were placed again)."""
+    (and how many jobs queued there were placed again), and the fleet left when it
+    is smaller than planned (``fleet``: servers left, servers planned)."""
     went = f"{len(jobs)} job(s) back to the queue: {', '.join(jobs)}" if jobs else "no job running"
     queued = placed - len(jobs)
     more = f" ({queued} queued there placed again)" if queued > 0 else ""
-    return f"Server {server} lost ({cause.kind}: {cause.why}); {went}{more}."
+    left, planned = fleet
+    size = f" Fleet: {left} of {planned} planned servers." if 0 <= left < planned else ""
+    return f"Server {server} lost ({cause.kind}: {cause.why}); {went}{more}.{size}"
 
 
 def finishes_in_grace(mean: float | None, elapsed: float, grace: float) -> bool:
