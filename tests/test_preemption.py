@@ -405,3 +405,26 @@ def test_a_server_whose_jobs_of_a_rule_all_fail_while_others_succeed_is_drained(
     assert len(done) >= 12 - 4, "after the drain the other server ran the rest"
     notes = _catalog(preempt, "select text from events where kind = 'server-draining'")
     assert any("black hole" in text for (text,) in notes), notes
+
+
+def test_an_attached_schedulers_allowed_failures_is_checked(make_workflow, tmp_path):
+    """Under placement 'dask' Dask reruns a lost task under its own key and counts
+    every death: a plain `dask scheduler` (allowed-failures 3) would fail a job before
+    its budgets; the executor says so at the start, with what to set."""
+    from .conftest import HEADER, TOY_LOADER, TOY_SCRIPT, plain_dask_cluster
+
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + 'rule use:\n    output: "out.txt"\n    resources: context="toy"\n'
+            + '    script: "scripts/use.py"\n',
+            "loader.py": TOY_LOADER,
+            "scripts/use.py": TOY_SCRIPT,
+        }
+    )
+    with plain_dask_cluster(tmp_path) as scheduler:
+        run = context_run(
+            workdir, "--context-scheduler-file", str(scheduler), "--context-placement", "dask"
+        ).check()
+    assert "allowed-failures is 3, below the 13 this run's loss budgets need" in run.output
+    assert "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=13" in run.output
