@@ -376,7 +376,7 @@ class Dispatch:
 
     def _tick(self, now: float, out: list[Command]) -> None:
         for job in list(self._queue):
-            if job.waiting_since is None:
+            if job.waiting_since is None or self.fleet.runnable(job.ticket.wanted):
                 continue
             if self._fixed_fleet or now - job.waiting_since >= self.wait_for_server:
                 self._fail_unrunnable(job, now, out)
