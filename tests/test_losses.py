@@ -110,11 +110,17 @@ def test_a_job_lost_with_a_server_not_seen_dead_waits_for_its_lease():
     assert not of(out, v.Submit), "the stopped server may still run it"
     assert not of(dispatch.handle(v.Tick(40.0)), v.Submit)
     assert of(dispatch.handle(v.Tick(45.5)), v.Submit)
-    # killed by its nanny after the missed heartbeats: no wait
+    # killed by its nanny after the missed heartbeats, or seen exiting: no wait
+    for facts in ({"heartbeat": True, "exit_code": -9}, {"exit_code": -15}):
+        dispatch = machine(servers=2)
+        dispatch.lease_wait = 35.0
+        (submit,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
+        assert of(leave(dispatch, submit.address, at=10.0, **facts), v.Submit)
+    # lost with nothing known (a node gone from an attached cluster): it waits too
     dispatch = machine(servers=2)
     dispatch.lease_wait = 35.0
     (submit,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
-    assert of(leave(dispatch, submit.address, at=10.0, heartbeat=True, exit_code=-9), v.Submit)
+    assert not of(leave(dispatch, submit.address, at=10.0), v.Submit)
 
 
 def test_the_embedded_cluster_waits_for_restarting_servers_instead_of_failing():

@@ -341,8 +341,8 @@ class Dispatch:
             titles = [a.job.ticket.title for a in lost if a.key in ran]
             fleet = (len(self.fleet.servers) - 1, self.planned)
             out.append(Log("warning", loss_line(name or address, cause, titles, len(lost), fleet)))
-        # A server Dask gave up on but nobody saw die may still run the job.
-        unconfirmed = "heartbeat" in cause.why and cause.exit_code is cause.signal is None
+        # A server nobody saw die (no exit code: unreachable, stopped) may still run it.
+        unconfirmed = cause.kind != "closed" and cause.exit_code is cause.signal is None
         for attempt in lost:
             del self._attempts[attempt.key]
             self._release(attempt)
