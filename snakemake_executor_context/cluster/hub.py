@@ -5,7 +5,11 @@ any other Dask scheduler), it
 
 - turns workers joining and leaving into :class:`~..fleet.events.ServerJoined` and
   :class:`~..fleet.events.ServerLeft` events, the latter with the jobs that were
-  running on the server (a loss record): the one source of fleet membership;
+  running on the server (a loss record) and what classifies the loss (the exit code
+  its nanny saw, an injector's announcement, missed heartbeats, a drain): the one
+  source of fleet membership;
+- drains a server whose last jobs of a rule all failed while others succeeded on it
+  (a black hole);
 - keeps a :class:`~..fleet.state.FleetState` from every event on
   :data:`~..fleet.events.TOPIC`, which an executor that attaches takes as its starting
   point (:func:`fleet_snapshot`);
@@ -57,6 +61,7 @@ class FleetHub(SchedulerPlugin):
         self.heartbeat_lost: set[str] = set()
         self.drained: dict[str, str] = {}
         self.streaks = FailureStreaks()
+        self._waiting: set[asyncio.Future[None]] = set()
         self.view = FleetState()
         self.lock = threading.Lock()
         self.writer: Any = None
@@ -156,7 +161,8 @@ class FleetHub(SchedulerPlugin):
                 # The nanny reaps the process a moment after the scheduler sees its
                 # connection close: wait briefly for the exit code that classifies it.
                 task = asyncio.ensure_future(self._left_after_exit(msg, started, slots, name))
-                task.add_done_callback(lambda _: None)
+                self._waiting.add(task)  # the loop keeps only a weak reference
+                task.add_done_callback(self._waiting.discard)
             else:
                 self._server_left(msg, started, slots, name)
 
