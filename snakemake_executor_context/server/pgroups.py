@@ -3,9 +3,9 @@ a dead server left running is killed: by its nanny when the process exits, and b
 its successor when it starts; and the jobs it runs, which its nanny reports when it
 dies (the job a crash is blamed on).
 
-A plain job runs in a session (and process group) of its own, with a parent-death
-signal on its first process (:func:`child_setup`); the record catches the rest of
-its tree, which the parent-death signal does not reach. A record is one file per
+A plain job runs in a process group of its own, with a parent-death signal on its
+shell (:func:`with_parent_death_signal`); the record catches the rest of its tree,
+which the parent-death signal does not reach. A record is one file per
 server, named by the nanny's pid and the server's name (a restarted server has the
 same nanny and name).
 """
@@ -15,26 +15,33 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["GroupRecord", "child_setup"]
+__all__ = ["GroupRecord", "with_parent_death_signal"]
 
-_PR_SET_PDEATHSIG = 1
 _lock = threading.Lock()
 
 
-def child_setup() -> None:
-    """In the child before exec: die with SIGKILL when the server thread that started
-    it dies (Linux; elsewhere nothing)."""
-    try:
-        import ctypes
+#: Sets the parent-death signal, then becomes ``sh -c COMMAND``. A launcher, not a
+#: ``preexec_fn``: code between fork and exec in a threaded server (a Dask worker)
+#: may deadlock on a lock another thread held at the fork.
+_LAUNCHER = (
+    "import ctypes, os, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, KILL\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "os.execv('/bin/sh', ['/bin/sh', '-c', sys.argv[1]])\n"
+)
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+
+def with_parent_death_signal(command: str) -> list[str]:
+    """The argv that runs ``command`` with the shell, killed (SIGKILL) when the server
+    thread that started it dies (Linux; elsewhere the shell alone)."""
+    return [sys.executable, "-c", _LAUNCHER, command]
 
 
 class GroupRecord:

@@ -7,7 +7,7 @@ import subprocess
 import time
 
 from ..jobspec import JobResult, PlainJobSpec, ServerIdentity
-from .pgroups import GroupRecord, child_setup
+from .pgroups import GroupRecord, with_parent_death_signal
 from .running import RunningJob
 
 __all__ = ["run_plain_job"]
@@ -26,8 +26,7 @@ def run_plain_job(
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            spec.command,
-            shell=True,
+            with_parent_death_signal(spec.command),
             cwd=spec.workdir,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -35,7 +34,6 @@ def run_plain_job(
             # A group of its own (killed whole if the server dies), in the cluster's
             # session (which a kill of the embedded cluster still reaches).
             process_group=0,
-            preexec_fn=child_setup,
         )
         if groups is not None:
             groups.add(process.pid)
