@@ -93,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.set_defaults(func=_up)
 
+    from .cluster.inject import add_parser as add_inject
+
+    add_inject(commands)
+
     down = commands.add_parser("down", help="stop a persistent local cluster")
     scheduler_file(down)
     down.set_defaults(func=_down)
@@ -218,6 +222,8 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from .cluster.files import ClusterFiles
+
     inventories, catalog = _live(args.scheduler_file)
     catalog = args.catalog or catalog or _default_catalog(args.scheduler_file)
     report: dict[str, Any] = {}
@@ -247,6 +253,9 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     if inventories is not None:
         print(f"{len(inventories)} server(s) running at {args.scheduler_file}:")
+        names = {inv["server"]["name"] for inv in inventories.values()}
+        if short := ClusterFiles(Path(args.scheduler_file)).shortfall(names):
+            print(f"  WARNING: {short}")
         for address, inventory in sorted(inventories.items()):
             print("  " + _describe(address, inventory))
             for context in inventory["contexts"]:

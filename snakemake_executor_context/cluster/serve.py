@@ -25,7 +25,22 @@ from .files import ClusterFiles
 from .plan import SERVER_DASK_CONFIG, plan_servers
 from .process import SERVE_MODULE
 
-__all__ = ["serve"]
+__all__ = ["HEARTBEAT_TIMEOUT", "loss_config", "serve"]
+
+#: Seconds without a heartbeat after which Dask restarts a server (a stopped process).
+HEARTBEAT_TIMEOUT = 10.0
+
+
+def loss_config(heartbeat_timeout: float) -> dict[str, Any]:
+    """Dask settings for losing servers: a lost server is restarted however long its
+    restart takes (Dask's SpecCluster would close it for good after 15 s), one that
+    stops heartbeating is restarted, and Dask never fails a task for its servers'
+    deaths (the executor's budgets decide, :mod:`..fleet.losses`)."""
+    return {
+        "distributed.deploy.lost-worker-timeout": "3650d",
+        "distributed.scheduler.worker-ttl": f"{heartbeat_timeout}s",
+        "distributed.scheduler.allowed-failures": 1000,
+    }
 
 
 def serve(argv: Sequence[str] | None = None) -> int:
@@ -40,20 +55,25 @@ def serve(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--catalog", default=None)
     # Benchmarks and tests only (TLS off against on, in one run): a plaintext cluster.
     parser.add_argument("--no-tls", action="store_true")
+    parser.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT)
     args = parser.parse_args(argv)
 
     import dask
     import psutil
-    from distributed import Nanny, Scheduler, SpecCluster
+    from distributed import Scheduler, SpecCluster
 
     from ..server.nvml import discover_gpus
     from ..server.plugin import ContextServerPlugin
     from ..server.server import ServerConfig
     from .hub import FleetHub
+    from .nannies import ContextNanny
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     dask.config.set(SERVER_DASK_CONFIG)
+    dask.config.set(loss_config(args.heartbeat_timeout))
     files = ClusterFiles(args.scheduler_file.resolve())
+    FleetHub.exit_wait = 1.5
+    ContextNanny.hold_dir = files.hold_dir
     files.remove()
     # Every listener requires TLS with a certificate of this cluster's own authority.
     security = None if args.no_tls else Credentials.generate(files.credentials.directory).security()
@@ -75,7 +95,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
         scheduler_options["idle_timeout"] = args.idle_timeout
     workers = {
         plan.name: {
-            "cls": Nanny,
+            "cls": ContextNanny,
             "options": {
                 "name": plan.name,
                 "host": args.host,

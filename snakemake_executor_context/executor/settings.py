@@ -165,3 +165,37 @@ class ExecutorSettings(ExecutorSettingsBase):
             "required": False,
         },
     )
+    preemption_budget: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "How many times a job may lose its server to a preemption (an "
+            "outside SIGTERM, an injected kill, a lost node or heartbeat) and go back "
+            "to the queue before it fails. Preemptions never consume --retries. "
+            "Default: Snakemake's --preemptible-retries where set, else 10.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    crash_budget: int = field(
+        default=2,
+        metadata={
+            "help": "How many times a job may crash the server running it (the "
+            "process exits by itself, dies of SIGSEGV/SIGABRT, or of a SIGKILL nobody "
+            "announced, such as the OOM killer's) and go back to the queue; one more "
+            "crash fails it, naming the servers, their exit codes and each "
+            "attempt's log. --retries then applies on top.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    agnostic: bool = field(
+        default=False,
+        metadata={
+            "help": "Context-agnostic mode: each job loads its context and the server "
+            "drops it at the job's end (no reuse), the baseline of the paper's "
+            "experiments run on the same servers (for comparisons, such as the "
+            "preemption benchmark).",
+            "env_var": False,
+            "required": False,
+        },
+    )

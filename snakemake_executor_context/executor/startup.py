@@ -23,6 +23,7 @@ __all__ = [
     "announce_fleet",
     "checked_declarations",
     "connect",
+    "dispatch_options",
     "group_warning",
     "log_dask_to_file",
     "planned_jobs",
@@ -104,6 +105,62 @@ def _connect(
         timeout=max(settings.connect_timeout, 60.0),
         tls=tls,
     )
+
+
+def dispatch_options(
+    settings: ExecutorSettings, workflow: Any, connection: ClusterConnection, warn: Any
+) -> dict[str, Any]:
+    """The dispatch machine's loss settings: the budgets, the servers planned (the
+    embedded cluster's), how long a job lost with an unconfirmed server waits."""
+    from ..fleet.losses import Budgets
+    from ..server.server import ServerConfig
+
+    remote = getattr(workflow, "remote_execution_settings", None)
+    budgets = Budgets.resolve(
+        settings.preemption_budget,
+        settings.crash_budget,
+        getattr(remote, "preemptible_retries", None),
+    )
+    info = connection.local.files.read_info() if connection.local else None
+    if connection.local is None:
+        # Pinned attempts are resubmitted under new keys (one death each); with
+        # placement 'dask' Dask reruns the same key, and counts every death.
+        total = budgets.preemptions + budgets.crashes + 1
+        check_allowed_failures(connection, 1 if settings.placement == "affinity" else total, warn)
+    return {
+        "embedded": connection.embedded,
+        "wait_for_server": settings.wait_for_server,
+        "placement": settings.placement,
+        "budgets": budgets,
+        "planned": len((info or {}).get("servers", [])),
+        "lease_wait": ServerConfig.lease + LEASE_GRACE,
+    }
+
+
+#: Seconds beyond a server's lease before its lost jobs run elsewhere.
+LEASE_GRACE = 5.0
+
+
+def check_allowed_failures(connection: ClusterConnection, needed: int, warn: Any) -> None:
+    """Warn when the attached scheduler's allowed-failures could fail a task before
+    the job's budgets do (Dask counts every unexpected death of a task's server)."""
+    try:
+        allowed = connection.client.run_on_scheduler(_allowed_failures)
+    except Exception as error:
+        logging.getLogger(__name__).debug("allowed-failures unknown: %r", error)
+        return
+    if isinstance(allowed, int) and allowed < needed:
+        warn(
+            f"The attached scheduler's distributed.scheduler.allowed-failures is {allowed}, "
+            f"below the {needed} this run's loss budgets need: Dask may fail a job whose "
+            "server is lost before the budgets do. Fix: start the scheduler with "
+            f"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES={needed} or more (a cluster "
+            "started by `snakemake-context up` sets it)."
+        )
+
+
+def _allowed_failures(dask_scheduler: Any) -> int:
+    return int(dask_scheduler.allowed_failures)
 
 
 def log_dask_to_file(workdir: str, run_id: str) -> None:

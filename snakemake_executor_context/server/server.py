@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -21,9 +22,11 @@ from ..defaults import DEFAULT_MEMORY_BUDGET
 from ..fleet import events as ev
 from ..fleet.state import CPU_MODEL, model_of
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec, ServerIdentity
+from .blackhole import gpu_failure, recycle
 from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
 from .inprocess import run_context_job
 from .isolation import torch_threads
+from .pgroups import GroupRecord
 from .plain import run_plain_job
 from .running import RunningJob
 
@@ -43,6 +46,10 @@ class ServerConfig:
     gpu: dict[str, Any] | None = None
     #: Memory of the server in bytes (its share of RAM); 0 = ask the worker.
     memory_bytes: int = 0
+    #: Seconds without its scheduler after which the server stops its jobs (0: never).
+    lease: float = 30.0
+    #: Seconds between SIGTERM and the server's exit (:mod:`.drain`).
+    drain_grace: float = 30.0
 
 
 class ContextServer:
@@ -81,6 +88,11 @@ class ContextServer:
         )
         self._lock = threading.RLock()
         self._running: dict[str, RunningJob] = {}
+        #: Set on SIGTERM (:mod:`.drain`): no new job starts.
+        self.draining = False
+        self._durations: dict[str | None, tuple[int, float]] = {}
+        #: The process groups of this server's plain jobs, on local disk.
+        self.groups = GroupRecord.of_this_server(self.identity.name)
 
     # -- the process-wide instance -------------------------------------------------
 
@@ -89,6 +101,10 @@ class ContextServer:
         """Make a server for this process (replacing any earlier one)."""
         with cls._current_lock:
             cls._current = cls(config, address, worker)
+            # What a dead predecessor of this server left running dies now.
+            killed = cls._current.groups.kill_all()
+            if killed:
+                logger.warning("killed the process groups %s of a lost predecessor", killed)
             return cls._current
 
     @classmethod
@@ -156,10 +172,15 @@ class ContextServer:
 
     def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
         """Run one job and report its outcome; never raises for a job's own failure."""
-        running = RunningJob(key=spec.key, thread_id=threading.get_ident())
         identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
+        while self.draining:  # never started here: placed again once the server is gone
+            time.sleep(1.0)
+        running = RunningJob(
+            spec.key, threading.get_ident(), identity=identity, started=time.time()
+        )
         with self._lock:
             self._running[spec.key] = running
+            self.groups.started(spec.key)
         self.emit(
             ev.JobStarted(
                 run_id=spec.run_id, key=spec.key, address=self.identity.address, context=identity
@@ -170,13 +191,14 @@ class ContextServer:
             if isinstance(spec, ContextJobSpec):
                 result = self._run_context(spec, running)
             else:
-                result = run_plain_job(spec, self.identity, running)
+                result = run_plain_job(spec, self.identity, running, self.groups)
             result.evicted = list(trace.evicted)
             result.conversions, result.reload_seconds = trace.conversions, trace.reload_seconds
         finally:
             self.cache.stop_tracking()
             with self._lock:
                 self._running.pop(spec.key, None)
+                self.groups.finished(spec.key)
             running.done.set()
         self.emit(
             ev.JobFinished(
@@ -195,11 +217,25 @@ class ContextServer:
             )
         )
         self.stats.jobs += 1
+        if result.ok:
+            count, total = self._durations.get(identity, (0, 0.0))
+            self._durations[identity] = (count + 1, total + result.finished - result.started)
         if result.cancelled:
             self.stats.jobs_cancelled += 1
         elif not result.ok:
             self.stats.jobs_failed += 1
+            self._after_failure(spec.key, result.message or "")
         return result
+
+    def _after_failure(self, key: str, message: str) -> None:
+        """A CUDA-fatal error recycles the server; a CUDA OOM frees the cache."""
+        failure = gpu_failure(message)
+        if failure == "fatal":
+            text = message.strip().splitlines()[0][:200] if message.strip() else ""
+            recycle(self._worker, self, key, f"recycled after a CUDA-fatal error: {text}")
+        elif failure == "oom":
+            self.stats.cuda_ooms += 1
+            free_gpu_cache()
 
     def _run_context(self, spec: ContextJobSpec, running: RunningJob) -> JobResult:
         held: dict[str, Any] = {}  # identity -> object, pinned for this job
@@ -224,7 +260,7 @@ class ContextServer:
         finally:
             contexts.set_current_job(None)
             for identity in held:
-                self.cache.release(identity)
+                self.cache.release(identity, drop=not spec.reuse)
             held.clear()
         result.items = hooks.items
         result.loaded, result.reused = loaded, reused
@@ -233,8 +269,6 @@ class ContextServer:
 
     def cancel(self, keys: list[str], grace: float = 10.0) -> dict[str, str]:
         """Stop the named jobs if they run here: 'stopped', 'running' (stuck) or absent."""
-        import time
-
         with self._lock:
             targets = {key: self._running[key] for key in keys if key in self._running}
         for job in targets.values():
@@ -252,6 +286,31 @@ class ContextServer:
             keys = list(self._running)
         if keys:
             self.cancel(keys, grace=5.0)
+
+    def running_jobs(self) -> dict[str, RunningJob]:
+        """The jobs running now, by key."""
+        with self._lock:
+            return dict(self._running)
+
+    def mean_job_seconds(self, identity: str | None) -> float | None:
+        """The mean time of this server's successful jobs of that context (None:
+        none yet; ``identity`` None: plain jobs)."""
+        count, total = self._durations.get(identity, (0, 0.0))
+        return total / count if count else None
+
+    def wait_done(self, key: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for job ``key`` to end; whether it has."""
+        job = self.running_jobs().get(key)
+        return job is None or job.done.wait(max(0.0, timeout))
+
+    def stop_everything(self, why: str) -> None:
+        """Stop every running job at once and kill its process group."""
+        with self._lock:
+            keys = list(self._running)
+        logger.warning("stopping %d job(s): %s", len(keys), why)
+        self.groups.kill_all()
+        if keys:
+            self.cancel(keys, grace=2.0)
 
     def inventory(self) -> dict[str, Any]:
         """Contexts, load seconds, bytes, hits, evictions, conversions and jobs."""
