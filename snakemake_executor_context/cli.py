@@ -91,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
         help="where the cluster records servers, contexts and jobs: a path, an SQLAlchemy "
         "URL, or 'none' (default: the scheduler file with the suffix .db)",
     )
+    from .cluster.pilot_args import add_pilot_arguments
+
+    add_pilot_arguments(up)
     up.set_defaults(func=_up)
 
     down = commands.add_parser("down", help="stop a persistent local cluster")
@@ -149,6 +152,7 @@ def _monitor(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from .cluster.pilot_args import pilot_command_args
     from .cluster.process import LocalClusterProcess
 
     running = LocalClusterProcess.find(args.scheduler_file)
@@ -176,6 +180,7 @@ def _up(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         idle_timeout=args.idle_timeout,
         catalog=catalog,
+        extra_args=pilot_command_args(args),
     )
     info = local.files.read_info() or {}
     servers = info.get("servers", [])

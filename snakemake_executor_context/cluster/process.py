@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ClusterError
@@ -46,6 +47,7 @@ class LocalClusterProcess:
         parent_pid: int = 0,
         host: str = "127.0.0.1",
         catalog: str | None = None,
+        extra_args: Sequence[str] = (),
     ) -> LocalClusterProcess:
         """Start the cluster process and wait until its servers are up."""
         files = ClusterFiles(scheduler_file.resolve())
@@ -71,6 +73,7 @@ class LocalClusterProcess:
             command += ["--servers", str(servers)]
         if catalog:
             command += ["--catalog", catalog]
+        command += list(extra_args)
         with open(files.log_file, "ab") as log:
             process = subprocess.Popen(
                 command,

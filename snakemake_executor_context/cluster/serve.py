@@ -38,6 +38,10 @@ def serve(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--catalog", default=None)
+    parser.add_argument("--pilots", default=None, help="PilotOptions as JSON: a batch pool")
+    parser.add_argument("--min-pilots", type=int, default=0)
+    parser.add_argument("--max-pilots", type=int, default=1)
+    parser.add_argument("--pilot-idle-timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
 
     import dask
@@ -53,8 +57,12 @@ def serve(argv: Sequence[str] | None = None) -> int:
     dask.config.set(SERVER_DASK_CONFIG)
     files = ClusterFiles(args.scheduler_file.resolve())
     files.remove()
-    plans = plan_servers(
-        discover_gpus(), args.servers, psutil.virtual_memory().total, os.cpu_count() or 1
+    plans = (
+        []
+        if args.pilots
+        else plan_servers(
+            discover_gpus(), args.servers, psutil.virtual_memory().total, os.cpu_count() or 1
+        )
     )
     scheduler_options: dict[str, Any] = {
         # Dask always serves HTTP (metrics); a random loopback port avoids clashes.
@@ -96,12 +104,15 @@ def serve(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
-    cluster = SpecCluster(
-        workers=workers,
-        scheduler={"cls": Scheduler, "options": scheduler_options},
-        silence_logs=False,
-        name="snakemake-context",
-    )
+    if args.pilots:
+        cluster = _pilot_pool(args, scheduler_options)
+    else:
+        cluster = SpecCluster(
+            workers=workers,
+            scheduler={"cls": Scheduler, "options": scheduler_options},
+            silence_logs=False,
+            name="snakemake-context",
+        )
     info = {
         "pid": os.getpid(),
         "address": cluster.scheduler_address,
@@ -115,6 +126,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
         ],
         "started": time.time(),
         "catalog": args.catalog,
+        "pilots": json.loads(args.pilots) if args.pilots else None,
     }
     files.pid_file.write_text(json.dumps(info, indent=1))
     logging.info("context cluster up at %s with %d servers", info["address"], len(plans))
@@ -134,6 +146,21 @@ def serve(argv: Sequence[str] | None = None) -> int:
         _kill_children()
         files.remove()
     return 0
+
+
+def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any]) -> Any:
+    """A batch system's pool of pilots, scaled by the run's demand."""
+    from ..fleet.pool import PoolShape
+    from .pilots import PilotOptions, start_pilot_cluster
+    from .pool import DemandAdaptive
+
+    options = PilotOptions.from_json(args.pilots)
+    if options.interface:
+        scheduler_options.pop("host", None)
+    cluster = start_pilot_cluster(options, scheduler_options)
+    shape = PoolShape(minimum=args.min_pilots, maximum=max(args.min_pilots, args.max_pilots))
+    cluster.adapt(Adaptive=DemandAdaptive, shape=shape, idle_timeout=args.pilot_idle_timeout)
+    return cluster
 
 
 def _kill_children() -> None:

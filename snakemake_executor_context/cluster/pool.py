@@ -1,0 +1,127 @@
+"""A pool of pilots that follows the run's demand (runs in the cluster process).
+
+:class:`DemandAdaptive` replaces Dask's task-count target with
+:func:`~..fleet.pool.pilots_wanted` over the demand the executor publishes in the
+scheduler's metadata (:data:`DEMAND_KEY`), releases only pilots idle longer than the
+idle timeout, and forgets pilots that left (retired at their lifetime, preempted,
+cancelled) so that the pool submits replacements while work remains: dask-jobqueue
+never resubmits a retired job itself (its issue #691).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from distributed.deploy.adaptive import Adaptive
+
+from ..fleet.pool import PoolDemand, PoolShape, pilots_to_release, pilots_wanted
+
+__all__ = ["DEMAND_KEY", "DemandAdaptive", "demand_from_metadata", "kind_wanted"]
+
+logger = logging.getLogger(__name__)
+
+#: Where the executor publishes its demand in the scheduler's metadata.
+DEMAND_KEY = ["snakemake-context", "demand"]
+
+
+def demand_from_metadata(published: Any, tasks_waiting: int) -> PoolDemand:
+    """The pool's demand: what the executor published, else the scheduler's tasks
+    (a run with ``placement=dask``, or none attached)."""
+    if isinstance(published, dict) and published:
+        return PoolDemand(
+            ready=int(published.get("ready", 0)),
+            remaining=int(published.get("remaining", 0)),
+            job_seconds=float(published.get("job_seconds", 0.0)),
+            load_seconds=float(published.get("load_seconds", 0.0)),
+        )
+    return PoolDemand(ready=tasks_waiting, remaining=tasks_waiting)
+
+
+class DemandAdaptive(Adaptive):
+    """Adaptive scaling of pilots by the run's demand, not Dask's task count."""
+
+    def __init__(
+        self, cluster: Any, *, shape: PoolShape, idle_timeout: float = 120.0, **kwargs: Any
+    ) -> None:
+        # SpecCluster.adapt passes its own bounds: the shape's win.
+        kwargs.pop("minimum", None)
+        kwargs.pop("maximum", None)
+        super().__init__(cluster, minimum=shape.minimum, maximum=shape.maximum, **kwargs)
+        self.shape = shape
+        self.idle_timeout = idle_timeout
+        self._idle_since: dict[str, float] = {}
+        self._seen: set[str] = set()
+        #: Pilots that left, by name, with when (the pool replaced them).
+        self.departed: dict[str, float] = {}
+
+    @property
+    def _cluster(self) -> Any:
+        """The dask-jobqueue cluster (typed loosely: its attributes are SpecCluster's)."""
+        return self.cluster
+
+    async def target(self) -> int:
+        """The number of pilots the demand asks for."""
+        scheduler = self._cluster.scheduler
+        published = scheduler.get_metadata(keys=DEMAND_KEY, default=None)
+        waiting = len(scheduler.unrunnable) + sum(
+            len(ws.processing) for ws in scheduler.workers.values()
+        )
+        return pilots_wanted(demand_from_metadata(published, waiting), self.shape)
+
+    async def workers_to_close(self, target: int) -> list[str]:
+        """Only pilots idle longer than the idle timeout, longest idle first."""
+        scheduler = self._cluster.scheduler
+        now = time.time()
+        names = {str(ws.name): ws for ws in scheduler.workers.values()}
+        for name, ws in names.items():
+            if ws.processing:
+                self._idle_since.pop(name, None)
+            else:
+                self._idle_since.setdefault(name, now)
+        for name in list(self._idle_since):
+            if name not in names:
+                del self._idle_since[name]
+        return pilots_to_release(
+            self._idle_since, now, self.idle_timeout, len(names), max(self.minimum, target)
+        )
+
+    async def adapt(self) -> None:
+        """Forget pilots that left, then scale as Dask's Adaptive does."""
+        await self._forget_departed()
+        await super().adapt()
+
+    async def _forget_departed(self) -> None:
+        observed = {str(name) for name in self.observed}
+        self._seen |= observed
+        gone = [name for name in self._cluster.worker_spec if name in self._seen - observed]
+        for name in gone:
+            logger.info("pilot %s left: the pool will replace it while work remains", name)
+            self.departed[name] = time.time()
+            self._seen.discard(name)
+            self._cluster.worker_spec.pop(name, None)
+            job = self._cluster.workers.pop(name, None)
+            if job is not None:
+                try:
+                    await job.close()
+                except Exception as error:  # the batch job is already gone
+                    logger.debug("closing departed pilot %s: %r", name, error)
+
+
+def kind_wanted(cluster: Any, kinds: list[Any]) -> int:
+    """Which kind of pilot to submit next: the GPU type with the most ready jobs per
+    pilot of that type (as published by the executor), else the kind with fewest."""
+    from ..fleet.pool import next_kind
+
+    held = [0] * len(kinds)
+    for name in cluster.worker_spec:
+        index = cluster.pilot_kinds.get(name)
+        if index is not None:
+            held[index] += 1
+    published = None
+    if cluster.scheduler is not None:
+        published = cluster.scheduler.get_metadata(keys=DEMAND_KEY, default=None)
+    by_model = published.get("by_gpu_model", {}) if isinstance(published, dict) else {}
+    wanted = [int(by_model.get(kind.gpu_type or "", 0)) for kind in kinds]
+    return next_kind(wanted, held)

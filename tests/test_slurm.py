@@ -1,0 +1,197 @@
+"""Pilots on a real SLURM: Debian's slurm-wlm and munge as a single-node cluster
+(``tests/slurm/slurm-up.sh``: 8 declared CPUs on these 2-core machines, two fake GPU
+types ``fakea`` and ``fakeb`` of 2 GPUs each, preemption by partition tier).
+
+The fixture installs and starts SLURM where it can (root, Debian's packages reachable),
+stops what it started, and skips with the reason elsewhere;
+``SNAKEMAKE_CONTEXT_REQUIRE_SLURM=1`` (set by CI) turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import BIN, WORKFLOWS, context_run
+
+SLURM_DIR = Path(__file__).parent / "slurm"
+REQUIRED = os.environ.get("SNAKEMAKE_CONTEXT_REQUIRE_SLURM") == "1"
+
+
+def _skip(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"{reason}, and SNAKEMAKE_CONTEXT_REQUIRE_SLURM=1")
+    pytest.skip(reason)
+
+
+def _running(pidfile: str, comm: str) -> bool:
+    try:
+        pid = int(Path(pidfile).read_text().strip())
+        return Path(f"/proc/{pid}/comm").read_text().strip() == comm
+    except (OSError, ValueError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[None]:
+    """A running single-node SLURM (started here unless it already ran)."""
+    if os.geteuid() != 0:
+        _skip("a single-node SLURM needs root to start munged, slurmctld and slurmd")
+    if shutil.which("apt-get") is None and shutil.which("sbatch") is None:
+        _skip("no SLURM and no apt-get to install Debian's slurm-wlm")
+    was_running = _running("/run/slurmctld.pid", "slurmctld")
+    started = subprocess.run(
+        ["bash", str(SLURM_DIR / "slurm-up.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SLURM_SMOKE": "0"},
+    )
+    if started.returncode != 0:
+        _skip(f"SLURM did not start: {started.stdout[-1500:]}{started.stderr[-1500:]}")
+    try:
+        yield
+    finally:
+        if not was_running:
+            subprocess.run(
+                ["bash", str(SLURM_DIR / "slurm-down.sh")], capture_output=True, timeout=120
+            )
+
+
+def _squeue() -> list[dict[str, str]]:
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i|%j|%T|%b"], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        dict(zip(("id", "name", "state", "gres"), line.split("|"), strict=True))
+        for line in out.splitlines()
+        if line.strip()
+    ]
+
+
+def _pilots() -> list[dict[str, str]]:
+    return [job for job in _squeue() if job["name"] == "snakemake-context"]
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture
+def pool(tmp_path: Path, slurm) -> Iterator:
+    """Start `snakemake-context up --backend slurm ...` with given options; stopped after."""
+    started: list[Path] = []
+
+    def up(*options: str) -> Path:
+        scheduler_file = tmp_path / f"pool{len(started)}" / "scheduler.json"
+        result = subprocess.run(
+            [
+                str(BIN / "snakemake-context"),
+                "up",
+                "--scheduler-file",
+                str(scheduler_file),
+                "--backend",
+                "slurm",
+                "--pilot-memory",
+                "1GB",
+                "--walltime",
+                "00:20:00",
+                "--pilot-log-dir",
+                str(tmp_path / "pilot-logs"),
+                *options,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        started.append(scheduler_file)
+        return scheduler_file
+
+    try:
+        yield up
+    finally:
+        for scheduler_file in started:
+            subprocess.run(
+                [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(scheduler_file)],
+                capture_output=True,
+                timeout=60,
+            )
+        _wait(lambda: not _pilots(), 30, "the pilots to leave the queue")
+
+
+def test_a_context_workflow_runs_on_slurm_pilots(tmp_path: Path, pool) -> None:
+    scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "1", "--max-pilots", "2")
+    pilots = _wait(_pilots, 60, "a pilot in the queue")
+    assert "gpu:fakea:1" in pilots[0]["gres"], pilots
+    workdir = tmp_path / "wf"
+    shutil.copytree(WORKFLOWS / "reuse", workdir)
+    run = context_run(
+        workdir,
+        "--context-scheduler-file",
+        str(scheduler_file),
+        "--config",
+        "count=6",
+        "sleep=0.2",
+        env={"TOY_LOAD_SECONDS": "0.5"},
+        timeout=240,
+    ).check()
+    for i in range(6):
+        assert (workdir / "out" / f"{i}.txt").read_text().strip(), i
+    summary = run.summaries()[-1]
+    servers = json.dumps(summary)
+    # The jobs ran on pilots, named after their GPU type.
+    assert "pilot-fakea-" in servers, summary
+
+
+GPU_MODEL_SNAKEFILE = """
+rule all:
+    input: expand("out/{kind}-{i}.txt", kind=["a", "b"], i=range(2))
+
+rule on_a:
+    output: "out/a-{i}.txt"
+    resources: gpu=1, gpu_model="fakea"
+    shell: "echo $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID > {output}"
+
+rule on_b:
+    output: "out/b-{i}.txt"
+    resources: gpu=1, gpu_model="fakeb"
+    shell: "echo $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID > {output}"
+"""
+
+
+def test_gpu_model_rules_run_only_on_pilots_of_their_type(tmp_path: Path, pool) -> None:
+    scheduler_file = pool(
+        "--gpu-type", "fakea", "--gpu-type", "fakeb", "--min-pilots", "2", "--max-pilots", "2"
+    )
+    pilots = _wait(lambda: len(_pilots()) == 2 and _pilots(), 60, "two pilots")
+    gres = {job["id"]: job["gres"] for job in pilots}
+    assert sorted(g.split(":")[-2] for g in gres.values()) == ["fakea", "fakeb"], gres
+    workdir = tmp_path / "models"
+    workdir.mkdir()
+    (workdir / "Snakefile").write_text(GPU_MODEL_SNAKEFILE)
+    context_run(
+        workdir,
+        "--context-scheduler-file",
+        str(scheduler_file),
+        "--context-wait-for-server",
+        "60",
+        timeout=240,
+    ).check()
+    for kind in ("a", "b"):
+        for i in range(2):
+            job_id = (workdir / "out" / f"{kind}-{i}.txt").read_text().split()[-1]
+            assert gres[job_id].split(":")[-2] == f"fake{kind}", (kind, gres)
