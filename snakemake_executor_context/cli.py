@@ -212,7 +212,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    inventories, catalog = _live(args.scheduler_file)
+    inventories, catalog, pool = _live(args.scheduler_file)
     catalog = args.catalog or catalog or _default_catalog(args.scheduler_file)
     report: dict[str, Any] = {}
     if catalog is not None:
@@ -233,7 +233,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"servers": inventories or {}, "catalog": catalog, **report},
+                {"servers": inventories or {}, "pool": pool, "catalog": catalog, **report},
                 indent=1,
                 default=str,
             )
@@ -241,6 +241,10 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     if inventories is not None:
         print(f"{len(inventories)} server(s) running at {args.scheduler_file}:")
+        if pool:  # pilots of a batch system
+            from .fleet.pilotbook import describe_pool
+
+            print("  " + describe_pool(pool))
         for address, inventory in sorted(inventories.items()):
             print("  " + _describe(address, inventory))
             for context in inventory["contexts"]:
@@ -253,21 +257,22 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """The running cluster's inventories and the catalog it writes (None, None when
-    no cluster runs)."""
+def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None, Any]:
+    """The running cluster's inventories, the catalog it writes and its pool's books
+    (None each when no cluster runs)."""
     from .cluster.connection import ClusterConnection
 
     if not Path(scheduler_file).exists():
-        return None, None
+        return None, None, None
     try:
         connection = ClusterConnection.attach(
             address=None, scheduler_file=scheduler_file, timeout=10
         )
     except ContextExecutorError:
-        return None, None
+        return None, None, None
     try:
         inventories = connection.inventories()
+        pool = connection.client.get_metadata(["snakemake-context", "pool"], default=None)
         catalog = None
         try:
             from .cluster.hub import fleet_snapshot
@@ -278,7 +283,7 @@ def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None]:
             print(f"snakemake-context: the cluster names no catalog ({error!r})", file=sys.stderr)
     finally:
         connection.client.close()
-    return inventories, catalog
+    return inventories, catalog, pool
 
 
 def _default_catalog(scheduler_file: Path) -> str | None:

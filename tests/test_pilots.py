@@ -191,3 +191,22 @@ def test_a_mixed_pool_adds_the_kind_the_ready_jobs_need() -> None:
     assert next_kind([0, 5], [0, 0]) == 1
     assert next_kind([7, 2], [2, 0]) == 0  # 7/3 ready per pilot beats 2/1
     assert next_kind([4, 4], [3, 0]) == 1
+
+
+def test_the_books_count_pilot_seconds_and_endings() -> None:
+    from snakemake_executor_context.fleet.pilotbook import PilotRecord, account, ending_of
+
+    assert ending_of("CANCELLED by 0") == "preempted"
+    assert ending_of("PREEMPTED") == "preempted" and ending_of("NODE_FAIL") == "preempted"
+    assert ending_of("OUT_OF_MEMORY") == "crashed" and ending_of(None) == "unknown"
+    records = [
+        PilotRecord("a", registered=10.0, ended=110.0, busy_seconds=60.0, batch_state="PREEMPTED"),
+        PilotRecord("b", registered=20.0, busy_seconds=30.0),
+        PilotRecord("c", ended=5.0, released=True, batch_state="CANCELLED"),
+        PilotRecord("d"),
+    ]
+    books = account(records, now=120.0)
+    assert books["submitted"] == 4 and books["started"] == 2 and books["running"] == 1
+    assert books["preempted"] == 1 and books["retired"] == 1
+    assert books["pilot_seconds"] == 200.0  # 100 + 100
+    assert books["busy_seconds"] == 90.0 and books["idle_seconds"] == 110.0

@@ -195,3 +195,122 @@ def test_gpu_model_rules_run_only_on_pilots_of_their_type(tmp_path: Path, pool) 
         for i in range(2):
             job_id = (workdir / "out" / f"{kind}-{i}.txt").read_text().split()[-1]
             assert gres[job_id].split(":")[-2] == f"fake{kind}", (kind, gres)
+
+
+def _pool_books(scheduler_file: Path) -> dict:
+    out = subprocess.run(
+        [
+            str(BIN / "snakemake-context"),
+            "status",
+            "--json",
+            "--scheduler-file",
+            str(scheduler_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout).get("pool") or {}
+
+
+def test_a_cancelled_pilot_is_survived_and_classified(tmp_path: Path, pool) -> None:
+    scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "2", "--max-pilots", "2")
+    _wait(lambda: len(_pilots()) == 2, 60, "two pilots")
+    workdir = tmp_path / "wf"
+    shutil.copytree(WORKFLOWS / "reuse", workdir)
+    process = subprocess.Popen(
+        [
+            str(BIN / "snakemake"),
+            "--executor",
+            "context",
+            "--jobs",
+            "2",
+            "--context-scheduler-file",
+            str(scheduler_file),
+            "--config",
+            "count=12",
+            "sleep=2",
+        ],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TOY_LOAD_SECONDS": "0.5"},
+    )
+    try:
+        _wait(
+            lambda: (
+                len(list((workdir / "out").glob("*.txt"))) >= 2
+                if (workdir / "out").exists()
+                else False
+            ),
+            120,
+            "the first outputs",
+        )
+        victim = _pilots()[0]["id"]
+        subprocess.run(["scancel", victim], check=True)
+        output, _ = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output
+    for i in range(12):
+        assert (workdir / "out" / f"{i}.txt").read_text().strip(), i
+
+    def cancelled_record():
+        records = _pool_books(scheduler_file).get("records", [])
+        return [r for r in records if r["job_id"] == victim and r["batch_state"]]
+
+    (record,) = _wait(cancelled_record, 60, "the pool to read the cancelled pilot's state")
+    assert record["batch_state"] == "CANCELLED" and not record["released"], record
+    books = _pool_books(scheduler_file)
+    assert books["account"]["preempted"] >= 1, books
+    # The pool keeps its minimum: the cancelled pilot was replaced.
+    assert books["account"]["submitted"] >= 3, books
+
+
+def test_pilots_retire_before_walltime_and_are_replaced_while_work_remains(
+    tmp_path: Path, pool
+) -> None:
+    # Walltime 1:10, margin 45 s, stagger 5 s: each pilot retires after 20-25 s.
+    scheduler_file = pool(
+        "--gpu-type",
+        "fakea",
+        "--min-pilots",
+        "0",
+        "--max-pilots",
+        "1",
+        "--walltime",
+        "00:01:10",
+        "--retire-margin",
+        "45",
+        "--lifetime-stagger",
+        "5",
+        "--pilot-idle-timeout",
+        "3",
+    )
+    workdir = tmp_path / "wf"
+    shutil.copytree(WORKFLOWS / "reuse", workdir)
+    context_run(
+        workdir,
+        "--context-scheduler-file",
+        str(scheduler_file),
+        "--context-wait-for-server",
+        "120",
+        "--config",
+        "count=16",
+        "sleep=3",
+        env={"TOY_LOAD_SECONDS": "0.5"},
+        timeout=400,
+    ).check()
+    for i in range(16):
+        assert (workdir / "out" / f"{i}.txt").read_text().strip(), i
+    books = _wait(
+        lambda: (b := _pool_books(scheduler_file))["account"]["running"] == 0 and b,
+        60,
+        "idle pilots to be released",
+    )
+    # 48 s of jobs on one pilot at a time that lives at most 25 s: at least two pilots.
+    assert books["account"]["submitted"] >= 2, books
+    assert books["account"]["crashed"] == 0, books

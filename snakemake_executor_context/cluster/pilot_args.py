@@ -63,6 +63,20 @@ def add_pilot_arguments(parser: Any) -> None:
         help="seconds an idle pilot is kept before it is released",
     )
     add("--pilot-log-dir", help="where pilots write their batch logs")
+    add(
+        "--retire-margin",
+        type=float,
+        default=300.0,
+        help="seconds before its walltime at which a pilot retires (its jobs go back "
+        "to the queue; the pool replaces it while work remains)",
+    )
+    add(
+        "--lifetime-stagger",
+        type=float,
+        default=60.0,
+        help="up to this many seconds earlier, at random, so that pilots started "
+        "together do not retire together",
+    )
 
 
 def pilot_command_args(args: Any) -> list[str]:
@@ -89,6 +103,8 @@ def pilot_command_args(args: Any) -> list[str]:
         interface=args.interface,
         memory_budget=str(args.memory_budget),
         log_directory=args.pilot_log_dir,
+        retire_margin=args.retire_margin,
+        lifetime_stagger=args.lifetime_stagger,
     )
     for kind in options.kinds():
         jobqueue_arguments(kind)  # every bad option is reported before anything starts

@@ -107,9 +107,9 @@ class PilotOptions:
         return [replace(self, gpu_types=(kind,)) for kind in self.gpu_types] or [self]
 
     def lifetime_seconds(self) -> float:
-        """When a pilot retires: walltime minus margin and stagger, at least a minute."""
+        """When a pilot retires: walltime minus margin and stagger, at least 20 s."""
         seconds = parse_walltime(self.walltime)
-        return max(60.0, seconds - self.retire_margin - self.lifetime_stagger)
+        return max(20.0, seconds - self.retire_margin - self.lifetime_stagger)
 
     def server_settings(self) -> dict[str, Any]:
         """What the pilot's preload reads from :data:`PILOT_ENV`."""

@@ -16,14 +16,20 @@ from typing import Any
 
 from distributed.deploy.adaptive import Adaptive
 
+from ..fleet.pilotbook import PilotRecord, account
 from ..fleet.pool import PoolDemand, PoolShape, pilots_to_release, pilots_wanted
+from .batchstate import batch_state
 
-__all__ = ["DEMAND_KEY", "DemandAdaptive", "demand_from_metadata", "kind_wanted"]
+__all__ = ["DEMAND_KEY", "POOL_KEY", "DemandAdaptive", "demand_from_metadata", "kind_wanted"]
 
 logger = logging.getLogger(__name__)
 
 #: Where the executor publishes its demand in the scheduler's metadata.
 DEMAND_KEY = ["snakemake-context", "demand"]
+#: Where the pool publishes its books (:mod:`..fleet.pilotbook`) for ``status``.
+POOL_KEY = ["snakemake-context", "pool"]
+#: Seconds the pool keeps asking the batch system how a departed pilot ended.
+_STATE_PATIENCE = 60.0
 
 
 def demand_from_metadata(published: Any, tasks_waiting: int) -> PoolDemand:
@@ -43,7 +49,13 @@ class DemandAdaptive(Adaptive):
     """Adaptive scaling of pilots by the run's demand, not Dask's task count."""
 
     def __init__(
-        self, cluster: Any, *, shape: PoolShape, idle_timeout: float = 120.0, **kwargs: Any
+        self,
+        cluster: Any,
+        *,
+        shape: PoolShape,
+        idle_timeout: float = 120.0,
+        backend: str = "",
+        **kwargs: Any,
     ) -> None:
         # SpecCluster.adapt passes its own bounds: the shape's win.
         kwargs.pop("minimum", None)
@@ -53,8 +65,10 @@ class DemandAdaptive(Adaptive):
         self.idle_timeout = idle_timeout
         self._idle_since: dict[str, float] = {}
         self._seen: set[str] = set()
-        #: Pilots that left, by name, with when (the pool replaced them).
-        self.departed: dict[str, float] = {}
+        self.backend = backend
+        #: Every pilot the pool submitted, by name.
+        self.book: dict[str, PilotRecord] = {}
+        self._sampled = time.time()
 
     @property
     def _cluster(self) -> Any:
@@ -88,9 +102,70 @@ class DemandAdaptive(Adaptive):
         )
 
     async def adapt(self) -> None:
-        """Forget pilots that left, then scale as Dask's Adaptive does."""
+        """Keep the books, forget pilots that left, then scale as Dask's Adaptive does."""
+        self._keep_books()
         await self._forget_departed()
         await super().adapt()
+        await self._read_endings()
+        self._publish()
+
+    async def scale_down(self, workers: Any) -> None:
+        """Release pilots (idle ones): they retire, whatever their batch state says."""
+        for name in workers:
+            record = self.book.get(str(name))
+            if record is not None:
+                record.released = True
+                record.ended = record.ended or time.time()
+        await super().scale_down(workers)
+
+    def _keep_books(self) -> None:
+        now = time.time()
+        elapsed, self._sampled = now - self._sampled, now
+        cluster = self._cluster
+        for name, job in list(cluster.workers.items()):
+            record = self.book.get(name)
+            if record is None:
+                kind = name.split("-")[1] if name.startswith("pilot-") else ""
+                record = self.book[name] = PilotRecord(name=name, kind=kind, submitted=now)
+            record.job_id = record.job_id or str(getattr(job, "job_id", "") or "")
+        for ws in cluster.scheduler.workers.values():
+            record = self.book.get(str(ws.name))
+            if record is None:
+                continue
+            if record.registered is None:
+                record.registered = now
+            if ws.processing:
+                record.first_task = record.first_task or now
+                record.busy_seconds += elapsed
+
+    async def _read_endings(self) -> None:
+        import asyncio
+
+        now = time.time()
+        for record in self.book.values():
+            if record.ended is None or record.batch_state or record.released:
+                continue
+            if now - record.ended > _STATE_PATIENCE:
+                continue
+            state = await asyncio.to_thread(batch_state, self.backend, record.job_id)
+            if state:
+                record.batch_state = state
+                logger.info(
+                    "pilot %s (batch job %s) ended: %s, counted as %s",
+                    record.name,
+                    record.job_id,
+                    state,
+                    record.ending,
+                )
+
+    def _publish(self) -> None:
+        books = {
+            "records": [record.to_wire() for record in self.book.values()],
+            "account": account(self.book.values(), time.time()),
+            "minimum": self.minimum,
+            "maximum": self.maximum,
+        }
+        self._cluster.scheduler.set_metadata(keys=POOL_KEY, value=books)
 
     async def _forget_departed(self) -> None:
         observed = {str(name) for name in self.observed}
@@ -98,7 +173,9 @@ class DemandAdaptive(Adaptive):
         gone = [name for name in self._cluster.worker_spec if name in self._seen - observed]
         for name in gone:
             logger.info("pilot %s left: the pool will replace it while work remains", name)
-            self.departed[name] = time.time()
+            record = self.book.get(name)
+            if record is not None and record.ended is None:
+                record.ended = time.time()
             self._seen.discard(name)
             self._cluster.worker_spec.pop(name, None)
             job = self._cluster.workers.pop(name, None)

@@ -159,7 +159,12 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any]) -> 
         scheduler_options.pop("host", None)
     cluster = start_pilot_cluster(options, scheduler_options)
     shape = PoolShape(minimum=args.min_pilots, maximum=max(args.min_pilots, args.max_pilots))
-    cluster.adapt(Adaptive=DemandAdaptive, shape=shape, idle_timeout=args.pilot_idle_timeout)
+    cluster.adapt(
+        Adaptive=DemandAdaptive,
+        shape=shape,
+        idle_timeout=args.pilot_idle_timeout,
+        backend=options.backend,
+    )
     return cluster
 
 

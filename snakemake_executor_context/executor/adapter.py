@@ -26,6 +26,7 @@ from . import startup
 from . import vocabulary as v
 from .dispatch import FLEET_CHECK_SECONDS, Dispatch
 from .jobbuild import SpecBuilder, output_specs
+from .pooldemand import DEMAND_KEY, pool_demand
 from .recording import Recording
 from .results import attempt_ended
 from .settings import ExecutorSettings
@@ -144,6 +145,7 @@ class Executor(RemoteExecutor):
                 self._last_check = now
                 try:
                     self._inbox.put(v.ServersPolled(self.connection.workers(), now))
+                    self.connection.client.set_metadata(DEMAND_KEY, pool_demand(self.dispatch))
                 except Exception as error:
                     self.logger.debug(f"Cannot list the cluster's workers: {error}")
                 self._inbox.put(v.Tick(now))
