@@ -314,3 +314,51 @@ def test_pilots_retire_before_walltime_and_are_replaced_while_work_remains(
     # 48 s of jobs on one pilot at a time that lives at most 25 s: at least two pilots.
     assert books["account"]["submitted"] >= 2, books
     assert books["account"]["crashed"] == 0, books
+
+
+def test_a_run_with_a_backend_submits_its_own_pilots(tmp_path: Path, slurm) -> None:
+    workdir = tmp_path / "wf"
+    shutil.copytree(WORKFLOWS / "reuse", workdir)
+    run = context_run(
+        workdir,
+        "--context-backend",
+        "slurm",
+        "--context-pilot-gpu-types",
+        "fakeb",
+        "--context-pilot-memory",
+        "1GB",
+        "--context-max-pilots",
+        "2",
+        "--context-pilot-walltime",
+        "00:10:00",
+        "--config",
+        "count=6",
+        "sleep=0.2",
+        env={"TOY_LOAD_SECONDS": "0.5"},
+        timeout=240,
+    ).check()
+    for i in range(6):
+        assert (workdir / "out" / f"{i}.txt").read_text().strip(), i
+    assert "pilot-fakeb-" in json.dumps(run.summaries()[-1])
+    # The run's pool ends with the run: its pilots leave the queue.
+    _wait(lambda: not _pilots(), 60, "the run's pilots to leave the queue")
+
+
+def test_a_rule_no_pilot_can_run_fails_at_start(tmp_path: Path, slurm) -> None:
+    workdir = tmp_path / "models"
+    workdir.mkdir()
+    (workdir / "Snakefile").write_text(GPU_MODEL_SNAKEFILE)
+    run = context_run(
+        workdir,
+        "--context-backend",
+        "slurm",
+        "--context-pilot-gpu-types",
+        "fakea",
+        "--context-pilot-memory",
+        "1GB",
+        timeout=120,
+    )
+    assert run.returncode != 0
+    assert "Rule 'on_b' asks for gpu=1, gpu_model=fakeb, which no pilot of the pool" in run.output
+    assert "Traceback" not in run.output
+    assert not _pilots()

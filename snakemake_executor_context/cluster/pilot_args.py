@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import ClusterError
 from .pilots import BACKENDS, PilotOptions, jobqueue_arguments
 
-__all__ = ["add_pilot_arguments", "pilot_command_args"]
+__all__ = ["add_pilot_arguments", "pilot_command_args", "pilot_settings_args", "serve_arguments"]
 
 
 def add_pilot_arguments(parser: Any) -> None:
@@ -80,14 +80,9 @@ def add_pilot_arguments(parser: Any) -> None:
 
 
 def pilot_command_args(args: Any) -> list[str]:
-    """The ``serve`` arguments for the pilot options of a parsed command line."""
+    """The ``serve`` arguments for the pilot options of ``up``'s command line."""
     if not getattr(args, "backend", None):
         return []
-    if args.min_pilots < 0 or args.max_pilots < max(1, args.min_pilots):
-        raise ClusterError(
-            f"--min-pilots {args.min_pilots} and --max-pilots {args.max_pilots}: need "
-            "0 <= min <= max and max >= 1."
-        )
     options = PilotOptions(
         backend=args.backend,
         queue=args.queue,
@@ -106,15 +101,69 @@ def pilot_command_args(args: Any) -> list[str]:
         retire_margin=args.retire_margin,
         lifetime_stagger=args.lifetime_stagger,
     )
+    return serve_arguments(options, args.min_pilots, args.max_pilots, args.pilot_idle_timeout)
+
+
+def pilot_settings_args(settings: Any, log_directory: str | None = None) -> list[str]:
+    """The ``serve`` arguments for a run's ``--context-backend`` settings."""
+    if not settings.backend:
+        return []
+    options = PilotOptions(
+        backend=settings.backend,
+        queue=settings.pilot_queue,
+        account=settings.pilot_account,
+        qos=settings.pilot_qos,
+        walltime=settings.pilot_walltime,
+        gpus=settings.pilot_gpus,
+        gpu_types=_words(settings.pilot_gpu_types),
+        cores=settings.pilot_cores,
+        memory=settings.pilot_memory,
+        extra_directives=_words(settings.pilot_directives),
+        prologue=_words(settings.pilot_prologue),
+        interface=settings.interface,
+        memory_budget=str(settings.memory_budget),
+        log_directory=log_directory,
+        retire_margin=settings.pilot_retire_margin,
+    )
+    return serve_arguments(
+        options, settings.min_pilots, settings.max_pilots, settings.pilot_idle_timeout
+    )
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    """A list setting's values: Snakemake may hand a list, or its text ("['a', 'b']")."""
+    if not value:
+        return ()
+    if isinstance(value, str):
+        import ast
+
+        try:
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parsed = value
+        value = parsed if isinstance(parsed, (list, tuple)) else [value]
+    return tuple(str(item) for item in value)
+
+
+def serve_arguments(
+    options: PilotOptions, min_pilots: int, max_pilots: int, idle_timeout: float
+) -> list[str]:
+    """The cluster process's arguments for a pool; every bad option is one error here,
+    before anything starts."""
+    if min_pilots < 0 or max_pilots < max(1, min_pilots):
+        raise ClusterError(
+            f"--min-pilots {min_pilots} and --max-pilots {max_pilots} "
+            "(--context-min-pilots, --context-max-pilots): need 0 <= min <= max, max >= 1."
+        )
     for kind in options.kinds():
-        jobqueue_arguments(kind)  # every bad option is reported before anything starts
+        jobqueue_arguments(kind)
     return [
         "--pilots",
         options.to_json(),
         "--min-pilots",
-        str(args.min_pilots),
+        str(min_pilots),
         "--max-pilots",
-        str(args.max_pilots),
+        str(max_pilots),
         "--pilot-idle-timeout",
-        str(args.pilot_idle_timeout),
+        str(idle_timeout),
     ]

@@ -106,6 +106,20 @@ class PilotOptions:
 
         return [replace(self, gpu_types=(kind,)) for kind in self.gpu_types] or [self]
 
+    def kind_summaries(self) -> list[dict[str, Any]]:
+        """Each kind's GPUs and memory, as the executor checks rules against them."""
+        from dask.utils import parse_bytes
+
+        return [
+            {
+                "gpu_type": k.gpu_type,
+                "gpus": k.gpus,
+                "memory": k.memory,
+                "memory_bytes": int(parse_bytes(k.memory)),
+            }
+            for k in self.kinds()
+        ]
+
     def lifetime_seconds(self) -> float:
         """When a pilot retires: walltime minus margin and stagger, at least 20 s."""
         seconds = parse_walltime(self.walltime)

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from distributed.deploy.adaptive import Adaptive
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ..fleet.pilotbook import PilotRecord, account
 from ..fleet.pool import PoolDemand, PoolShape, pilots_to_release, pilots_wanted
@@ -55,6 +56,7 @@ class DemandAdaptive(Adaptive):
         shape: PoolShape,
         idle_timeout: float = 120.0,
         backend: str = "",
+        kinds: list[dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
         # SpecCluster.adapt passes its own bounds: the shape's win.
@@ -66,9 +68,13 @@ class DemandAdaptive(Adaptive):
         self._idle_since: dict[str, float] = {}
         self._seen: set[str] = set()
         self.backend = backend
+        self.kinds = kinds or []
         #: Every pilot the pool submitted, by name.
         self.book: dict[str, PilotRecord] = {}
+        #: When each worker registered, by name (exact: from the scheduler's hook).
+        self.registrations: dict[str, float] = {}
         self._sampled = time.time()
+        cluster.scheduler.add_plugin(_Registrations(self.registrations))
 
     @property
     def _cluster(self) -> Any:
@@ -133,7 +139,7 @@ class DemandAdaptive(Adaptive):
             if record is None:
                 continue
             if record.registered is None:
-                record.registered = now
+                record.registered = self.registrations.get(record.name, now)
             if ws.processing:
                 record.first_task = record.first_task or now
                 record.busy_seconds += elapsed
@@ -162,6 +168,7 @@ class DemandAdaptive(Adaptive):
         books = {
             "records": [record.to_wire() for record in self.book.values()],
             "account": account(self.book.values(), time.time()),
+            "kinds": self.kinds,
             "minimum": self.minimum,
             "maximum": self.maximum,
         }
@@ -202,3 +209,18 @@ def kind_wanted(cluster: Any, kinds: list[Any]) -> int:
     by_model = published.get("by_gpu_model", {}) if isinstance(published, dict) else {}
     wanted = [int(by_model.get(kind.gpu_type or "", 0)) for kind in kinds]
     return next_kind(wanted, held)
+
+
+class _Registrations(SchedulerPlugin):
+    """Notes when each worker registers (the pool samples only once a second)."""
+
+    name = "snakemake-context-pool-registrations"
+
+    def __init__(self, registrations: dict[str, float]) -> None:
+        self.registrations = registrations
+
+    def add_worker(self, scheduler: Any, worker: str) -> None:
+        """A worker registered: note its name's time."""
+        ws = scheduler.workers.get(worker)
+        if ws is not None:
+            self.registrations.setdefault(str(ws.name), time.time())

@@ -155,8 +155,12 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any]) -> 
     from .pool import DemandAdaptive
 
     options = PilotOptions.from_json(args.pilots)
-    if options.interface:
-        scheduler_options.pop("host", None)
+    scheduler_options.pop("host", None)
+    if not options.interface:
+        from distributed.utils import get_ip
+
+        # Pilots on other nodes reach the scheduler on the default route's address.
+        scheduler_options["host"] = get_ip()
     cluster = start_pilot_cluster(options, scheduler_options)
     shape = PoolShape(minimum=args.min_pilots, maximum=max(args.min_pilots, args.max_pilots))
     cluster.adapt(
@@ -164,6 +168,7 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any]) -> 
         shape=shape,
         idle_timeout=args.pilot_idle_timeout,
         backend=options.backend,
+        kinds=options.kind_summaries(),
     )
     return cluster
 

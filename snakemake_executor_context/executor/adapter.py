@@ -77,8 +77,8 @@ class Executor(RemoteExecutor):
         self.tasks = Tasks(self.connection)
         self.dispatch = Dispatch(
             self.run_id,
-            embedded=self.connection.embedded,
-            wait_for_server=self.settings.wait_for_server,
+            embedded=self.connection.embedded and not self.connection.pool_kinds(),
+            wait_for_server=startup.wait_for_server(self.settings, self.connection, workflow.rules),
             placement=self.settings.placement,
         )
         self.recording = Recording(

@@ -4,13 +4,15 @@ send Dask's client logs to a file, say what the fleet is, and warn about groups.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..contexts import ContextDeclaration, declarations_from_config
 from ..defaults import CONTEXT_DIR
-from .rulecheck import check_context_rules, check_shared_fs, constant_resource
+from ..errors import ContextExecutorError
+from .rulecheck import check_context_rules, check_pool_fits, check_shared_fs, constant_resource
 from .settings import ExecutorSettings
 
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ __all__ = [
     "group_warning",
     "log_dask_to_file",
     "planned_jobs",
+    "wait_for_server",
 ]
 
 
@@ -40,7 +43,16 @@ def checked_declarations(workflow: Any) -> dict[str, ContextDeclaration]:
 def connect(settings: ExecutorSettings, workdir: str, run_id: str) -> ClusterConnection:
     """Attach to the cluster the settings name, or start the run's embedded one."""
     from ..cluster.connection import ClusterConnection
+    from ..cluster.pilot_args import pilot_settings_args
 
+    cluster_dir = Path(workdir) / CONTEXT_DIR / "cluster"
+    pool = pilot_settings_args(settings, str(cluster_dir / f"{run_id}-pilots"))
+    if pool and (settings.scheduler_address or settings.scheduler_file):
+        raise ContextExecutorError(
+            "--context-backend starts a pool of pilots for this run; it cannot be combined "
+            "with --context-scheduler-file/--context-scheduler-address. Fix: drop one (a "
+            "pool kept across runs: snakemake-context up --backend ...)."
+        )
     if settings.scheduler_address or settings.scheduler_file:
         return ClusterConnection.attach(
             address=settings.scheduler_address,
@@ -48,11 +60,22 @@ def connect(settings: ExecutorSettings, workdir: str, run_id: str) -> ClusterCon
             timeout=settings.connect_timeout,
         )
     return ClusterConnection.start_embedded(
-        Path(workdir) / CONTEXT_DIR / "cluster" / f"{run_id}.json",
+        cluster_dir / f"{run_id}.json",
         servers=settings.servers,
         memory_budget=settings.memory_budget,
         timeout=max(settings.connect_timeout, 60.0),
+        extra_args=pool,
     )
+
+
+def wait_for_server(settings: ExecutorSettings, connection: ClusterConnection, rules: Any) -> float:
+    """How long a job may wait for a server that can run it: with a pool of pilots,
+    as long as the batch queue takes (once every rule fits a kind of pilot)."""
+    kinds = connection.pool_kinds()
+    if not kinds:
+        return settings.wait_for_server
+    check_pool_fits(rules, kinds)
+    return math.inf
 
 
 def log_dask_to_file(workdir: str, run_id: str) -> None:

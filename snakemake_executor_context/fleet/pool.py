@@ -13,7 +13,17 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["PoolDemand", "PoolShape", "next_kind", "pilots_to_release", "pilots_wanted"]
+from .gpus import GpuInfo
+from .resources import server_resources
+
+__all__ = [
+    "PoolDemand",
+    "PoolShape",
+    "kind_resources",
+    "next_kind",
+    "pilots_to_release",
+    "pilots_wanted",
+]
 
 
 @dataclass(frozen=True)
@@ -78,3 +88,15 @@ def next_kind(ready_per_kind: Sequence[int], held_per_kind: Sequence[int]) -> in
         return (ready / (held + 1), -held, -index)
 
     return max(range(len(held_per_kind)), key=score)
+
+
+def kind_resources(gpu_type: str | None, gpus: int, memory_bytes: int) -> dict[str, float]:
+    """What a pilot of a kind will advertise, before any has started: its GPUs under
+    its type's name (without a type, GPUs of a model not known until NVML reads it)."""
+    if gpu_type:
+        named = [
+            GpuInfo(index=i, uuid=f"{gpu_type}-{i}", name=gpu_type, memory_bytes=0)
+            for i in range(gpus)
+        ]
+        return server_resources(memory_bytes, named)
+    return server_resources(memory_bytes, stand_in_gpus=gpus)

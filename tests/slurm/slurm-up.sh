@@ -6,7 +6,7 @@
 #
 # Environment knobs (all optional):
 #   SLURM_PKGS      packages to install      (default: minimal set, no recommends)
-#   SLURM_FAKE_GPUS fake GPUs of each of two types, 'fakea' and 'fakeb' (default 2;
+#   SLURM_FAKE_GPUS fake GPUs of each of two types, 'fakea' and 'fakeb' (default 4;
 #                   0 disables GresTypes)
 #   SLURM_CPUS      CPUs the node declares (default 8: more than these 2-core machines
 #                   have, through SlurmdParameters=config_overrides, so that more than
@@ -36,7 +36,7 @@ die() { echo "[slurm-up $(el)] ERROR: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root"
 
 SLURM_PKGS=${SLURM_PKGS:-"slurmctld slurmd slurm-client munge"}
-SLURM_FAKE_GPUS=${SLURM_FAKE_GPUS:-2}
+SLURM_FAKE_GPUS=${SLURM_FAKE_GPUS:-4}
 SLURM_SMOKE=${SLURM_SMOKE:-1}
 SLURM_PREEMPT=${SLURM_PREEMPT:-1}
 SLURM_CPUS=${SLURM_CPUS:-8}
