@@ -153,7 +153,11 @@ def _monitor(args: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     from .cluster.pilot_args import pilot_command_args
+    from .cluster.plan import check_memory_budget, check_servers
     from .cluster.process import LocalClusterProcess
+
+    check_servers(args.servers, "--servers")
+    check_memory_budget(args.memory_budget, "--memory-budget")
 
     running = LocalClusterProcess.find(args.scheduler_file)
     if running is not None:
@@ -163,6 +167,7 @@ def _up(args: argparse.Namespace) -> int:
             f"(scheduler file {running.files.scheduler_file})."
         )
         return 0
+    from .cluster.credentials import private_file
     from .cluster.files import ClusterFiles
 
     catalog = args.catalog or str(ClusterFiles(args.scheduler_file.resolve()).catalog_file)
@@ -170,6 +175,9 @@ def _up(args: argparse.Namespace) -> int:
         catalog = None
     else:
         from .catalog.store import open_store
+
+        if "://" not in catalog:  # a path: the cluster's catalog is private (0600)
+            private_file(Path(catalog).expanduser().absolute())
 
         open_store(catalog).close()  # a schema mismatch or unwritable path stops here
     started = time.monotonic()
@@ -181,6 +189,7 @@ def _up(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         catalog=catalog,
         extra_args=pilot_command_args(args),
+        own_directory=args.scheduler_file.resolve() == DEFAULT_SCHEDULER_FILE.resolve(),
     )
     info = local.files.read_info() or {}
     servers = info.get("servers", [])
@@ -204,7 +213,9 @@ def _down(args: argparse.Namespace) -> int:
 
     local = LocalClusterProcess.find(args.scheduler_file)
     if local is None:
-        print(f"No context cluster runs for {args.scheduler_file}.")
+        stale = LocalClusterProcess.remove_stale(args.scheduler_file)
+        note = " (removed the stale scheduler and pid files; signalled nothing)" if stale else ""
+        print(f"No context cluster runs for {args.scheduler_file}{note}.")
         return 0
     local.stop()
     print(f"Context cluster stopped (log: {local.files.log_file}).")
@@ -253,7 +264,9 @@ def _status(args: argparse.Namespace) -> int:
                     f"loaded in {context['load_seconds']:.1f} s, {context['hits']} reuse(s)"
                 )
     if report:
-        print(_format_report(str(catalog), report))
+        from .catalog.overview_text import format_overview
+
+        print(format_overview(str(catalog), report))
     return 0
 
 
@@ -268,7 +281,8 @@ def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None, Any]
         connection = ClusterConnection.attach(
             address=None, scheduler_file=scheduler_file, timeout=10
         )
-    except ContextExecutorError:
+    except ContextExecutorError as error:
+        print(f"snakemake-context: {error}", file=sys.stderr)
         return None, None, None
     try:
         inventories = connection.inventories()
@@ -293,91 +307,6 @@ def _default_catalog(scheduler_file: Path) -> str | None:
         if candidate.exists():
             return str(candidate)
     return None
-
-
-def _when(at: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"
-
-
-def _size(nbytes: float | None) -> str:
-    if not nbytes:
-        return "?"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if nbytes < 1000 or unit == "TB":
-            return f"{nbytes:.0f} {unit}"
-        nbytes /= 1000
-    return "?"
-
-
-def _format_report(catalog: str, report: dict[str, Any]) -> str:
-    """The catalog part of ``status`` as text."""
-    lines = [f"Catalog {catalog}", "", "Fleet by GPU model:"]
-    for row in report["fleet"]:
-        kind = row["gpu_name"] or row["gpu_model"]
-        extra = []
-        if row["gpu_memory_bytes"]:
-            extra.append(_size(row["gpu_memory_bytes"]))
-        if row["compute_capability"]:
-            extra.append(f"compute {row['compute_capability']}")
-        names = ", ".join(row["names"])
-        lines.append(
-            f"  {row['gpu_model']:<16} {row['servers']} server(s), {row['slots']} slot(s)"
-            f" ({kind}{'; ' + ', '.join(extra) if extra else ''})"
-            f"{': ' + names if names else ''}; {row['left']} left, {row['lost']} lost"
-        )
-    lines += ["", "Contexts:"]
-    for row in report["contexts"]:
-        warm = ", ".join(row["warm_on"]) or "nowhere"
-        loading = f" (loading on {', '.join(row['loading_on'])})" if row["loading_on"] else ""
-        mean = row["mean_load_seconds"]
-        lines.append(
-            f"  {row['name']} [{row['identity'][:10]}] {row['loader']}, {_size(row['bytes'])}: "
-            f"warm on {warm}{loading}; {row['loads']} load(s)"
-            + (f", {mean:.1f} s on average" if mean is not None else "")
-            + (f", {row['from_cache']} from the local cache" if row["from_cache"] else "")
-        )
-    if report["throughput"]:
-        lines += ["", "Throughput (successful jobs, loads excluded):"]
-        for row in report["throughput"]:
-            rate = row["items_per_second"]
-            lines.append(
-                f"  {row['context']} on {row['gpu_model']}: {row['jobs']} job(s), "
-                f"{row['mean_job_seconds']:.2f} s per job"
-                + (f", {rate:.1f} items/s" if rate else "")
-            )
-    lines += ["", "Runs:"]
-    for row in report["runs"]:
-        total = f"/{row['jobs_total']}" if row["jobs_total"] is not None else ""
-        lines.append(
-            f"  {row['run_id']} {row['state']:<8} {row['jobs_ok']}{total} ok, "
-            f"{row['jobs_failed']} failed, {row['items']} item(s), {row['loads']} load(s); "
-            f"started {_when(row['started'])} in {row['workdir']}"
-        )
-    lines += ["", "Recent server losses:"]
-    for row in report["losses"] or []:
-        lines.append(
-            f"  {_when(row['at'])} {row['server']} ({row['gpu_model']}): {row['jobs_lost']} "
-            f"job(s) hit, {row['seconds_lost']:.1f} s of work lost ({row['reason']}): "
-            + ", ".join(row["jobs"])
-        )
-    if not report["losses"]:
-        lines.append("  none")
-    lines += ["", "Recent jobs:"]
-    for row in report["jobs"]:
-        wildcards = ",".join(f"{k}={v}" for k, v in row["wildcards"].items())
-        seconds = (
-            f"{row['finished'] - row['started']:.1f} s"
-            if row["finished"] is not None and row["started"] is not None
-            else "running"
-        )
-        lines.append(
-            f"  {_when(row['dispatched'] or row['started'])} {row['rule'] or '?'}"
-            f"{'(' + wildcards + ')' if wildcards else ''} on {row['server'] or '?'}: "
-            f"{row['outcome'] or 'running'}, {seconds}"
-            + (" (loaded its context)" if row["cold"] else "")
-            + (f" [placed: {row['placed_by']}]" if row["placed_by"] else "")
-        )
-    return "\n".join(lines)
 
 
 def _describe(address: str, inventory: dict[str, Any]) -> str:

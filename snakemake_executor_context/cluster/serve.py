@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_MEMORY_BUDGET
+from .credentials import PRIVATE_FILE_MODE, Credentials
 from .files import ClusterFiles
 from .plan import SERVER_DASK_CONFIG, plan_servers
 from .process import SERVE_MODULE
@@ -42,6 +43,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-pilots", type=int, default=0)
     parser.add_argument("--max-pilots", type=int, default=1)
     parser.add_argument("--pilot-idle-timeout", type=float, default=120.0)
+    # Benchmarks and tests only (TLS off against on, in one run): a plaintext cluster.
+    parser.add_argument("--no-tls", action="store_true")
     args = parser.parse_args(argv)
 
     import dask
@@ -57,8 +60,10 @@ def serve(argv: Sequence[str] | None = None) -> int:
     dask.config.set(SERVER_DASK_CONFIG)
     files = ClusterFiles(args.scheduler_file.resolve())
     files.remove()
+    # Every listener requires TLS with a certificate of this cluster's own authority.
+    security = None if args.no_tls else Credentials.generate(files.credentials.directory).security()
     plans = (
-        []
+        []  # a pool of pilots: its servers are batch jobs
         if args.pilots
         else plan_servers(
             discover_gpus(), args.servers, psutil.virtual_memory().total, os.cpu_count() or 1
@@ -73,6 +78,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
         "scheduler_file": str(files.scheduler_file),
         # The fleet's event hub; with --catalog, the catalog's one writer.
         "plugins": [FleetHub(catalog=args.catalog)],
+        "security": security,
     }
     if args.idle_timeout > 0:
         scheduler_options["idle_timeout"] = args.idle_timeout
@@ -87,6 +93,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
                 "resources": plan.resources,
                 "env": plan.env,
                 "silence_logs": logging.WARNING,
+                "security": security,
                 "plugins": (
                     ContextServerPlugin(
                         ServerConfig(
@@ -105,14 +112,17 @@ def serve(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
     if args.pilots:
-        cluster = _pilot_pool(args, scheduler_options)
+        cluster = _pilot_pool(args, scheduler_options, security)
     else:
         cluster = SpecCluster(
             workers=workers,
             scheduler={"cls": Scheduler, "options": scheduler_options},
             silence_logs=False,
             name="snakemake-context",
+            security=security,
         )
+    # Dask writes the scheduler file with the umask's mode: the address is private too.
+    os.chmod(files.scheduler_file, PRIVATE_FILE_MODE)
     info = {
         "pid": os.getpid(),
         "address": cluster.scheduler_address,
@@ -127,8 +137,9 @@ def serve(argv: Sequence[str] | None = None) -> int:
         "started": time.time(),
         "catalog": args.catalog,
         "pilots": json.loads(args.pilots) if args.pilots else None,
+        "tls": security is not None,
     }
-    files.pid_file.write_text(json.dumps(info, indent=1))
+    files.write_info(info)
     logging.info("context cluster up at %s with %d servers", info["address"], len(plans))
     try:
         while not stop.wait(0.5):
@@ -148,8 +159,10 @@ def serve(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any]) -> Any:
-    """A batch system's pool of pilots, scaled by the run's demand."""
+def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], security: Any) -> Any:
+    """A batch system's pool of pilots, scaled by the run's demand. Pilots present the
+    cluster's credentials, read from beside the scheduler file: that directory must be
+    on a filesystem the compute nodes share."""
     from ..fleet.pool import PoolShape
     from .pilots import PilotOptions, start_pilot_cluster
     from .pool import DemandAdaptive
@@ -161,7 +174,7 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any]) -> 
 
         # Pilots on other nodes reach the scheduler on the default route's address.
         scheduler_options["host"] = get_ip()
-    cluster = start_pilot_cluster(options, scheduler_options)
+    cluster = start_pilot_cluster(options, scheduler_options, security)
     shape = PoolShape(minimum=args.min_pilots, maximum=max(args.min_pilots, args.max_pilots))
     cluster.adapt(
         Adaptive=DemandAdaptive,

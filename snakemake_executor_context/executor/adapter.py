@@ -24,9 +24,8 @@ from ..fleet.keys import job_key_of
 from ..jobspec import remove_outputs
 from . import startup
 from . import vocabulary as v
-from .dispatch import FLEET_CHECK_SECONDS, Dispatch
+from .dispatch import FLEET_CHECK_SECONDS
 from .jobbuild import SpecBuilder, output_specs
-from .pooldemand import DEMAND_KEY, pool_demand
 from .recording import Recording
 from .results import attempt_ended
 from .settings import ExecutorSettings
@@ -73,14 +72,11 @@ class Executor(RemoteExecutor):
         self._group_warnings = startup.GroupWarnings()
         self._last_check = 0.0
         startup.log_dask_to_file(self.workdir, self.run_id)
-        self.connection = startup.connect(self.settings, self.workdir, self.run_id)
-        self.tasks = Tasks(self.connection)
-        self.dispatch = Dispatch(
-            self.run_id,
-            embedded=self.connection.embedded and not self.connection.pool_kinds(),
-            wait_for_server=startup.wait_for_server(self.settings, self.connection, workflow.rules),
-            placement=self.settings.placement,
+        self.connection = startup.connect(
+            self.settings, self.workdir, self.run_id, self.logger.warning
         )
+        self.tasks = Tasks(self.connection)
+        self.dispatch = startup.make_dispatch(self.run_id, self.settings, self.connection, workflow)
         self.recording = Recording(
             self.connection, self.run_id, self.workdir, self.settings.catalog, self.logger
         )
@@ -145,7 +141,7 @@ class Executor(RemoteExecutor):
                 self._last_check = now
                 try:
                     self._inbox.put(v.ServersPolled(self.connection.workers(), now))
-                    self.connection.client.set_metadata(DEMAND_KEY, pool_demand(self.dispatch))
+                    startup.publish_demand(self.connection, self.dispatch)
                 except Exception as error:
                     self.logger.debug(f"Cannot list the cluster's workers: {error}")
                 self._inbox.put(v.Tick(now))

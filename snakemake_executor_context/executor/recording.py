@@ -115,8 +115,14 @@ class Recording:
         try:
             from ..catalog.seed import placement_measurements
             from ..catalog.store import open_store
+            from ..cluster.credentials import private_dir
 
+            private = _outside(spec, self.workdir)
+            if private is not None and not private.parent.exists():
+                private_dir(private.parent)
             store = open_store(spec)
+            if private is not None:
+                _make_private(private)
             with store.session() as session:
                 fleet.measure.merge_wire(placement_measurements(session))
         except Exception as error:
@@ -172,7 +178,7 @@ class Recording:
         if not declarations:
             return {}
         try:
-            found = self.connection.client.run(probe_caches, declarations, on_error="return")
+            found = self.connection.run(probe_caches, declarations)
         except Exception as error:
             logger.debug("no cache probes from the servers: %r", error)
             return {}
@@ -206,3 +212,23 @@ def versions() -> dict[str, str]:
     except Exception as error:
         logger.debug("no snakemake version: %r", error)
         return {"plugin": __version__}
+
+
+def _outside(spec: str, workdir: str) -> Path | None:
+    """The catalog's path if it is a file outside the workflow directory (private
+    there: 0600), else None (a URL, or a file under the workflow directory, which
+    follows the umask like Snakemake's own files)."""
+    if "://" in spec:
+        return None
+    path = Path(spec).expanduser().absolute()
+    return None if path.is_relative_to(Path(workdir).absolute()) else path
+
+
+def _make_private(path: Path) -> None:
+    """Make an SQLite catalog and its journal files 0600 (those of this user)."""
+    for candidate in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))):
+        try:
+            if candidate.is_file() and candidate.stat().st_uid == os.geteuid():
+                os.chmod(candidate, 0o600)
+        except OSError:
+            pass

@@ -61,8 +61,15 @@ def _ended(key: str, future: Any, title: str) -> tuple[AttemptEnded, JobResult |
             key, now, ok=False, cancelled=True, message=f"{title}: cancelled in Dask."
         ), None
     return AttemptEnded(
-        key, now, ok=False, message=explain_task_error(title, future.exception())
+        key, now, ok=False, message=explain_task_error(title, _exception(future))
     ), None
+
+
+def _exception(future: Any) -> BaseException | None:
+    try:
+        return future.exception(timeout=RESULT_TIMEOUT)
+    except Exception as error:  # the exception could not be fetched either
+        return error
 
 
 def explain_task_error(title: str, error: BaseException | None) -> str:
