@@ -10,6 +10,7 @@ stops what it started, and skips with the reason elsewhere;
 from __future__ import annotations
 
 import json
+import sys
 import os
 import shutil
 import subprocess
@@ -362,3 +363,51 @@ def test_a_rule_no_pilot_can_run_fails_at_start(tmp_path: Path, slurm) -> None:
     assert "Rule 'on_b' asks for gpu=1, gpu_model=fakeb, which no pilot of the pool" in run.output
     assert "Traceback" not in run.output
     assert not _pilots()
+
+
+def test_pilots_refuse_connections_without_the_credentials(tmp_path: Path, pool) -> None:
+    from snakemake_executor_context.cluster.connection import ClusterConnection
+    from snakemake_executor_context.cluster.credentials import Credentials
+
+    from .test_security import PROBE, _foreign, _probe
+
+    scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "1", "--max-pilots", "1")
+    target = ClusterConnection.attach(address=None, scheduler_file=scheduler_file, timeout=20)
+    try:
+        _wait(lambda: target.client.scheduler_info(n_workers=-1)["workers"], 90, "a pilot")
+        workers = target.client.scheduler_info(n_workers=-1)["workers"]
+        scheduler = target.client.scheduler.address
+    finally:
+        target.client.close()
+    # The pilot's own ports (its server and its nanny), on the host it registered from.
+    addresses = [*workers, *(w["nanny"] for w in workers.values())]
+    assert all(a.startswith("tls://") for a in [scheduler, *addresses]), addresses
+    own = Credentials.beside(scheduler_file)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    for address in addresses:
+        host, port = address.removeprefix("tls://").rsplit(":", 1)
+        _probe(
+            {
+                "host": host,
+                "ports": [int(port)],
+                "http": [],
+                "scheduler_port": int(scheduler.rsplit(":", 1)[1]),
+                "scheduler_host": scheduler.removeprefix("tls://").rsplit(":", 1)[0],
+                "modes": ["plain", "tls-no-cert", "foreign", "own"],
+                "foreign": _foreign(tmp_path / host.replace(".", "-") / port),
+                "own": {
+                    "ca": str(own.ca_file),
+                    "cert": str(own.cert_file),
+                    "key": str(own.key_file),
+                },
+                "markers": str(markers),
+            },
+            [sys.executable, str(PROBE)],
+        )
+    made = {m for m in os.listdir(markers) if m.startswith("rpc-")}
+    # With the cluster's credentials the probe runs code on each pilot port; nobody
+    # without them does.
+    ports = {a.rsplit(":", 1)[1] for a in addresses}
+    assert {f"rpc-{p}-own" for p in ports} <= made, made
+    assert not {m for m in made if not m.endswith("-own")}, made
