@@ -10,10 +10,10 @@ stops what it started, and skips with the reason elsewhere;
 from __future__ import annotations
 
 import json
-import sys
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
