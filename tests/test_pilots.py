@@ -210,3 +210,14 @@ def test_the_books_count_pilot_seconds_and_endings() -> None:
     assert books["preempted"] == 1 and books["retired"] == 1
     assert books["pilot_seconds"] == 200.0  # 100 + 100
     assert books["busy_seconds"] == 90.0 and books["idle_seconds"] == 110.0
+
+
+def test_the_pool_grows_one_pilot_beyond_those_proving_useful() -> None:
+    from snakemake_executor_context.fleet.pool import growth_limit
+
+    shape = PoolShape(minimum=1, maximum=6)
+    assert growth_limit(useful=1, pending=0, shape=shape) == 2
+    assert growth_limit(useful=3, pending=2, shape=shape) == 6
+    # Two pilots idled out while jobs were ready: the pool does not keep or replace them.
+    assert growth_limit(useful=2, pending=0, shape=shape) == 3
+    assert growth_limit(useful=0, pending=0, shape=PoolShape(minimum=2, maximum=6)) == 2

@@ -18,7 +18,13 @@ from distributed.deploy.adaptive import Adaptive
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ..fleet.pilotbook import PilotRecord, account
-from ..fleet.pool import PoolDemand, PoolShape, pilots_to_release, pilots_wanted
+from ..fleet.pool import (
+    PoolDemand,
+    PoolShape,
+    growth_limit,
+    pilots_to_release,
+    pilots_wanted,
+)
 from .batchstate import batch_state
 
 __all__ = ["DEMAND_KEY", "POOL_KEY", "DemandAdaptive", "demand_from_metadata", "kind_wanted"]
@@ -88,7 +94,25 @@ class DemandAdaptive(Adaptive):
         waiting = len(scheduler.unrunnable) + sum(
             len(ws.processing) for ws in scheduler.workers.values()
         )
-        return pilots_wanted(demand_from_metadata(published, waiting), self.shape)
+        wanted = pilots_wanted(demand_from_metadata(published, waiting), self.shape)
+        return min(wanted, growth_limit(self._useful(), self._unregistered(), self.shape))
+
+    def _useful(self) -> int:
+        """Pilots that are proving useful: busy within the idle timeout, or registered
+        so recently that they may still get their first job."""
+        now = time.time()
+        useful = 0
+        for record in self.book.values():
+            if record.registered is None or record.ended is not None:
+                continue
+            idle_since = self._idle_since.get(record.name)
+            recent = now - record.registered < self.idle_timeout
+            if recent or idle_since is None or now - idle_since < self.idle_timeout:
+                useful += 1
+        return useful
+
+    def _unregistered(self) -> int:
+        return sum(1 for r in self.book.values() if r.registered is None and r.ended is None)
 
     async def workers_to_close(self, target: int) -> list[str]:
         """Only pilots idle longer than the idle timeout, longest idle first."""

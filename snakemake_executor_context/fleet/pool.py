@@ -19,6 +19,7 @@ from .resources import server_resources
 __all__ = [
     "PoolDemand",
     "PoolShape",
+    "growth_limit",
     "kind_resources",
     "next_kind",
     "pilots_to_release",
@@ -64,6 +65,18 @@ def pilots_wanted(demand: PoolDemand, shape: PoolShape) -> int:
         worth = max(1, math.floor(work / demand.load_seconds))
         want = min(want, worth)
     return max(shape.minimum, min(shape.maximum, want))
+
+
+def growth_limit(useful: int, pending: int, shape: PoolShape) -> int:
+    """How large the pool may grow now: one pilot beyond those proving useful (busy,
+    or new enough to get a first job) and those still in the batch queue.
+
+    Ready jobs alone overstate what more pilots can take when something else bounds
+    the run (Snakemake's own per-job cost, placement keeping a context on warm servers
+    because a load would not pay): pilots that got no work for an idle timeout stop
+    the growth, and are released, instead of being kept because jobs are ready.
+    """
+    return max(shape.minimum, min(shape.maximum, useful + pending + 1))
 
 
 def pilots_to_release(
