@@ -8,6 +8,7 @@ until it is shut down, idle too long, or orphaned, in a session of its own (see
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -53,6 +54,10 @@ def serve(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--catalog", default=None)
+    parser.add_argument("--pilots", default=None, help="PilotOptions as JSON: a batch pool")
+    parser.add_argument("--min-pilots", type=int, default=0)
+    parser.add_argument("--max-pilots", type=int, default=1)
+    parser.add_argument("--pilot-idle-timeout", type=float, default=120.0)
     # Benchmarks and tests only (TLS off against on, in one run): a plaintext cluster.
     parser.add_argument("--no-tls", action="store_true")
     parser.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT)
@@ -77,8 +82,12 @@ def serve(argv: Sequence[str] | None = None) -> int:
     files.remove()
     # Every listener requires TLS with a certificate of this cluster's own authority.
     security = None if args.no_tls else Credentials.generate(files.credentials.directory).security()
-    plans = plan_servers(
-        discover_gpus(), args.servers, psutil.virtual_memory().total, os.cpu_count() or 1
+    plans = (
+        []  # a pool of pilots: its servers are batch jobs
+        if args.pilots
+        else plan_servers(
+            discover_gpus(), args.servers, psutil.virtual_memory().total, os.cpu_count() or 1
+        )
     )
     scheduler_options: dict[str, Any] = {
         # Dask always serves HTTP (metrics); a random loopback port avoids clashes.
@@ -122,13 +131,16 @@ def serve(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
-    cluster = SpecCluster(
-        workers=workers,
-        scheduler={"cls": Scheduler, "options": scheduler_options},
-        silence_logs=False,
-        name="snakemake-context",
-        security=security,
-    )
+    if args.pilots:
+        cluster = _pilot_pool(args, scheduler_options, security)
+    else:
+        cluster = SpecCluster(
+            workers=workers,
+            scheduler={"cls": Scheduler, "options": scheduler_options},
+            silence_logs=False,
+            name="snakemake-context",
+            security=security,
+        )
     # Dask writes the scheduler file with the umask's mode: the address is private too.
     os.chmod(files.scheduler_file, PRIVATE_FILE_MODE)
     info = {
@@ -144,6 +156,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
         ],
         "started": time.time(),
         "catalog": args.catalog,
+        "pilots": json.loads(args.pilots) if args.pilots else None,
         "tls": security is not None,
     }
     files.write_info(info)
@@ -164,6 +177,33 @@ def serve(argv: Sequence[str] | None = None) -> int:
         _kill_children()
         files.remove()
     return 0
+
+
+def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], security: Any) -> Any:
+    """A batch system's pool of pilots, scaled by the run's demand. Pilots present the
+    cluster's credentials, read from beside the scheduler file: that directory must be
+    on a filesystem the compute nodes share."""
+    from ..fleet.pool import PoolShape
+    from .pilots import PilotOptions, start_pilot_cluster
+    from .pool import DemandAdaptive
+
+    options = PilotOptions.from_json(args.pilots)
+    scheduler_options.pop("host", None)
+    if not options.interface:
+        from distributed.utils import get_ip
+
+        # Pilots on other nodes reach the scheduler on the default route's address.
+        scheduler_options["host"] = get_ip()
+    cluster = start_pilot_cluster(options, scheduler_options, security)
+    shape = PoolShape(minimum=args.min_pilots, maximum=max(args.min_pilots, args.max_pilots))
+    cluster.adapt(
+        Adaptive=DemandAdaptive,
+        shape=shape,
+        idle_timeout=args.pilot_idle_timeout,
+        backend=options.backend,
+        kinds=options.kind_summaries(),
+    )
+    return cluster
 
 
 def _kill_children() -> None:

@@ -24,7 +24,7 @@ from ..fleet.keys import job_key_of
 from ..jobspec import remove_outputs
 from . import startup
 from . import vocabulary as v
-from .dispatch import FLEET_CHECK_SECONDS, Dispatch
+from .dispatch import FLEET_CHECK_SECONDS
 from .jobbuild import SpecBuilder, output_specs
 from .recording import Recording
 from .results import attempt_ended
@@ -77,10 +77,7 @@ class Executor(RemoteExecutor):
             self.settings, self.workdir, self.run_id, self.logger.warning
         )
         self.tasks = Tasks(self.connection)
-        options = startup.dispatch_options(
-            self.settings, workflow, self.connection, self.logger.warning
-        )
-        self.dispatch = Dispatch(self.run_id, **options)
+        self.dispatch = startup.make_dispatch(self)
         self.recording = Recording(
             self.connection, self.run_id, self.workdir, self.settings.catalog, self.logger
         )
@@ -146,6 +143,7 @@ class Executor(RemoteExecutor):
                 self._last_check = now
                 try:
                     self._inbox.put(v.ServersPolled(self.connection.workers(), now))
+                    startup.publish_demand(self.connection, self.dispatch)
                 except Exception as error:
                     self.logger.debug(f"Cannot list the cluster's workers: {error}")
                 self._inbox.put(v.Tick(now))

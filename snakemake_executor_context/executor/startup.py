@@ -4,6 +4,7 @@ send Dask's client logs to a file, say what the fleet is, and warn about groups.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -11,7 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..contexts import ContextDeclaration, declarations_from_config
 from ..defaults import CONTEXT_DIR
-from .rulecheck import check_context_rules, check_shared_fs, constant_resource
+from ..errors import ContextExecutorError
+from .dispatch import Dispatch
+from .pooldemand import DEMAND_KEY, pool_demand
+from .rulecheck import check_context_rules, check_pool_fits, check_shared_fs, constant_resource
 from .settings import ExecutorSettings
 
 if TYPE_CHECKING:
@@ -26,7 +30,10 @@ __all__ = [
     "dispatch_options",
     "group_warning",
     "log_dask_to_file",
+    "make_dispatch",
     "planned_jobs",
+    "publish_demand",
+    "wait_for_server",
 ]
 
 
@@ -85,7 +92,16 @@ def _connect(
     settings: ExecutorSettings, workdir: str, run_id: str, say: Callable[[str], None]
 ) -> ClusterConnection:
     from ..cluster.connection import ClusterConnection
+    from ..cluster.pilot_args import pilot_settings_args
 
+    cluster_dir = Path(workdir) / CONTEXT_DIR / "cluster"
+    pool = pilot_settings_args(settings, str(cluster_dir / f"{run_id}-pilots"))
+    if pool and (settings.scheduler_address or settings.scheduler_file):
+        raise ContextExecutorError(
+            "--context-backend starts a pool of pilots for this run; it cannot be combined "
+            "with --context-scheduler-file/--context-scheduler-address. Fix: drop one (a "
+            "pool kept across runs: snakemake-context up --backend ...)."
+        )
     check_settings(settings)
     if settings.scheduler_address or settings.scheduler_file:
         return ClusterConnection.attach(
@@ -99,10 +115,11 @@ def _connect(
     if not tls:
         say(f"{NO_TLS_VARIABLE}=1: the embedded cluster runs WITHOUT TLS (benchmarks only).")
     return ClusterConnection.start_embedded(
-        Path(workdir) / CONTEXT_DIR / "cluster" / f"{run_id}.json",
+        cluster_dir / f"{run_id}.json",
         servers=settings.servers,
         memory_budget=settings.memory_budget,
         timeout=max(settings.connect_timeout, 60.0),
+        extra_args=pool,
         tls=tls,
     )
 
@@ -161,6 +178,32 @@ def check_allowed_failures(connection: ClusterConnection, needed: int, warn: Any
 
 def _allowed_failures(dask_scheduler: Any) -> int:
     return int(dask_scheduler.allowed_failures)
+
+
+def make_dispatch(executor: Any) -> Dispatch:
+    """The executor's dispatch state machine. A pool of pilots is not a fixed fleet: a
+    job that fits a kind of pilot waits for one, however long the batch queue takes."""
+    settings, connection = executor.settings, executor.connection
+    workflow = executor.workflow
+    options = dispatch_options(settings, workflow, connection, executor.logger.warning)
+    options["embedded"] = connection.embedded and not connection.pool_kinds()
+    options["wait_for_server"] = wait_for_server(settings, connection, workflow.rules)
+    return Dispatch(executor.run_id, **options)
+
+
+def publish_demand(connection: ClusterConnection, dispatch: Dispatch) -> None:
+    """Tell the cluster's pool of pilots, if any, what the run still asks of it."""
+    connection.client.set_metadata(DEMAND_KEY, pool_demand(dispatch))
+
+
+def wait_for_server(settings: ExecutorSettings, connection: ClusterConnection, rules: Any) -> float:
+    """How long a job may wait for a server that can run it: with a pool of pilots,
+    as long as the batch queue takes (once every rule fits a kind of pilot)."""
+    kinds = connection.pool_kinds()
+    if not kinds:
+        return settings.wait_for_server
+    check_pool_fits(rules, kinds)
+    return math.inf
 
 
 def log_dask_to_file(workdir: str, run_id: str) -> None:
