@@ -49,8 +49,7 @@ class Executor(RemoteExecutor):
     """Runs Snakemake jobs on context servers (``snakemake --executor context``)."""
 
     def __init__(self, workflow: Any, logger: Any) -> None:
-        # RemoteExecutor starts the status thread before __post_init__: what it
-        # touches must exist first.
+        # RemoteExecutor starts the status thread before __post_init__: set its state first.
         self.settings: ExecutorSettings = workflow.executor_settings or ExecutorSettings()
         self._waker = Waker()
         self._inbox: queue.SimpleQueue[v.Stimulus | str] = queue.SimpleQueue()
@@ -74,6 +73,7 @@ class Executor(RemoteExecutor):
         startup.log_dask_to_file(self.workdir, self.run_id)
         self.connection = startup.connect(self.settings, self.workdir, self.run_id)
         self.tasks = Tasks(self.connection)
+        self.local_jobs = startup.local_plain_jobs(self)
         self.dispatch = Dispatch(
             self.run_id,
             embedded=self.connection.embedded,
@@ -227,6 +227,7 @@ class Executor(RemoteExecutor):
         """Ctrl-C: drop queued jobs, stop running ones, then remove their outputs."""
         self._inbox.put(v.CancelAll(time.time()))
         self._handle_inbox()
+        self.local_jobs.stop()
         for info in active_jobs:
             remove_outputs(output_specs(info.job))
 
@@ -246,3 +247,4 @@ class Executor(RemoteExecutor):
                 self.recording.finished(ok=self.dispatch.failures == 0)
             finally:
                 self.connection.close()
+                self.local_jobs.close()

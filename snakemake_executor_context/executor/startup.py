@@ -15,6 +15,7 @@ from .settings import ExecutorSettings
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
+    from .localjobs import LocalJobs, NoLocalJobs
 
 __all__ = [
     "GroupWarnings",
@@ -22,6 +23,7 @@ __all__ = [
     "checked_declarations",
     "connect",
     "group_warning",
+    "local_plain_jobs",
     "log_dask_to_file",
     "planned_jobs",
 ]
@@ -53,6 +55,22 @@ def connect(settings: ExecutorSettings, workdir: str, run_id: str) -> ClusterCon
         memory_budget=settings.memory_budget,
         timeout=max(settings.connect_timeout, 60.0),
     )
+
+
+def local_plain_jobs(executor: Any) -> LocalJobs | NoLocalJobs:
+    """Mark the plain rules local when plain jobs run in Snakemake's process (see
+    :mod:`.localjobs`): their processes' watchdog."""
+    from .localjobs import LocalJobs, NoLocalJobs, local_plain_rules, mark_local, run_locally
+
+    workflow = executor.workflow
+    if not run_locally(executor.settings.plain_jobs, executor.connection.embedded):
+        return NoLocalJobs()
+    names = local_plain_rules(workflow)
+    if not names:
+        return NoLocalJobs()
+    mark_local(workflow, names)
+    executor.logger.info(f"Context executor: plain rules run locally: {', '.join(sorted(names))}.")
+    return LocalJobs(workflow)
 
 
 def log_dask_to_file(workdir: str, run_id: str) -> None:
