@@ -71,6 +71,9 @@ class ContextJobSpec:
     shell_exec: str | None = None
     #: The run that submitted it (recorded in the catalog).
     run_id: str = ""
+    #: Whether the script's copy under .snakemake/scripts/ goes after the job
+    #: (False with --skip-script-cleanup).
+    cleanup_scripts: bool = True
 
 
 @dataclass

@@ -153,6 +153,7 @@ class SpecBuilder:
             log_path=self.log_path(job, key),
             shell_exec=job.resources.get("shell_exec"),
             run_id=self.run_id,
+            cleanup_scripts=bool(self.workflow.execution_settings.cleanup_scripts),
         )
 
     def _script_source(self, job: Any) -> tuple[Any, ...]:

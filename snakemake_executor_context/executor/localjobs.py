@@ -56,7 +56,9 @@ def _asks_for(rule: Any, name: str) -> bool:
 
 def local_plain_rules(workflow: Any) -> list[str]:
     """Rules whose jobs can run locally: no context, no GPU, no group (a ``group:``,
-    ``--groups``, or the pipe groups found in the DAG), not local already."""
+    ``--groups``, or the pipe groups found in the DAG), no ``shadow:``, not local
+    already. Under a remote executor Snakemake runs local jobs, ``run:`` ones too,
+    in threads of its own process, where a shadow job's chdir would move them all."""
     from snakemake.io import is_flagged
 
     dag = getattr(workflow, "dag", None)
@@ -66,6 +68,7 @@ def local_plain_rules(workflow: Any) -> list[str]:
         if (
             workflow.is_local(rule)
             or rule.group is not None
+            or rule.shadow_depth
             or rule.name in grouped
             or _asks_for(rule, "context")
             or _asks_for(rule, "gpu")

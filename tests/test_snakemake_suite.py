@@ -1,0 +1,53 @@
+"""Snakemake's own test workflows pass under ``--executor context`` (see
+:mod:`tests.snakemake_suite` for the cases, and those that cannot apply)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from .conftest import context_run
+from .snakemake_suite import CACHE_ENV, CASES, NOT_APPLICABLE, Case, differences, prepare
+from .snakemake_suite import fetch_tests, require
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def snakemake_tests() -> Path:
+    """Snakemake's tests/ from the installed version's source distribution."""
+    default = Path.home() / ".cache" / "snakemake-executor-plugin-context"
+    try:
+        return fetch_tests(Path(os.environ.get(CACHE_ENV) or default))
+    except Exception as error:
+        if require():
+            pytest.fail(f"Snakemake's test workflows are required: {error}")
+        pytest.skip(f"Snakemake's test workflows are not available: {error}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_snakemake_workflow(case: Case, snakemake_tests: Path, tmp_path: Path) -> None:
+    workdir = prepare(case, snakemake_tests, tmp_path / "wf")
+    run = context_run(workdir, "--context-servers", "2", *case.args, timeout=240)
+    if case.shouldfail:
+        assert run.returncode != 0, run.output
+        assert case.failure_text in run.output, run.output
+        assert "Traceback" not in run.output, run.output
+        return
+    run.check()
+    assert not differences(case, snakemake_tests, workdir), run.output
+
+
+def test_the_selection_is_large_and_says_what_cannot_apply() -> None:
+    names = {case.name for case in CASES}
+    assert len(CASES) >= 25
+    for required in (
+        "test_group_jobs test_multicomp_group_jobs test_group_job_fail test_group_temp "
+        "test_issue850 test_issue916 test_github_issue_14 test_issue916[in-process] "
+        "test_github_issue_14[in-process] test_script_python test_checkpoints test_temp "
+        "test_nonstr_params test_retries test_default_resources test_pipes_simple"
+    ).split():
+        assert required in names
+    assert all(reason for reason in NOT_APPLICABLE.values())
