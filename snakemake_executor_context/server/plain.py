@@ -1,15 +1,20 @@
-"""A plain job on a server: Snakemake's own job command, as a subprocess."""
+"""A plain job on a server: Snakemake's own job command, forked from the server's
+zygote (:mod:`.zygote`) or, for a command it cannot run the same way, a subprocess."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+from typing import Any
 
 from ..jobspec import JobResult, PlainJobSpec, ServerIdentity
 from .running import RunningJob
+from .zygote import Zygote, parse_command
 
 __all__ = ["run_plain_job"]
+
+_zygote = Zygote()
 
 
 def run_plain_job(spec: PlainJobSpec, server: ServerIdentity, running: RunningJob) -> JobResult:
@@ -17,19 +22,22 @@ def run_plain_job(spec: PlainJobSpec, server: ServerIdentity, running: RunningJo
     started = time.time()
     log_path = os.path.join(spec.workdir, spec.log_path)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            spec.command,
-            shell=True,
-            cwd=spec.workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        running.process = process
-        if running.cancel_requested:
-            running.kill_process()
-        returncode = process.wait()
+    parsed = parse_command(spec.command)
+    env = {**os.environ, **parsed[0]} if parsed else {}
+    if parsed and _zygote.usable(env):
+        process: Any = _zygote.start(parsed[1], spec.workdir, env, log_path)
+        returncode = _wait(process, running)
+    else:
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                spec.command,
+                shell=True,
+                cwd=spec.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            returncode = _wait(process, running)
     result = JobResult(
         key=spec.key,
         ok=returncode == 0,
@@ -47,3 +55,12 @@ def run_plain_job(spec: PlainJobSpec, server: ServerIdentity, running: RunningJo
             f"{returncode} on {server.describe()}; its log is {log_path}."
         )
     return result
+
+
+def _wait(process: Any, running: RunningJob) -> int:
+    if not process.pid:  # the zygote died before it forked the job
+        return -1
+    running.process = process
+    if running.cancel_requested:
+        running.kill_process()
+    return int(process.wait())

@@ -29,7 +29,7 @@ SNAKEFILE = textwrap.dedent("""
     from snakemake_executor_context import declare_context
 
     declare_context(config, "quick", "loader.py:load")
-    N = int(config["n"])
+    N = int(config["size"])
 
     rule all:
         input: expand("echo/{i}.txt", i=range(N)), expand("ctx/{j}.txt", j=range(8))
@@ -60,7 +60,7 @@ def run(n: int, executor_args: list[str]) -> float:
             (workdir / name).write_text(text)
         started = time.monotonic()
         done = subprocess.run(
-            [str(BIN / "snakemake"), "--config", f"n={n}", "--quiet", *executor_args],
+            [str(BIN / "snakemake"), *executor_args, "--quiet", "all", "--config", f"size={n}"],
             cwd=workdir,
             capture_output=True,
             text=True,
