@@ -51,6 +51,8 @@ class Case:
     failure_text: str = ""
     #: A directory, relative to the workdir, that must be non-empty afterwards.
     nonempty: str = ""
+    #: A directory, relative to the workdir, that must be empty (or absent) afterwards.
+    empty: str = ""
 
 
 CASES = [
@@ -82,7 +84,12 @@ CASES = [
     ),
     Case("test_issue850", "test_issue850"),
     Case("test_issue916", "test_issue916"),
-    Case("test_issue916[in-process]", "test_issue916", context_rules=("testIssue916",)),
+    Case(
+        "test_issue916[in-process]",
+        "test_issue916",
+        context_rules=("testIssue916",),
+        empty=".snakemake/scripts",  # the script's copy is cleaned up
+    ),
     Case(
         "test_github_issue_14",
         "test_github_issue_14",
@@ -209,6 +216,8 @@ def differences(case: Case, tests: Path, workdir: Path) -> list[str]:
             problems.append(f"{relative}: content differs")
     if case.nonempty and not any((workdir / case.nonempty).glob("*")):
         problems.append(f"{case.nonempty}: empty")
+    if case.empty and any((workdir / case.empty).glob("*")):
+        problems.append(f"{case.empty}: not empty")
     return problems
 
 
