@@ -12,7 +12,7 @@ from ..jobspec import JobResult, PlainJobSpec, ServerIdentity
 from .running import RunningJob
 from .zygote import Zygote, parse_command
 
-__all__ = ["run_plain_job"]
+__all__ = ["run_plain_job", "warm_zygote"]
 
 _zygote = Zygote()
 
@@ -55,6 +55,11 @@ def run_plain_job(spec: PlainJobSpec, server: ServerIdentity, running: RunningJo
             f"{returncode} on {server.describe()}; its log is {log_path}."
         )
     return result
+
+
+def warm_zygote() -> None:
+    """Start this server's zygote now, so that its first plain job finds it ready."""
+    _zygote.warm()
 
 
 def _wait(process: Any, running: RunningJob) -> int:

@@ -16,6 +16,7 @@ from .._version import __version__
 from ..contexts import ContextDeclaration
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
 from .cache import probe
+from .plain import warm_zygote
 from .server import ContextServer, ServerConfig
 
 __all__ = [
@@ -84,6 +85,8 @@ class ContextServerPlugin(WorkerPlugin):
         if not config.memory_bytes:
             config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
         server = ContextServer.install(config, worker.address, worker)
+        if config.warm_zygote:
+            warm_zygote()
         # Worker plugins are set up before the worker registers with the scheduler,
         # and events sent before that are dropped: announce once it is connected.
         worker.loop.add_callback(_announce_when_connected, worker, server)

@@ -43,6 +43,9 @@ class ServerConfig:
     gpu: dict[str, Any] | None = None
     #: Memory of the server in bytes (its share of RAM); 0 = ask the worker.
     memory_bytes: int = 0
+    #: Start the plain-job zygote at once (a persistent cluster), not at the first
+    #: plain job (the embedded cluster, whose plain jobs mostly run locally).
+    warm_zygote: bool = False
 
 
 class ContextServer:

@@ -81,6 +81,11 @@ class Zygote:
         """Whether a job with this environment sees the same modules as the zygote."""
         return env.get("PYTHONPATH") == self._pythonpath
 
+    def warm(self) -> None:
+        """Start the zygote process (it imports Snakemake in the background)."""
+        with self._lock:
+            self._running()
+
     def start(self, argv: list[str], cwd: str, env: dict[str, str], log_path: str) -> ForkedJob:
         """Fork a child that runs ``snakemake ARGV`` in ``cwd``, output to the log."""
         job = ForkedJob()
