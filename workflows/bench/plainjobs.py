@@ -1,6 +1,6 @@
 """What a plain job costs: DAGs of N `shell:` echo jobs plus 8 context jobs (a loader
 that returns at once), under `--executor local --cores 2` and `--executor context`
-(embedded cluster; optionally an attached one), in one run.
+(embedded cluster; optionally an attached one), in one run (each mode and size ``--repeats`` times, interleaved; medians).
 
 The per-plain-job cost is the slope of wall time between the two DAG sizes; the fixed
 overhead is the time at the smaller size minus that slope times its jobs (for the
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,8 +53,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def run(n: int, executor_args: list[str]) -> float:
-    """Wall seconds of one snakemake run of the DAG with ``n`` echo jobs."""
+def run(n: int, executor_args: list[str], durations: list[float] | None = None) -> float:
+    """Wall seconds of one snakemake run of the DAG with ``n`` echo jobs (the echo
+    jobs' seconds on their servers appended to ``durations``)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"plainjobs-{n}-"))
     try:
         for name, text in {"Snakefile": SNAKEFILE, "loader.py": LOADER, "ctx.py": SCRIPT}.items():
@@ -68,6 +70,10 @@ def run(n: int, executor_args: list[str]) -> float:
         took = time.monotonic() - started
         if done.returncode != 0:
             raise SystemExit(f"snakemake {executor_args} failed:\n{done.stdout}\n{done.stderr}")
+        for summary in (workdir / ".snakemake" / "context" / "runs").glob("*.json"):
+            for job in json.loads(summary.read_text())["jobs"]:
+                if durations is not None and job["key"].startswith("echo-"):
+                    durations.append(job["finished"] - job["started"])
         return took
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -83,9 +89,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sizes", type=int, nargs=2, default=[40, 200])
+    parser.add_argument("--repeats", type=int, default=3, help="runs per mode and size")
     parser.add_argument("--attached", action="store_true", help="also an attached cluster")
     parser.add_argument(
-        "--attached-sizes", type=int, nargs=2, default=[4, 12], help="DAG sizes when attached"
+        "--attached-sizes", type=int, nargs=2, default=[8, 40], help="DAG sizes when attached"
     )
     args = parser.parse_args()
     small, large = args.sizes
@@ -94,8 +101,13 @@ def main() -> None:
         "context": ["--executor", "context", "--jobs", "2"],
     }
     results: dict[str, float] = {"loadavg_1min_before": os.getloadavg()[0]}
-    for mode, flags in modes.items():
-        times = {n: run(n, flags) for n in (small, large)}
+    walls: dict[tuple[str, int], list[float]] = {}
+    for _ in range(args.repeats):  # interleaved: load changes hit every mode alike
+        for mode, flags in modes.items():
+            for n in (small, large):
+                walls.setdefault((mode, n), []).append(run(n, flags))
+    for mode in modes:
+        times = {n: statistics.median(walls[mode, n]) for n in (small, large)}
         slope, fixed = fit(small, large, times)
         results |= {f"{mode}_{n}_s": t for n, t in times.items()}
         results |= {f"{mode}_per_job_s": slope, f"{mode}_fixed_s": fixed}
@@ -119,12 +131,16 @@ def attached(small: int, large: int) -> dict[str, float]:
     try:
         flags = ["--executor", "context", "--jobs", "2", "--context-scheduler-file", str(scheduler)]
         run(small, flags)  # warm: the context loads once per cluster
-        times = {n: run(n, flags) for n in (small, large)}
+        durations: list[float] = []
+        times = {n: run(n, flags, durations) for n in (small, large)}
         slope, fixed = fit(small, large, times)
+        durations.sort()
         return {
             **{f"attached_{n}_s": t for n, t in times.items()},
             "attached_per_job_s": slope,
             "attached_fixed_s": fixed,
+            "attached_echo_on_server_p50_s": durations[len(durations) // 2],
+            "attached_echo_on_server_p95_s": durations[int(len(durations) * 0.95)],
         }
     finally:
         down = [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(scheduler)]
