@@ -1,6 +1,7 @@
 """What a plain job costs: DAGs of N `shell:` echo jobs plus 8 context jobs (a loader
 that returns at once), under `--executor local --cores 2` and `--executor context`
-(embedded cluster; optionally an attached one), in one run (each mode and size ``--repeats`` times, interleaved; medians).
+(embedded cluster; optionally an attached one), in one run: each mode and size
+``--repeats`` times, interleaved; medians.
 
 The per-plain-job cost is the slope of wall time between the two DAG sizes; the fixed
 overhead is the time at the smaller size minus that slope times its jobs (for the
