@@ -1,14 +1,23 @@
-"""A server's zygote: which job commands it takes, and a real Snakemake run from it."""
+"""A server's zygote: which job commands it takes, a real Snakemake run from it, and
+Ctrl-C stopping the jobs it forked."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import textwrap
+import time
 from importlib.metadata import version
+from pathlib import Path
 
+import psutil
 import pytest
 
 from snakemake_executor_context.server.zygote import Zygote, parse_command
+
+from .conftest import BIN
 
 PY = sys.executable
 
@@ -60,3 +69,81 @@ def test_a_forked_job_runs_snakemake_in_its_directory_with_its_environment(tmp_p
 
     versions = zygote.start(["--version"], str(tmp_path), env, str(log))
     assert versions.wait() == 0 and version("snakemake") in log.read_text()
+
+
+def _sleepers(marker: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+def _interrupt_when_running(workdir: Path, marker: str, *args: str) -> str:
+    """Start snakemake, wait for the job's sleep, SIGINT its process group; its output."""
+    process = subprocess.Popen(
+        [str(BIN / "snakemake"), "--executor", "context", "--jobs", "2", *args],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not _sleepers(marker):
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)
+    return process.communicate(timeout=60)[0]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_group_job_forked_on_the_embedded_cluster(make_workflow):
+    marker = "sleep 97.25"
+    workdir = make_workflow(
+        {
+            "Snakefile": textwrap.dedent(f"""
+            rule all:
+                input: "b.txt"
+
+            rule a:
+                output: "a.txt"
+                group: 0
+                shell: "echo a > {{output}}"
+
+            rule b:
+                input: "a.txt"
+                output: "b.txt"
+                group: 0
+                shell: "{marker}; cp {{input}} {{output}}"
+            """)
+        }
+    )
+    output = _interrupt_when_running(workdir, marker)
+    _, alive = psutil.wait_procs(_sleepers(marker), timeout=10)
+    assert not alive, output
+    assert not (workdir / "b.txt").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_plain_job_on_an_attached_cluster(make_workflow, scheduler_file):
+    marker = "sleep 97.5"
+    workdir = make_workflow(
+        {
+            "Snakefile": textwrap.dedent(f"""
+            rule all:
+                input: "a.txt"
+
+            rule a:
+                output: "a.txt"
+                shell: "echo partial > {{output}}; {marker}"
+            """)
+        }
+    )
+    output = _interrupt_when_running(
+        workdir, marker, "--context-scheduler-file", str(scheduler_file)
+    )
+    _, alive = psutil.wait_procs(_sleepers(marker), timeout=15)
+    assert not alive, output
+    assert not (workdir / "a.txt").exists(), output

@@ -162,7 +162,6 @@ def _child(request: dict[str, Any], wakeup: tuple[int, int]) -> None:
             signal.signal(number, signal.SIG_DFL)
         for fd in wakeup:
             os.close(fd)
-        os.setsid()  # a group of its own: the server stops the job's whole tree
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -236,11 +235,25 @@ def _serve() -> None:
                     _child(request, wakeup)
                 children[pid] = request["id"]
                 send({"id": request["id"], "pid": pid})
-    for pid in children:
+    _kill_trees(list(children))
+
+
+def _kill_trees(pids: list[int]) -> None:
+    """SIGKILL the jobs and everything they started (they stay in the zygote's process
+    group, which is the cluster's: stopping the cluster stops them too)."""
+    import psutil
+
+    for pid in pids:
         try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+            root = psutil.Process(pid)
+            tree = [*root.children(recursive=True), root]
+        except psutil.Error:
+            continue
+        for process in tree:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
 
 
 if __name__ == "__main__":
