@@ -156,3 +156,22 @@ def test_a_signal_to_snakemake_leaves_no_local_job_process(make_workflow, how):
     if how != "SIGKILL":
         assert process.returncode != 0
         assert not any(path.exists() for path in outputs), output
+
+
+def test_a_process_a_job_leaves_running_on_purpose_survives_a_normal_end(make_workflow):
+    workdir = make_workflow(
+        {
+            "Snakefile": textwrap.dedent("""
+            rule daemon:
+                output: "started.txt"
+                shell: "nohup sleep 41.25 > /dev/null 2>&1 & echo $! > {output}; sleep 1"
+            """)
+        }
+    )
+    context_run(workdir).check()
+    time.sleep(1.5)  # longer than the watchdog's snapshot period
+    daemon = psutil.Process(int((workdir / "started.txt").read_text()))
+    try:
+        assert daemon.is_running() and "41.25" in " ".join(daemon.cmdline())
+    finally:
+        daemon.kill()

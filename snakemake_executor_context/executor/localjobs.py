@@ -3,20 +3,22 @@ that leaves none of their processes behind.
 
 On the embedded cluster the servers share the machine with Snakemake, so a plain job
 (no context, no GPU, not in a group) gains nothing from a server: the executor marks
-its rule local at start and Snakemake's own local executor runs it (threads for
-``shell:`` and scripts, a subprocess for ``run:``), with local's logs, benchmarks,
-retries and software deployment.
+its rule local at start and Snakemake's own local executor runs it (in threads of
+Snakemake's process, ``run:`` jobs too, as under any remote executor), with local's
+logs, benchmarks, retries and software deployment.
 
 Snakemake's local executor leaves its jobs' processes running when only its own PID
 gets SIGINT or SIGTERM, or when it dies. Here every process in Snakemake's session
 below it (the embedded cluster has a session of its own) is stopped: on Ctrl-C by
 :meth:`LocalJobs.stop`, on SIGTERM by a thread that sees Snakemake's graceful
 shutdown begin, and on Snakemake's death by a watchdog process that snapshots those
-processes four times a second and stops them when its pipe from Snakemake closes.
+processes four times a second and stops them when its pipe from Snakemake closes
+without a goodbye.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -33,6 +35,8 @@ __all__ = ["LocalJobs", "NoLocalJobs", "local_plain_rules", "mark_local", "run_l
 
 #: Seconds between two snapshots of the watchdog, and between two looks for SIGTERM.
 WATCH_SECONDS = 0.25
+#: What Snakemake tells the watchdog at a normal end.
+BYE = b"bye\n"
 #: Seconds a stopped process gets between SIGTERM and SIGKILL.
 GRACE_SECONDS = 2.0
 
@@ -173,10 +177,14 @@ class LocalJobs:
                 return
 
     def close(self) -> None:
-        """The run is over: the watchdog stops what is left, then exits."""
+        """The run is over (its jobs ended or were stopped): the watchdog exits, and
+        leaves alone what a job started on purpose to outlive it."""
         self._done.set()
         if self.watchdog.stdin is not None:
-            self.watchdog.stdin.close()
+            with contextlib.suppress(OSError):
+                self.watchdog.stdin.write(BYE)
+            with contextlib.suppress(OSError):
+                self.watchdog.stdin.close()
         try:
             self.watchdog.wait(timeout=GRACE_SECONDS + 5)
         except subprocess.TimeoutExpired:
@@ -184,15 +192,20 @@ class LocalJobs:
 
 
 def _watchdog() -> None:
-    """Snapshot the processes below Snakemake; stop them once its pipe closes."""
+    """Snapshot the processes below Snakemake; stop them once its pipe closes without
+    a goodbye (Snakemake died)."""
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, signal.SIG_IGN)  # a terminal's Ctrl-C reaches us too
     parent, me = os.getppid(), os.getpid()
     seen: dict[int, Any] = {}
     while True:
         ready, _, _ = select.select([sys.stdin.buffer], [], [], WATCH_SECONDS)
-        if ready and not os.read(sys.stdin.fileno(), 4096):
-            break
+        if ready:
+            data = os.read(sys.stdin.fileno(), 4096)
+            if BYE.strip() in data:
+                return
+            if not data:
+                break
         if os.getppid() != parent:
             break
         current = _below(parent, {me})
