@@ -72,6 +72,7 @@ CASES = [
         failure_text="touch b/",
     ),
     Case("test_group_temp", "test_group_temp"),
+    Case("test_group_jobs_attempts", "test_group_jobs_attempts", ("--retries", "2")),
     Case("test_groupid_expand_cluster", "test_groupid_expand_cluster"),
     # Its group needs mem_mb=40000, more than a server here has: the group's own
     # message, not a crash.
@@ -121,26 +122,23 @@ CASES = [
     ),
     Case("test_pipes_simple", "test_pipes", ("--printshellcmds",)),
     Case("test_pipes_multiple", "test_pipes_multiple", ("--cores", "5")),
+    Case("test_pipes_fail", "test_pipes_fail", shouldfail=True, failure_text="ddo"),
     Case("test_log_input", "test_log_input"),
     Case("test_params", "test_params"),
     Case("test_same_wildcard", "test_same_wildcard"),
     Case("test_localrule", "test_localrule", ("1.txt", "2.txt")),
     Case("test_run_namedlist", "test_run_namedlist"),
     Case("test_format_params", "test_format_params"),
+    Case("test_threads", "test_threads", ("--cores", "20")),
     Case("test_shadow", "test_shadow"),
     Case("test_update_flag", "test_update_flag"),
 ]
 
 #: Cases of the selection's kind that cannot apply, and why.
 NOT_APPLICABLE = {
-    "test_script_python (its reruns)": "the reruns check --rerun-triggers against the "
-    "local executor's `-c1`; the first run is the case above",
-    "test_group_jobs_attempts, test_resources_can_be_overwritten_as_global": "they test "
-    "the generic cluster executor's --cluster-status script",
-    "test_threads": "asks for 20 cores of the local executor (`--cores 20`); remote "
-    "executors schedule by --jobs",
+    "test_resources_can_be_overwritten_as_global": "it counts the submissions that the "
+    "generic cluster executor's ./qsub script logs; this executor submits none there",
     "test_benchmark, test_benchmark_jsonl": "they need the stress-ng package",
-    "test_pipes_fail": "its failure is the local executor's message for a broken pipe",
 }
 
 

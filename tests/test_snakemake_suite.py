@@ -48,6 +48,21 @@ def test_snakemake_workflow(case: Case, snakemake_tests: Path, tmp_path: Path) -
     assert not differences(case, snakemake_tests, workdir), run.output
 
 
+def test_script_python_reruns(snakemake_tests: Path, tmp_path: Path) -> None:
+    """test_script_python's reruns: a script's new mtime alone reruns its job only
+    when the code trigger is on."""
+    (case,) = [case for case in CASES if case.name == "test_script_python"]
+    workdir = prepare(case, snakemake_tests, tmp_path / "wf")
+    context_run(workdir, "--context-servers", "2").check()
+    os.utime(workdir / "scripts/test_explicit_import.py")
+    output = workdir / "explicit_import.py.out"
+    before = output.stat().st_mtime
+    context_run(workdir, "--context-servers", "2", "--rerun-triggers", "mtime").check()
+    assert output.stat().st_mtime == before
+    context_run(workdir, "--context-servers", "2").check()
+    assert output.stat().st_mtime != before
+
+
 def test_the_selection_is_large_and_says_what_cannot_apply() -> None:
     names = {case.name for case in CASES}
     assert len(CASES) >= 25
@@ -71,3 +86,8 @@ def test_the_selection_is_large_and_says_what_cannot_apply() -> None:
     }
     assert required <= names
     assert all(reason for reason in NOT_APPLICABLE.values())
+
+
+@pytest.mark.parametrize("cases", sorted(NOT_APPLICABLE))
+def test_cases_that_cannot_apply(cases: str) -> None:
+    pytest.skip(f"{cases}: {NOT_APPLICABLE[cases]}")
