@@ -99,9 +99,9 @@ def test_a_mixed_workflow_matches_local_on_the_embedded_cluster(make_workflow):
 
     assert _files(embedded) == _files(local)
     assert not (embedded / "sh").exists() or not any((embedded / "sh").iterdir())  # temp
-    assert "plain rules run locally: py, retry, runner, sh." in run.output
+    assert "plain rules run locally: py, retry, sh." in run.output
     (summary,) = run.summaries()
-    assert len(summary["jobs"]) == 4, summary  # 3 context jobs, the group: all else local
+    assert len(summary["jobs"]) == 5, summary  # 3 context jobs, the group, the run: job
 
 
 def test_a_mixed_workflow_matches_local_on_an_attached_cluster(make_workflow, scheduler_file):
@@ -112,6 +112,45 @@ def test_a_mixed_workflow_matches_local_on_an_attached_cluster(make_workflow, sc
 
     assert _files(attached) == _files(local)
     assert "plain rules run locally" not in run.output  # servers run them by default
+
+
+SLOW_RUN = {
+    "Snakefile": textwrap.dedent("""
+    rule all:
+        input: "a.txt"
+
+    rule slow:
+        output: "{x}.txt"
+        run:
+            import time
+
+            open(output[0], "w").write("partial")
+            time.sleep(120)
+    """)
+}
+
+
+def test_ctrl_c_stops_a_run_job_at_once(make_workflow):
+    """A `run:` job stays on the servers: in a thread of Snakemake's process its Python
+    could not be stopped, and Snakemake would wait for it to end."""
+    workdir = make_workflow(SLOW_RUN)
+    process = subprocess.Popen(
+        [str(BIN / "snakemake"), "--executor", "context", "--jobs", "2"],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (workdir / "a.txt").exists():
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)
+    output, _ = process.communicate(timeout=60)  # not the run: block's 120 s
+    assert process.returncode != 0
+    assert not (workdir / "a.txt").exists(), output
 
 
 SLOW_PLAIN = {

@@ -4,8 +4,8 @@ that leaves none of their processes behind.
 On the embedded cluster the servers share the machine with Snakemake, so a plain job
 (no context, no GPU, not in a group) gains nothing from a server: the executor marks
 its rule local at start and Snakemake's own local executor runs it (in threads of
-Snakemake's process, ``run:`` jobs too, as under any remote executor), with local's
-logs, benchmarks, retries and software deployment.
+Snakemake's process that start its commands, as under any remote executor), with
+local's logs, benchmarks, retries and software deployment.
 
 Snakemake's local executor leaves its jobs' processes running when only its own PID
 gets SIGINT or SIGTERM, or when it dies. Here every process in Snakemake's session
@@ -60,9 +60,10 @@ def _asks_for(rule: Any, name: str) -> bool:
 
 def local_plain_rules(workflow: Any) -> list[str]:
     """Rules whose jobs can run locally: no context, no GPU, no group (a ``group:``,
-    ``--groups``, or the pipe groups found in the DAG), no ``shadow:``, not local
-    already. Under a remote executor Snakemake runs local jobs, ``run:`` ones too,
-    in threads of its own process, where a shadow job's chdir would move them all."""
+    ``--groups``, or the pipe groups found in the DAG), not local already, and neither
+    ``shadow:`` nor ``run:``. Under a remote executor Snakemake runs local jobs in
+    threads of its own process, where a shadow job's chdir would move them all and a
+    ``run:`` block's Python cannot be stopped (Ctrl-C would wait for it)."""
     from snakemake.io import is_flagged
 
     dag = getattr(workflow, "dag", None)
@@ -73,6 +74,7 @@ def local_plain_rules(workflow: Any) -> list[str]:
             workflow.is_local(rule)
             or rule.group is not None
             or rule.shadow_depth
+            or rule.is_run
             or rule.name in grouped
             or _asks_for(rule, "context")
             or _asks_for(rule, "gpu")
