@@ -59,18 +59,41 @@ def connect(settings: ExecutorSettings, workdir: str, run_id: str) -> ClusterCon
 
 def local_plain_jobs(executor: Any) -> LocalJobs | NoLocalJobs:
     """Mark the plain rules local when plain jobs run in Snakemake's process (see
-    :mod:`.localjobs`): their processes' watchdog."""
+    :mod:`.localjobs`), and have the servers start their zygotes now if plain jobs
+    will still reach them; the local jobs' watchdog."""
     from .localjobs import LocalJobs, NoLocalJobs, local_plain_rules, mark_local, run_locally
 
     workflow = executor.workflow
-    if not run_locally(executor.settings.plain_jobs, executor.connection.embedded):
-        return NoLocalJobs()
-    names = local_plain_rules(workflow)
-    if not names:
-        return NoLocalJobs()
-    mark_local(workflow, names)
-    executor.logger.info(f"Context executor: plain rules run locally: {', '.join(sorted(names))}.")
-    return LocalJobs(workflow)
+    local: LocalJobs | NoLocalJobs = NoLocalJobs()
+    if run_locally(executor.settings.plain_jobs, executor.connection.embedded):
+        names = local_plain_rules(workflow)
+        if names:
+            mark_local(workflow, names)
+            say = executor.logger.info
+            say(f"Context executor: plain rules run locally: {', '.join(sorted(names))}.")
+            local = LocalJobs(workflow)
+    if _plain_jobs_for_servers(workflow):
+        from ..server.plain import warm_zygote
+
+        try:  # quick: each server only starts a process that imports in the background
+            executor.connection.client.run(warm_zygote, on_error="return")
+        except Exception as error:
+            executor.logger.debug(f"Cannot warm the servers' zygotes: {error}")
+    return local
+
+
+def _plain_jobs_for_servers(workflow: Any) -> bool:
+    """Whether some job of the DAG runs on a server as Snakemake's job command (a
+    group, or a rule without a context that is not local)."""
+    try:
+        return any(
+            not job.is_local
+            and (job.group is not None or not constant_resource(job.rule, "context"))
+            for job in workflow.dag.needrun_jobs()
+        )
+    except Exception as error:
+        logging.getLogger(__name__).debug("no plan from the DAG: %r", error)
+        return False
 
 
 def log_dask_to_file(workdir: str, run_id: str) -> None:
