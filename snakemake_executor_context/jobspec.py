@@ -73,6 +73,9 @@ class ContextJobSpec:
     run_id: str = ""
     #: False: the server drops the context at the job's end (context-agnostic runs).
     reuse: bool = True
+    #: Whether the script's copy under .snakemake/scripts/ goes after the job
+    #: (False with --skip-script-cleanup).
+    cleanup_scripts: bool = True
 
 
 @dataclass

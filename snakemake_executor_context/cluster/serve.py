@@ -121,6 +121,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
                             memory_budget=args.memory_budget,
                             gpu=asdict(plan.gpu) if plan.gpu else None,
                             memory_bytes=plan.memory_bytes,
+                            warm_zygote=not args.parent_pid,
                         )
                     ),
                 ),

@@ -49,8 +49,7 @@ class Executor(RemoteExecutor):
     """Runs Snakemake jobs on context servers (``snakemake --executor context``)."""
 
     def __init__(self, workflow: Any, logger: Any) -> None:
-        # RemoteExecutor starts the status thread before __post_init__: what it
-        # touches must exist first.
+        # RemoteExecutor starts the status thread before __post_init__: set its state first.
         self.settings: ExecutorSettings = workflow.executor_settings or ExecutorSettings()
         self._waker = Waker()
         self._inbox: queue.SimpleQueue[v.Stimulus | str] = queue.SimpleQueue()
@@ -77,6 +76,7 @@ class Executor(RemoteExecutor):
             self.settings, self.workdir, self.run_id, self.logger.warning
         )
         self.tasks = Tasks(self.connection)
+        self.local_jobs = startup.local_plain_jobs(self)
         self.dispatch = startup.make_dispatch(self)
         self.recording = Recording(
             self.connection, self.run_id, self.workdir, self.settings.catalog, self.logger
@@ -93,9 +93,7 @@ class Executor(RemoteExecutor):
             self.dispatch.handle(v.DagPlanned(planned, time.time()))
         if not self.dispatch.hub:  # no hub, no events: Dask's list is the membership
             self.dispatch.handle(v.ServersPolled(self.connection.workers(), time.time()))
-        startup.announce_fleet(
-            self.logger.info, self.connection, len(fleet.servers), workflow.rules
-        )
+        startup.announce_fleet(self)
         self._ready = True
 
     # -- stimuli in --------------------------------------------------------------------
@@ -230,6 +228,7 @@ class Executor(RemoteExecutor):
         """Ctrl-C: drop queued jobs, stop running ones, then remove their outputs."""
         self._inbox.put(v.CancelAll(time.time()))
         self._handle_inbox()
+        self.local_jobs.stop()
         for info in active_jobs:
             remove_outputs(output_specs(info.job))
 
@@ -248,3 +247,4 @@ class Executor(RemoteExecutor):
                 self.recording.finished(ok=self.dispatch.failures == 0)
             finally:
                 self.connection.close()
+                self.local_jobs.close()

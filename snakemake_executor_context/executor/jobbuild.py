@@ -157,6 +157,7 @@ class SpecBuilder:
             shell_exec=job.resources.get("shell_exec"),
             run_id=self.run_id,
             reuse=not getattr(self.workflow.executor_settings, "agnostic", False),
+            cleanup_scripts=bool(self.workflow.execution_settings.cleanup_scripts),
         )
 
     def _script_source(self, job: Any) -> tuple[Any, ...]:

@@ -296,3 +296,17 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=120.0,
         metadata={"help": "Seconds an idle pilot is kept before it is released.", "env_var": False},
     )
+    plain_jobs: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Where plain jobs (no context, no GPU, not in a group) run. "
+            "'local': in Snakemake's own process, as with --executor local (local "
+            "rules: logs, benchmarks, retries and conda are local's; no per-job "
+            "Snakemake start). 'servers': on the context servers, each as its own "
+            "Snakemake job process. Default: 'local' with the embedded cluster (same "
+            "machine), 'servers' when attached to a cluster.",
+            "env_var": False,
+            "required": False,
+            "choices": ["local", "servers"],
+        },
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from .settings import ExecutorSettings
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
+    from .localjobs import LocalJobs, NoLocalJobs
 
 __all__ = [
     "NO_TLS_VARIABLE",
@@ -29,6 +30,7 @@ __all__ = [
     "connect",
     "dispatch_options",
     "group_warning",
+    "local_plain_jobs",
     "log_dask_to_file",
     "make_dispatch",
     "planned_jobs",
@@ -206,6 +208,47 @@ def wait_for_server(settings: ExecutorSettings, connection: ClusterConnection, r
     return math.inf
 
 
+def local_plain_jobs(executor: Any) -> LocalJobs | NoLocalJobs:
+    """Mark the plain rules local when plain jobs run in Snakemake's process (see
+    :mod:`.localjobs`), and have the servers start their zygotes now if plain jobs
+    will still reach them; the local jobs' watchdog."""
+    from .localjobs import LocalJobs, NoLocalJobs, local_plain_rules, mark_local, run_locally
+
+    workflow = executor.workflow
+    local: LocalJobs | NoLocalJobs = NoLocalJobs()
+    # A pool's pilots are the servers: plain jobs go there, not to the login node.
+    embedded = executor.connection.embedded and not executor.connection.pool_kinds()
+    if run_locally(executor.settings.plain_jobs, embedded):
+        names = local_plain_rules(workflow)
+        if names:
+            mark_local(workflow, names)
+            say = executor.logger.info
+            say(f"Context executor: plain rules run locally: {', '.join(sorted(names))}.")
+            local = LocalJobs(workflow)
+    if _plain_jobs_for_servers(workflow):
+        from ..server.plain import warm_zygote
+
+        try:  # quick: each server only starts a process that imports in the background
+            executor.connection.client.run(warm_zygote, on_error="return")
+        except Exception as error:
+            executor.logger.debug(f"Cannot warm the servers' zygotes: {error}")
+    return local
+
+
+def _plain_jobs_for_servers(workflow: Any) -> bool:
+    """Whether some job of the DAG runs on a server as Snakemake's job command (a
+    group, or a rule without a context that is not local)."""
+    try:
+        return any(
+            not job.is_local
+            and (job.group is not None or not constant_resource(job.rule, "context"))
+            for job in workflow.dag.needrun_jobs()
+        )
+    except Exception as error:
+        logging.getLogger(__name__).debug("no plan from the DAG: %r", error)
+        return False
+
+
 def log_dask_to_file(workdir: str, run_id: str) -> None:
     """Dask's client logs go to a file: Snakemake's output stays Snakemake's."""
     path = Path(workdir) / CONTEXT_DIR / "logs" / f"client-{run_id}.log"
@@ -244,10 +287,10 @@ def planned_jobs(
         return None
 
 
-def announce_fleet(
-    say: Callable[[str], None], connection: ClusterConnection, servers: int, rules: Iterable[Any]
-) -> None:
+def announce_fleet(executor: Any) -> None:
     """One line on the fleet, and one on CPU servers standing in for GPUs."""
+    say, connection = executor.logger.info, executor.connection
+    servers, rules = len(executor.dispatch.fleet.servers), executor.workflow.rules
     say(f"Context executor: {servers} server(s) on the {connection.description}.")
     wants_gpu = any(constant_resource(rule, "gpu") for rule in rules)
     info = connection.local.files.read_info() if connection.local else None

@@ -16,8 +16,8 @@ import tempfile
 import time
 import traceback
 import types
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -161,20 +161,42 @@ def _run_script(spec: ContextJobSpec, job: RunningJob) -> list[Any]:
     sys.path.extend(spec.search_paths)
     sys.argv[:] = [spec.script_path]
     records = []
-    for iteration in range(repeats):
-        snakemake = _unpickle_snakemake(spec)
-        snakemake.bench_iteration = iteration if spec.benchmark else None
-        namespace = _script_namespace(spec, snakemake)
-        if spec.benchmark:
-            from snakemake.benchmark import BenchmarkRecord, benchmarked
+    with _script_copy(spec) as real_file:
+        for iteration in range(repeats):
+            snakemake = _unpickle_snakemake(spec)
+            snakemake.bench_iteration = iteration if spec.benchmark else None
+            namespace = _script_namespace(spec, snakemake, real_file)
+            if spec.benchmark:
+                from snakemake.benchmark import BenchmarkRecord, benchmarked
 
-            record = BenchmarkRecord()
-            with benchmarked(os.getpid(), record):
+                record = BenchmarkRecord()
+                with benchmarked(os.getpid(), record):
+                    _exec(code, namespace, job)
+                records.append((record, snakemake))
+            else:
                 _exec(code, namespace, job)
-            records.append((record, snakemake))
-        else:
-            _exec(code, namespace, job)
     return records
+
+
+@contextmanager
+def _script_copy(spec: ContextJobSpec) -> Iterator[str]:
+    """The script's copy under .snakemake/scripts/, as Snakemake writes one for each
+    script job (the script's ``__real_file__``); kept with --skip-script-cleanup."""
+    directory = os.path.join(spec.workdir, ".snakemake", "scripts")
+    os.makedirs(directory, exist_ok=True)
+    suffix = "." + os.path.basename(spec.script_path)
+    descriptor, path = tempfile.mkstemp(suffix=suffix, dir=directory)
+    source = spec.script_source
+    with os.fdopen(descriptor, "wb") as copy:
+        copy.write(source if isinstance(source, bytes) else source.encode())
+    try:
+        yield path
+    finally:
+        if spec.cleanup_scripts:
+            with suppress(FileNotFoundError):
+                os.remove(path)
+        else:
+            print(f"Not cleaning up {path}", file=sys.stderr)
 
 
 def _exec(code: types.CodeType, namespace: dict[str, Any], job: RunningJob) -> None:
@@ -218,7 +240,7 @@ def _set_named(namedlist: Any, name: str, value: Any) -> None:
     setattr(namedlist, name, value)
 
 
-def _script_namespace(spec: ContextJobSpec, snakemake: Any) -> dict[str, Any]:
+def _script_namespace(spec: ContextJobSpec, snakemake: Any, real_file: str) -> dict[str, Any]:
     """The globals the preamble leaves behind in a fresh interpreter."""
     import builtins
 
@@ -229,7 +251,7 @@ def _script_namespace(spec: ContextJobSpec, snakemake: Any) -> dict[str, Any]:
         "__name__": "__main__",
         "__builtins__": builtins,
         "__file__": spec.script_path,
-        "__real_file__": spec.script_path,
+        "__real_file__": real_file,
         "sys": sys,
         "pickle": pickle,
         "snakemake": snakemake,

@@ -1,16 +1,21 @@
-"""A plain job on a server: Snakemake's own job command, as a subprocess."""
+"""A plain job on a server: Snakemake's own job command, forked from the server's
+zygote (:mod:`.zygote`) or, for a command it cannot run the same way, a subprocess."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+from typing import Any
 
 from ..jobspec import JobResult, PlainJobSpec, ServerIdentity
 from .pgroups import GroupRecord, with_parent_death_signal
 from .running import RunningJob
+from .zygote import Zygote, parse_command
 
-__all__ = ["run_plain_job"]
+__all__ = ["run_plain_job", "warm_zygote"]
+
+_zygote = Zygote()
 
 
 def run_plain_job(
@@ -24,24 +29,29 @@ def run_plain_job(
     started = time.time()
     log_path = os.path.join(spec.workdir, spec.log_path)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            with_parent_death_signal(spec.command),
-            cwd=spec.workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            # A group of its own (killed whole if the server dies), in the cluster's
-            # session (which a kill of the embedded cluster still reaches).
-            process_group=0,
-        )
-        if groups is not None:
-            groups.add(process.pid)
-        running.process = process
-        if running.cancel_requested:
-            running.kill_process()
-        returncode = process.wait()
-        if groups is not None:
+    parsed = parse_command(spec.command)
+    env = {**os.environ, **parsed[0]} if parsed else {}
+    if parsed and _zygote.usable(env):
+        # Forked by the server's zygote, in a process group of its own (see zygote.py).
+        process: Any = _zygote.start(parsed[1], spec.workdir, env, log_path)
+    else:
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                with_parent_death_signal(spec.command),
+                cwd=spec.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # A group of its own (killed whole if the server dies), in the cluster's
+                # session (which a kill of the embedded cluster still reaches).
+                process_group=0,
+            )
+    if groups is not None and process.pid:
+        groups.add(process.pid)
+    try:
+        returncode = _wait(process, running)
+    finally:
+        if groups is not None and process.pid:
             groups.remove(process.pid)
     result = JobResult(
         key=spec.key,
@@ -60,3 +70,17 @@ def run_plain_job(
             f"{returncode} on {server.describe()}; its log is {log_path}."
         )
     return result
+
+
+def warm_zygote() -> None:
+    """Start this server's zygote now, so that its first plain job finds it ready."""
+    _zygote.warm()
+
+
+def _wait(process: Any, running: RunningJob) -> int:
+    if not process.pid:  # the zygote died before it forked the job
+        return -1
+    running.process = process
+    if running.cancel_requested:
+        running.kill_process()
+    return int(process.wait())

@@ -18,6 +18,7 @@ from ..fleet.keys import is_attempt_key
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
 from .cache import probe
 from .drain import install_drain
+from .plain import warm_zygote
 from .server import ContextServer, ServerConfig
 
 __all__ = [
@@ -91,6 +92,8 @@ class ContextServerPlugin(WorkerPlugin):
             threading.Thread(
                 target=_hold_lease, args=(worker, server, config.lease), daemon=True
             ).start()
+        if config.warm_zygote:
+            warm_zygote()
         # Worker plugins are set up before the worker registers with the scheduler,
         # and events sent before that are dropped: announce once it is connected.
         worker.loop.add_callback(_announce_when_connected, worker, server)

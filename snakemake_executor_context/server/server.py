@@ -50,6 +50,9 @@ class ServerConfig:
     lease: float = 30.0
     #: Seconds between SIGTERM and the server's exit (:mod:`.drain`).
     drain_grace: float = 30.0
+    #: Start the plain-job zygote at once (a persistent cluster), not at the first
+    #: plain job (the embedded cluster, whose plain jobs mostly run locally).
+    warm_zygote: bool = False
 
 
 class ContextServer:

@@ -1,0 +1,229 @@
+"""Plain jobs in Snakemake's own process: which rules run there, and the watchdog
+that leaves none of their processes behind.
+
+On the embedded cluster the servers share the machine with Snakemake, so a plain job
+(no context, no GPU, not in a group) gains nothing from a server: the executor marks
+its rule local at start and Snakemake's own local executor runs it (in threads of
+Snakemake's process that start its commands, as under any remote executor), with
+local's logs, benchmarks, retries and software deployment.
+
+Snakemake's local executor leaves its jobs' processes running when only its own PID
+gets SIGINT or SIGTERM, or when it dies. Here every process in Snakemake's session
+below it (the embedded cluster has a session of its own) is stopped: on Ctrl-C by
+:meth:`LocalJobs.stop`, on SIGTERM by a thread that sees Snakemake's graceful
+shutdown begin, and on Snakemake's death by a watchdog process that snapshots those
+processes four times a second and stops them when its pipe from Snakemake closes
+without a goodbye.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from ..jobspec import remove_outputs
+from .jobbuild import output_specs
+
+__all__ = ["LocalJobs", "NoLocalJobs", "local_plain_rules", "mark_local", "run_locally"]
+
+#: Seconds between two snapshots of the watchdog, and between two looks for SIGTERM.
+WATCH_SECONDS = 0.25
+#: What Snakemake tells the watchdog at a normal end.
+BYE = b"bye\n"
+#: Seconds a stopped process gets between SIGTERM and SIGKILL.
+GRACE_SECONDS = 2.0
+
+
+def run_locally(setting: str | None, embedded: bool) -> bool:
+    """Whether plain jobs run in Snakemake's process (``--context-plain-jobs``;
+    default: yes on the embedded cluster, no on an attached one)."""
+    if setting is None:
+        return embedded
+    return setting == "local"
+
+
+def _asks_for(rule: Any, name: str) -> bool:
+    """The rule sets resource ``name`` to a non-zero constant or to a function."""
+    resources = getattr(rule, "resources", None)
+    if resources is None or name not in resources:
+        return False
+    resource = resources[name]
+    return bool(resource.is_evaluable() or resource.value)
+
+
+def local_plain_rules(workflow: Any) -> list[str]:
+    """Rules whose jobs can run locally: no context, no GPU, no group (a ``group:``,
+    ``--groups``, or the pipe groups found in the DAG), not local already, and neither
+    ``shadow:`` nor ``run:``. Under a remote executor Snakemake runs local jobs in
+    threads of its own process, where a shadow job's chdir would move them all and a
+    ``run:`` block's Python cannot be stopped (Ctrl-C would wait for it)."""
+    from snakemake.io import is_flagged
+
+    dag = getattr(workflow, "dag", None)
+    grouped = {job.rule.name for job in getattr(dag, "_group", {}) or {}}
+    names = []
+    for rule in workflow.rules:
+        if (
+            workflow.is_local(rule)
+            or rule.group is not None
+            or rule.shadow_depth
+            or rule.is_run
+            or rule.name in grouped
+            or _asks_for(rule, "context")
+            or _asks_for(rule, "gpu")
+            or any(is_flagged(f, "pipe") or is_flagged(f, "service") for f in rule.output)
+        ):
+            continue
+        names.append(rule.name)
+    return names
+
+
+def mark_local(workflow: Any, names: Iterable[str]) -> None:
+    """Make the rules local, as a ``localrules:`` directive would have (the jobs
+    already built forget resources evaluated as remote, like ``tmpdir``)."""
+    names = set(names)
+    workflow._localrules.update(names)
+    for job in getattr(workflow.dag, "jobs", ()):
+        if job.rule.name in names:
+            job._resources = None
+            job._scheduler_resources = None
+
+
+def _below(root: int, skip: set[int]) -> list[Any]:
+    """Processes below ``root`` in its session (not the embedded cluster, which has a
+    session of its own, nor ``skip``)."""
+    import psutil
+
+    try:
+        session = os.getsid(root)
+        found = psutil.Process(root).children(recursive=True)
+    except (psutil.Error, OSError):
+        return []
+    below = []
+    for process in found:
+        try:
+            if process.pid not in skip and os.getsid(process.pid) == session:
+                below.append(process)
+        except OSError:
+            continue
+    return below
+
+
+def _stop(processes: list[Any]) -> None:
+    """SIGTERM, then SIGKILL for those alive after the grace period."""
+    import psutil
+
+    for process in processes:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=GRACE_SECONDS)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+
+
+class NoLocalJobs:
+    """No plain job runs locally: nothing to stop."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+class LocalJobs:
+    """The local plain jobs of one run: the watchdog, and stopping their processes."""
+
+    def __init__(self, workflow: Any) -> None:
+        self.workflow = workflow
+        self._done = threading.Event()
+        self.watchdog = subprocess.Popen(
+            [sys.executable, "-m", __name__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        threading.Thread(target=self._watch_sigterm, name="context-sigterm", daemon=True).start()
+
+    def stop(self) -> None:
+        """Ctrl-C: stop every process the local jobs started, remove their outputs
+        (Snakemake's scheduler, interrupted, no longer does)."""
+        self._stop_processes()
+        scheduler = getattr(self.workflow, "scheduler", None)
+        for job in list(getattr(scheduler, "running", ())):
+            if job.is_local and not job.is_group():
+                remove_outputs(output_specs(job))
+
+    def _stop_processes(self) -> None:
+        _stop(_below(os.getpid(), {self.watchdog.pid}))
+
+    def _watch_sigterm(self) -> None:
+        # Snakemake's SIGTERM handler (set after the executor starts) only flags a
+        # graceful shutdown, which would wait for the local jobs to finish.
+        while not self._done.wait(WATCH_SECONDS):
+            scheduler = getattr(self.workflow, "scheduler", None)
+            if getattr(scheduler, "_user_kill", None) == "graceful":
+                self._stop_processes()  # their jobs fail: Snakemake removes the outputs
+                return
+
+    def close(self) -> None:
+        """The run is over (its jobs ended or were stopped): the watchdog exits, and
+        leaves alone what a job started on purpose to outlive it."""
+        self._done.set()
+        if self.watchdog.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.watchdog.stdin.write(BYE)
+            with contextlib.suppress(OSError):
+                self.watchdog.stdin.close()
+        try:
+            self.watchdog.wait(timeout=GRACE_SECONDS + 5)
+        except subprocess.TimeoutExpired:
+            self.watchdog.kill()
+
+
+def _watchdog() -> None:
+    """Snapshot the processes below Snakemake; stop them once its pipe closes without
+    a goodbye (Snakemake died)."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)  # a terminal's Ctrl-C reaches us too
+    parent, me = os.getppid(), os.getpid()
+    seen: dict[int, Any] = {}
+    while True:
+        ready, _, _ = select.select([sys.stdin.buffer], [], [], WATCH_SECONDS)
+        if ready:
+            data = os.read(sys.stdin.fileno(), 4096)
+            if BYE.strip() in data:
+                return
+            if not data:
+                break
+        if os.getppid() != parent:
+            break
+        current = _below(parent, {me})
+        seen = {pid: p for pid, p in seen.items() if _running(p)}
+        seen.update((p.pid, p) for p in current)
+    _stop([p for p in seen.values() if _running(p)])
+
+
+def _running(process: Any) -> bool:
+    import psutil
+
+    try:
+        return bool(process.is_running())  # compares start times: a reused PID is not it
+    except psutil.Error:
+        return False
+
+
+if __name__ == "__main__":
+    _watchdog()
