@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
@@ -12,12 +13,15 @@ from .conftest import HEADER, TOY_LOADER, TOY_SCRIPT, context_run
 pytestmark = pytest.mark.slow
 
 
-def _cluster_processes() -> list[psutil.Process]:
+def _cluster_processes(workdir: Path | None = None) -> list[psutil.Process]:
+    """Cluster processes (of a workflow directory: its scheduler file lies there; other
+    sessions' clusters on this machine do not count)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
         if "snakemake_executor_context.cluster.serve serve" in cmdline:
-            found.append(proc)
+            if workdir is None or str(workdir) in cmdline:
+                found.append(proc)
     return found
 
 
@@ -122,14 +126,14 @@ def test_dry_run_and_touch_start_no_cluster(make_workflow):
             "scripts/use.py": TOY_SCRIPT,
         }
     )
-    before = {p.pid for p in _cluster_processes()}
+    before = {p.pid for p in _cluster_processes(workdir)}
     dry = context_run(workdir, "-n").check()
     assert "use" in dry.output
     assert not (workdir / ".snakemake/context/cluster").exists()
     (workdir / "out.txt").write_text("old")
     context_run(workdir, "--touch").check()
     assert not (workdir / ".snakemake/context/cluster").exists()
-    assert {p.pid for p in _cluster_processes()} <= before
+    assert {p.pid for p in _cluster_processes(workdir)} <= before
 
 
 def test_twenty_chained_jobs_report_promptly(make_workflow):

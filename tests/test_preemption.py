@@ -121,6 +121,9 @@ def test_a_plain_job_whose_server_is_killed_leaves_no_process_and_writes_once(pr
             preempt,
             "--context-servers",
             "1",
+            # On the server (not Snakemake's own local execution): its kill is the test.
+            "--context-plain-jobs",
+            "servers",
             "--config",
             "count=0",
             "plain=1",
@@ -424,7 +427,13 @@ def test_an_attached_schedulers_allowed_failures_is_checked(make_workflow, tmp_p
     )
     with plain_dask_cluster(tmp_path) as scheduler:
         run = context_run(
-            workdir, "--context-scheduler-file", str(scheduler), "--context-placement", "dask"
+            workdir,
+            "--context-scheduler-file",
+            str(scheduler),
+            "--context-placement",
+            "dask",
+            # A hand-started `dask scheduler` speaks plaintext.
+            "--context-allow-plaintext",
         ).check()
     assert "allowed-failures is 3, below the 13 this run's loss budgets need" in run.output
     assert "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=13" in run.output

@@ -85,13 +85,17 @@ def inject(args: argparse.Namespace) -> int:
     cluster's end."""
     from distributed import Client
 
+    from .attach import resolve_target
+
     files = ClusterFiles(_scheduler_file(args.scheduler_file, timeout=120.0))
     signum = getattr(signal, f"SIG{args.signal}")
     down = args.hold if args.fraction > 0 else args.replace_after
     rng = random.Random(args.seed)
     started = time.time()
     log = args.log.open("a") if args.log else None
-    client = Client(scheduler_file=str(files.scheduler_file), timeout=30, set_as_default=False)
+    # The cluster's own credentials (X.tls/ beside X.json): every port requires them.
+    target = resolve_target(address=None, scheduler_file=files.scheduler_file)
+    client = Client(target.address, security=target.security, timeout=30, set_as_default=False)
     kills = turn = 0
     try:
         next_kill = started + (args.first_after if args.first_after is not None else args.every)
