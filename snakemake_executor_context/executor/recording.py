@@ -99,7 +99,7 @@ class Recording:
 
     def _open_sink(self, snapshot: dict[str, Any] | None, fleet: FleetState) -> EventSink | None:
         """A relay to the cluster's writer, or this process's own writer."""
-        from ..catalog.writer import CatalogWriter, DaskRelay
+        from ..catalog.writer import DaskRelay
 
         if snapshot and snapshot.get("writer"):
             self.location = (snapshot.get("catalog") or {}).get("requested")
@@ -112,14 +112,23 @@ class Recording:
         spec = self.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
         if catalog_disabled(spec):
             return None
+        writer = None
         try:
+            from ..catalog.lease import open_writer
             from ..catalog.seed import placement_measurements
-            from ..catalog.store import open_store
 
-            store = open_store(spec)
-            with store.session() as session:
+            writer = open_writer(
+                spec,
+                owner=f"run {self.run_id}",
+                warn=self.warn_once,
+                say=self._warn,
+                heartbeat_run=self.run_id,
+            )
+            with writer.store.session() as session:
                 fleet.measure.merge_wire(placement_measurements(session))
         except Exception as error:
+            if writer is not None:
+                writer.close(timeout=0.1)
             self.warn_once(
                 f"{error} The run goes on without recording into the catalog."
                 if isinstance(error, ContextExecutorError)
@@ -128,8 +137,8 @@ class Recording:
             )
             return None
         self.writes = True
-        self.location = store.location.describe()
-        return CatalogWriter(store, warn=self.warn_once, heartbeat_run=self.run_id)
+        self.location = writer.store.location.describe()
+        return writer
 
     def _started(self, fleet: FleetState, jobs_total: int | None) -> None:
         """Record the run's start, and (as the writer) the servers it found."""
@@ -193,6 +202,13 @@ class Recording:
         sink, self.sink = self.sink, None
         if sink is not None:
             sink.close(timeout=5.0)
+            dropped = getattr(sink, "dropped", 0)
+            if dropped:
+                self._warn(
+                    f"The context catalog {self.location} did not record {dropped} "
+                    f"event(s) of run {self.run_id} (see the warning above for why). The "
+                    "workflow's results are not affected."
+                )
 
 
 def versions() -> dict[str, str]:
