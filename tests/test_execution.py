@@ -312,7 +312,7 @@ def test_what_a_job_changes_does_not_outlive_it(make_workflow):
         "path": False,
         "argv": [],
         "main_marker": None,
-        "stdout_is_default": "TextIOWrapper",
+        "stdout_is_default": "ThreadRoutedStream",
         "omp": "2",
         "scriptdir_on_path": True,
     }

@@ -167,6 +167,8 @@ class Executor(RemoteExecutor):
                     stimulus, entry = attempt_ended(stimulus, *found, ticket)
                     if entry is not None:
                         self._summary.append(entry)
+                        for warning in entry["warnings"]:
+                            self.logger.warning(warning)
                 self._execute(self.dispatch.handle(stimulus))
 
     # -- commands out ------------------------------------------------------------------

@@ -96,4 +96,6 @@ def summary_entry(result: JobResult, *, placed_by: str, submitted: float) -> dic
         "reused": result.reused,
         "reported": time.time(),
         "submitted": submitted,
+        # What the server warns about the job (threads or files it left behind).
+        "warnings": list(result.extra.get("warnings", ())),
     }

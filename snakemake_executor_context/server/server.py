@@ -194,6 +194,8 @@ class ContextServer:
                 gpu_model=self.gpu_model,
             )
         )
+        for warning in result.extra.get("warnings", ()):
+            logger.warning("%s", warning)
         self.stats.jobs += 1
         if result.cancelled:
             self.stats.jobs_cancelled += 1
@@ -220,7 +222,9 @@ class ContextServer:
         hooks = JobHooks(provider=_Provider(acquire))
         contexts.set_current_job(hooks)
         try:
-            result = run_context_job(spec, self.identity, acquire, running, torch_threads)
+            result = run_context_job(
+                spec, self.identity, acquire, running, torch_threads, self.cache.owned_modules
+            )
         finally:
             contexts.set_current_job(None)
             for identity in held:
