@@ -71,6 +71,8 @@ class ContextJobSpec:
     shell_exec: str | None = None
     #: The run that submitted it (recorded in the catalog).
     run_id: str = ""
+    #: The rule's ``runtime`` resource (minutes): the job is stopped after it.
+    runtime_minutes: float | None = None
 
 
 @dataclass
@@ -85,6 +87,10 @@ class PlainJobSpec:
     outputs: list[str] = field(default_factory=list)
     #: The run that submitted it (recorded in the catalog).
     run_id: str = ""
+    #: The rule's name, for messages about its limits.
+    rule: str = ""
+    #: The rule's ``runtime`` resource (minutes): the job is stopped after it.
+    runtime_minutes: float | None = None
 
 
 @dataclass(frozen=True)

@@ -83,10 +83,9 @@ class _Attempt:
 class Dispatch:
     """The queue, the attempts in flight, requeues and unrunnable jobs of one run.
 
-    ``embedded``: the run owns its cluster, whose fleet is fixed, so a job no server
-    can run fails at once; on an attached cluster it waits ``wait_for_server``
-    seconds for servers to join. ``placement``: ``affinity`` (this project's policy)
-    or ``dask`` (submit at once, Dask chooses).
+    ``embedded``: the run owns its fixed fleet: a job no server can run fails at once
+    (unless none is up: one restarts); attached, it waits ``wait_for_server`` s for
+    servers to join. ``placement``: ``affinity`` (ours) or ``dask`` (Dask chooses).
     """
 
     def __init__(
@@ -378,7 +377,8 @@ class Dispatch:
         for job in list(self._queue):
             if job.waiting_since is None:
                 continue
-            if self.embedded or now - job.waiting_since >= self.wait_for_server:
+            fixed = self.embedded and bool(self.fleet.servers)  # none: one restarts
+            if fixed or now - job.waiting_since >= self.wait_for_server:
                 self._fail_unrunnable(job, now, out)
         for attempt in list(self._attempts.values()):
             job = attempt.job

@@ -30,6 +30,7 @@ __all__ = [
     "output_specs",
     "priority",
     "rule_name",
+    "runtime_minutes",
     "ticket",
     "title",
 ]
@@ -93,6 +94,8 @@ class SpecBuilder:
             log_path=self.log_path(job, key),
             outputs=[str(f) for f in job.output],
             run_id=self.run_id,
+            rule=rule_name(job),
+            runtime_minutes=runtime_minutes(job),
         )
 
     def context(self, job: Any, key: str, declaration: ContextDeclaration) -> ContextJobSpec:
@@ -153,6 +156,7 @@ class SpecBuilder:
             log_path=self.log_path(job, key),
             shell_exec=job.resources.get("shell_exec"),
             run_id=self.run_id,
+            runtime_minutes=runtime_minutes(job),
         )
 
     def _script_source(self, job: Any) -> tuple[Any, ...]:
@@ -234,3 +238,11 @@ def priority(job: Any) -> int:
     """Snakemake's job priority, clamped for Dask."""
     priority = getattr(job, "priority", 0) or 0
     return int(max(-(10**9), min(10**9, priority)))
+
+
+def runtime_minutes(job: Any) -> float | None:
+    """The job's ``runtime`` resource in minutes (Snakemake's unit), or None."""
+    value = job.resources.get("runtime") if hasattr(job.resources, "get") else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None

@@ -47,6 +47,9 @@ def connect(settings: ExecutorSettings, workdir: str, run_id: str) -> ClusterCon
             scheduler_file=Path(settings.scheduler_file) if settings.scheduler_file else None,
             timeout=settings.connect_timeout,
         )
+    from .serverlimits import export_server_limits
+
+    export_server_limits(settings)
     return ClusterConnection.start_embedded(
         Path(workdir) / CONTEXT_DIR / "cluster" / f"{run_id}.json",
         servers=settings.servers,

@@ -30,7 +30,7 @@ __all__ = [
 
 def execute_job(spec: ContextJobSpec | PlainJobSpec) -> JobResult:
     """Run a job on the server of the worker this task landed on."""
-    return ContextServer.current().run(spec)
+    return ContextServer.current().run_bounded(spec)
 
 
 async def cancel_jobs(keys: list[str], grace: float = 10.0) -> dict[str, str]:

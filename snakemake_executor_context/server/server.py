@@ -24,6 +24,7 @@ from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec, ServerIdentity
 from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
 from .inprocess import run_context_job
 from .isolation import torch_threads
+from .limits import MemoryWatchdog, memory_cap, memory_message, process_tree_rss, run_limited
 from .plain import run_plain_job
 from .running import RunningJob
 
@@ -43,6 +44,12 @@ class ServerConfig:
     gpu: dict[str, Any] | None = None
     #: Memory of the server in bytes (its share of RAM); 0 = ask the worker.
     memory_bytes: int = 0
+    #: Memory cap of the server and its children ("8GB"); "" reads
+    #: SNAKEMAKE_CONTEXT_MEMORY_CAP; "none": no cap (see :mod:`.limits`).
+    memory_cap: str = ""
+    #: Restart after this many jobs left threads running (0: never); -1 reads
+    #: SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS (default 3).
+    recycle_after_leaks: int = -1
 
 
 class ContextServer:
@@ -81,6 +88,12 @@ class ContextServer:
         )
         self._lock = threading.RLock()
         self._running: dict[str, RunningJob] = {}
+        self.leaky_jobs = 0
+        self.recycle_after = _recycle_after(config.recycle_after_leaks)
+        self.memory_cap = _memory_cap(config.memory_cap)
+        self._watchdog = (
+            MemoryWatchdog(self.memory_cap, self._memory_exceeded) if self.memory_cap else None
+        )
 
     # -- the process-wide instance -------------------------------------------------
 
@@ -154,6 +167,52 @@ class ContextServer:
 
     # -- jobs ----------------------------------------------------------------------
 
+    def run_bounded(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
+        """Run one job under its limits (runtime, memory cap), if it has any."""
+        if spec.runtime_minutes is None and self.memory_cap is None:
+            return self.run(spec)
+        return run_limited(self, spec)
+
+    def running_job(self, key: str) -> RunningJob | None:
+        """The running job of that key, if it runs here."""
+        with self._lock:
+            return self._running.get(key)
+
+    def _memory_exceeded(self, rss: int) -> None:
+        assert self.memory_cap is not None
+        with self._lock:
+            jobs = [job for job in self._running.values() if not job.limit]
+        for job in jobs:
+            job.limit = memory_message(self.memory_cap, rss)
+
+    def after_memory_stop(self, key: str, reason: str) -> None:
+        """A job stopped by the memory cap: restart if the memory stays above it."""
+        if self.memory_cap is not None and "memory cap" in reason:
+            rss = process_tree_rss()
+            if rss > self.memory_cap:
+                self.restart_after(key, f"still {rss} bytes in use after stopping {key}")
+
+    def restart_after(self, key: str, why: str) -> None:
+        """End this server's process once the executor has the result of ``key``
+        (at most a minute later); its nanny starts a fresh one."""
+        worker = self._worker
+        if worker is None:
+            logger.warning("cannot restart %s (%s): no worker", self.identity.describe(), why)
+            return
+
+        def wait_and_exit() -> None:
+            import time
+
+            deadline = time.monotonic() + 60.0
+            while time.monotonic() < deadline and key in getattr(worker.state, "tasks", {}):
+                time.sleep(0.2)
+            logger.warning("restarting %s: %s", self.identity.describe(), why)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(75)
+
+        threading.Thread(target=wait_and_exit, name="snakemake-context-restart").start()
+
     def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
         """Run one job and report its outcome; never raises for a job's own failure."""
         running = RunningJob(key=spec.key, thread_id=threading.get_ident())
@@ -174,6 +233,7 @@ class ContextServer:
             result.evicted = list(trace.evicted)
             result.conversions, result.reload_seconds = trace.conversions, trace.reload_seconds
         finally:
+            running.leave_phase()
             self.cache.stop_tracking()
             with self._lock:
                 self._running.pop(spec.key, None)
@@ -196,6 +256,14 @@ class ContextServer:
         )
         for warning in result.extra.get("warnings", ()):
             logger.warning("%s", warning)
+        if result.extra.get("leaks", {}).get("threads"):
+            self.leaky_jobs += 1
+            if self.recycle_after and self.leaky_jobs >= self.recycle_after:
+                result.extra.setdefault("warnings", []).append(
+                    f"{self.identity.describe()} restarts: {self.leaky_jobs} jobs left "
+                    "threads running (--context-recycle-after-leaks)."
+                )
+                self.restart_after(spec.key, f"{self.leaky_jobs} jobs left threads running")
         self.stats.jobs += 1
         if result.cancelled:
             self.stats.jobs_cancelled += 1
@@ -251,7 +319,9 @@ class ContextServer:
         return outcome
 
     def shutdown(self) -> None:
-        """Stop every running job (the worker is closing)."""
+        """Stop every running job and the memory watchdog (the worker is closing)."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
         with self._lock:
             keys = list(self._running)
         if keys:
@@ -286,3 +356,20 @@ def _total_memory() -> int:
     import psutil
 
     return int(psutil.virtual_memory().total)
+
+
+def _memory_cap(text: str) -> int | None:
+    try:
+        return memory_cap(text or None)
+    except ValueError as error:
+        logger.warning("no memory cap: %s", error)
+        return None
+
+
+def _recycle_after(count: int) -> int:
+    if count >= 0:
+        return count
+    try:
+        return max(0, int(os.environ.get("SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS", "3")))
+    except ValueError:
+        return 3
