@@ -169,7 +169,10 @@ class ContextCache:
         return entry.obj
 
     def _load(self, declaration: ContextDeclaration) -> tuple[Any, float, bool]:
+        from .isolation import new_local_modules
+
         record = LoadRecord()
+        modules_before = set(sys.modules)  # before the probe, which imports the loader
         self._emit(
             ev.ContextLoading(
                 address=self.address,
@@ -180,10 +183,7 @@ class ContextCache:
                 from_cache=probe(declaration),
             )
         )
-        from .isolation import new_local_modules
-
         before = self._memory_in_use()
-        modules_before = set(sys.modules)
         started = time.perf_counter()
         try:
             obj = contexts.call_loader(declaration, record)

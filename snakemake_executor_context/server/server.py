@@ -89,6 +89,8 @@ class ContextServer:
         self._lock = threading.RLock()
         self._running: dict[str, RunningJob] = {}
         self.leaky_jobs = 0
+        #: Set when the process is about to end for a restart: no job starts any more.
+        self._closing = False
         self.recycle_after = _recycle_after(config.recycle_after_leaks)
         self.memory_cap = _memory_cap(config.memory_cap)
         self._watchdog = (
@@ -206,6 +208,14 @@ class ContextServer:
             deadline = time.monotonic() + 60.0
             while time.monotonic() < deadline and key in getattr(worker.state, "tasks", {}):
                 time.sleep(0.2)
+            # Jobs that started meanwhile finish first; later ones wait for the end
+            # (their server is lost, and the executor requeues them).
+            while True:
+                with self._lock:
+                    if not set(self._running) - {key}:
+                        self._closing = True
+                        break
+                time.sleep(0.2)
             logger.warning("restarting %s: %s", self.identity.describe(), why)
             sys.stdout.flush()
             sys.stderr.flush()
@@ -218,7 +228,11 @@ class ContextServer:
         running = RunningJob(key=spec.key, thread_id=threading.get_ident())
         identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
         with self._lock:
-            self._running[spec.key] = running
+            closing = self._closing
+            if not closing:
+                self._running[spec.key] = running
+        if closing:
+            threading.Event().wait()  # this process ends in a moment (restart_after)
         self.emit(
             ev.JobStarted(
                 run_id=spec.run_id, key=spec.key, address=self.identity.address, context=identity
