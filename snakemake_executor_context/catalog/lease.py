@@ -256,6 +256,12 @@ def open_writer(
             return open_writer(
                 own, owner=owner, warn=warn, say=say, heartbeat_run=heartbeat_run, fallback=False
             )
+        except OSError as error:
+            raise CatalogError(
+                f"Cannot open the catalog {location.describe()}: {type(error).__name__}: "
+                f"{error}. Fix: give a writable path or a reachable database URL "
+                "(--context-catalog, or `snakemake-context up --catalog`)."
+            ) from error
         if taken is not None:
             say(
                 f"The context catalog {location.requested} had a writer lease without a "
