@@ -198,3 +198,52 @@ def test_a_leaked_thread_writes_into_no_other_jobs_log(make_workflow, one_server
     assert "left 1 thread(s) still running" in leaky_log.read_text()
     cluster_log = one_server.with_suffix(".log").read_text()
     assert "LEAKED-PRINT" in cluster_log and "LEAKED-FD" in cluster_log
+
+
+PID_SCRIPT = """
+import os
+import threading
+import time
+
+if snakemake.rule == "leaky":
+    threading.Thread(target=time.sleep, args=(30,), name="sleeper", daemon=True).start()
+with open(snakemake.output[0], "w") as f:
+    f.write(str(os.getpid()))
+"""
+
+
+def test_a_server_that_keeps_leaking_is_recycled(make_workflow):
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
+                rule all:
+                    input: "leaky.txt", "after.txt"
+
+                rule leaky:
+                    output: "leaky.txt"
+                    priority: 10
+                    resources: context="toy"
+                    script: "scripts/pid.py"
+
+                rule after:
+                    output: "after.txt"
+                    resources: context="toy"
+                    script: "scripts/pid.py"
+            """),
+            "loader.py": TOY_LOADER,
+            "scripts/pid.py": PID_SCRIPT,
+        }
+    )
+    run = context_run(
+        workdir,
+        "--context-servers",
+        "1",
+        "--context-recycle-after-leaks",
+        "1",
+        "--jobs",
+        "1",
+    ).check()
+    assert "restarts: 1 jobs left threads running (--context-recycle-after-leaks)" in run.output
+    leaky, after = ((workdir / f"{name}.txt").read_text() for name in ("leaky", "after"))
+    assert leaky != after  # the second job ran in a fresh server process

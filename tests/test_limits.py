@@ -216,3 +216,14 @@ def test_a_one_minute_runtime_stops_a_300_s_sleep_within_75_s(make_workflow):
     assert 60 <= failed_at - started <= 75, (failed_at - started, run.output)
     # The server restarted and ran the next job (one server, one job at a time).
     assert (workdir / "later.txt").read_text() == "ran", run.output
+
+
+def test_a_bad_memory_cap_is_one_line(make_workflow):
+    snakefile = "rule a:\n    output: 'a'\n    shell: 'touch {output}'\n"
+    workdir = make_workflow({"Snakefile": snakefile})
+    run = context_run(workdir, "--context-memory-cap", "lots")
+    assert run.returncode != 0
+    assert "--context-memory-cap 'lots': memory cap 'lots' is not a size; give one like" in (
+        run.output
+    )
+    assert "Traceback (most recent call last)" not in run.output

@@ -196,7 +196,8 @@ class ContextServer:
 
     def restart_after(self, key: str, why: str) -> None:
         """End this server's process once the executor has the result of ``key``
-        (at most a minute later); its nanny starts a fresh one."""
+        (at most a minute later) and the jobs running now have ended; its nanny starts
+        a fresh one. No job starts here any more."""
         worker = self._worker
         if worker is None:
             logger.warning("cannot restart %s (%s): no worker", self.identity.describe(), why)
@@ -208,12 +209,10 @@ class ContextServer:
             deadline = time.monotonic() + 60.0
             while time.monotonic() < deadline and key in getattr(worker.state, "tasks", {}):
                 time.sleep(0.2)
-            # Jobs that started meanwhile finish first; later ones wait for the end
-            # (their server is lost, and the executor requeues them).
+            # Jobs already running finish first.
             while True:
                 with self._lock:
                     if not set(self._running) - {key}:
-                        self._closing = True
                         break
                 time.sleep(0.2)
             logger.warning("restarting %s: %s", self.identity.describe(), why)
@@ -221,6 +220,10 @@ class ContextServer:
             sys.stderr.flush()
             os._exit(75)
 
+        with self._lock:
+            # Jobs that arrive from now on wait for the end: their server is lost, and
+            # the executor requeues them onto the fresh one.
+            self._closing = True
         threading.Thread(target=wait_and_exit, name="snakemake-context-restart").start()
 
     def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
