@@ -129,6 +129,13 @@ with open(snakemake.output[0], "w") as f:
     f.write("should not get here")
 """
 
+STUCK = """
+import time
+
+hog = bytearray(1200 * 2**20)  # 1.2 GiB, touched
+time.sleep(300)
+"""
+
 
 def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
     workdir = make_workflow(
@@ -136,12 +143,19 @@ def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
             "Snakefile": HEADER
             + textwrap.dedent("""
                 rule all:
-                    input: "hog.txt", expand("fine/{i}.txt", i=range(3))
+                    input: "hog.txt", "stuck.txt", expand("fine/{i}.txt", i=range(3))
 
                 rule hog:
                     output: "hog.txt"
+                    priority: 10
                     resources: context="toy"
                     script: "scripts/hog.py"
+
+                rule stuck:
+                    output: "stuck.txt"
+                    priority: 5
+                    resources: context="toy"
+                    script: "scripts/stuck.py"
 
                 rule fine:
                     output: "fine/{i}.txt"
@@ -150,6 +164,7 @@ def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
             """),
             "loader.py": TOY_LOADER,
             "scripts/hog.py": HOG,
+            "scripts/stuck.py": STUCK,
             "scripts/after.py": AFTER,
         }
     )
@@ -160,6 +175,8 @@ def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
         "--context-memory-cap",
         "1GB",
         "--keep-going",
+        "--jobs",
+        "1",
         timeout=200,
     )
     assert run.returncode != 0
@@ -169,6 +186,13 @@ def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
         run.output,
     ), run.output
     assert not (workdir / "hog.txt").exists()
+    # Above the cap and blocked in C: it fails at once, and its server restarts.
+    assert re.search(
+        r"Rule 'stuck'.*: stopped by the server's memory cap .* It did not stop within 5 s "
+        r"of being cancelled, so cpu0 .* restarts",
+        run.output,
+    ), run.output
+    assert not (workdir / "stuck.txt").exists()
     assert all((workdir / f"fine/{i}.txt").read_text() == "ran" for i in range(3))
 
 
