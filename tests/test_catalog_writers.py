@@ -244,3 +244,63 @@ def test_a_planted_local_directory_is_refused(tmp_path, nfs, monkeypatch):
     monkeypatch.setattr(store.os, "getuid", lambda: real_uid)
     store.open_store(requested).close()
     assert (planted.stat().st_mode & 0o777) == 0o700
+
+
+class _StubClient:
+    """A Dask client whose scheduler has no hub (see RUN above)."""
+
+    def subscribe_topic(self, *args):
+        pass
+
+    def unsubscribe_topic(self, *args):
+        pass
+
+    def run_on_scheduler(self, *args):
+        raise OSError("no hub on this scheduler")
+
+    register_plugin = run_on_scheduler
+
+    def run(self, *args, **kwargs):
+        return {}
+
+
+class _StubConnection:
+    client = _StubClient()
+    description = "stub"
+
+
+class _Log:
+    def __init__(self):
+        self.lines = []
+
+    def warning(self, message):
+        self.lines.append(message)
+
+    info = warning
+
+
+def test_events_a_run_could_not_record_are_counted_and_reported(tmp_path, monkeypatch):
+    import sqlite3
+
+    from snakemake_executor_context.executor.recording import Recording
+    from snakemake_executor_context.fleet.state import FleetState
+
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_MS", 100)
+    path = tmp_path / "catalog.db"
+    log = _Log()
+    recording = Recording(_StubConnection(), "r", str(tmp_path), str(path), log)
+    recording.begin(FleetState(), lambda e: None, jobs_total=3, declarations=[])
+    blocker = sqlite3.connect(path, timeout=0)
+    blocker.execute("BEGIN EXCLUSIVE")  # the catalog stays locked to the run's end
+    try:
+        for i in range(3):
+            for event in _job_events("r", i):
+                recording.emit(event)
+        recording.finished(ok=True)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    (report,) = [line for line in log.lines if "did not record" in line]
+    dropped = int(report.split("did not record ")[1].split()[0])
+    assert dropped >= 3 * 4, report  # every job event at least, and said so
+    assert any("cannot be written" in line for line in log.lines), log.lines

@@ -124,11 +124,16 @@ class _Worker(EventSink):
             return False
         return True
 
+    def unwritten(self) -> int:
+        """Events queued or kept back for a retry."""
+        return self._pending
+
     def flush(self, timeout: float) -> bool:
-        """Wait until every queued event is handled; False on timeout."""
+        """Wait until every queued event is handled (written, or sent); False on
+        timeout."""
         deadline = time.monotonic() + timeout
         with self._idle:
-            while self._pending > 0:
+            while self.unwritten() > 0:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
                     return False
@@ -143,11 +148,11 @@ class _Worker(EventSink):
             deadline = time.monotonic() + max(timeout, patience)
             while True:
                 with self._idle:
-                    before = self._pending
+                    before = self.unwritten()
                 if self.flush(min(timeout, max(0.0, deadline - time.monotonic()))):
                     break
                 with self._idle:
-                    stalled = self._pending >= before
+                    stalled = self.unwritten() >= before
                 if stalled or time.monotonic() >= deadline or not self._thread.is_alive():
                     break
             self._stop.set()
@@ -265,6 +270,10 @@ class CatalogWriter(_Worker):
             self.written += len(chunk)
             self._dirty = True
         self._maybe_snapshot(now)
+
+    def unwritten(self) -> int:
+        """Events queued, or kept back after a failed write for the next retry."""
+        return self._pending + len(self._backlog)
 
     def _renew_lease(self, now: float) -> None:
         from .lease import LEASE_HEARTBEAT_SECONDS
