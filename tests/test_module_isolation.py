@@ -59,3 +59,35 @@ def test_a_context_keeps_its_modules_until_evicted_and_a_job_forgets_its_own(tmp
         sys.path[:] = saved_path
         for name in ("model_a", "model_b", "helper_x"):
             sys.modules.pop(name, None)
+
+
+OUTPUT = textwrap.dedent("""
+    import os, sys, threading, time
+    from snakemake_executor_context.server.output import context_loading, job_output
+
+    log_path, kept = sys.argv[1], sys.argv[2]
+    with open(log_path, "wb") as log:
+        with job_output("the job", log.fileno()) as leaks:
+            with context_loading():  # what a loader starts belongs to its context
+                threading.Thread(target=time.sleep, args=(5,), name="model-pool").start()
+                model_file = os.open(kept + ".model", os.O_WRONLY | os.O_CREAT)
+            threading.Thread(target=time.sleep, args=(5,), name="script-thread").start()
+            script_file = os.open(kept + ".script", os.O_WRONLY | os.O_CREAT)
+            print("in the job's log")
+    print(leaks.threads, [fd.split(" -> ")[1] for fd in leaks.fds])
+    os._exit(0)
+""")
+
+
+def test_a_loaders_threads_and_files_are_the_contexts_not_the_jobs_leaks(tmp_path):
+    import subprocess
+
+    found = subprocess.run(
+        [sys.executable, "-c", OUTPUT, str(tmp_path / "job.log"), str(tmp_path / "kept")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == f"['script-thread'] ['{tmp_path / 'kept.script'}']"
+    assert (tmp_path / "job.log").read_text() == "in the job's log\n"

@@ -170,6 +170,7 @@ class ContextCache:
 
     def _load(self, declaration: ContextDeclaration) -> tuple[Any, float, bool]:
         from .isolation import new_local_modules
+        from .output import context_loading
 
         record = LoadRecord()
         modules_before = set(sys.modules)  # before the probe, which imports the loader
@@ -186,7 +187,8 @@ class ContextCache:
         before = self._memory_in_use()
         started = time.perf_counter()
         try:
-            obj = contexts.call_loader(declaration, record)
+            with context_loading():
+                obj = contexts.call_loader(declaration, record)
         except (ContextLoadError, JobCancelled) as error:
             self._load_failed(declaration, error)
             raise

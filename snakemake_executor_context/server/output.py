@@ -10,7 +10,8 @@ cannot tell threads apart (the job's own fd-level output then goes there too,
 and its log says so).
 
 At a job's end, :func:`job_output` reports the threads the job left running and
-the file descriptors it left open (:class:`Leaks`).
+the file descriptors it left open (:class:`Leaks`). Threads a context's loader
+starts belong to the context (:func:`context_loading`), not to the job.
 """
 
 from __future__ import annotations
@@ -24,13 +25,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-__all__ = ["JobOutput", "Leaks", "ThreadRoutedStream", "install", "job_output", "open_fds"]
+__all__ = [
+    "JobOutput",
+    "Leaks",
+    "ThreadRoutedStream",
+    "context_loading",
+    "install",
+    "job_output",
+    "open_fds",
+]
 
 _OWNER = "_snakemake_context_job"
+_LOADING = "_snakemake_context_loading"
 _lock = threading.Lock()
 _installed: dict[str, ThreadRoutedStream] = {}
 #: Jobs that left threads running, whose threads may still be alive.
 _leakers: list[JobOutput] = []
+#: Files opened while a context loaded: the context's, not a job's leak.
+_context_fds: dict[int, str] = {}
 
 
 @dataclass(eq=False)
@@ -80,11 +92,30 @@ _original_start = threading.Thread.start
 
 
 def _start(self: threading.Thread) -> None:
-    """Thread.start, remembering which job's thread started the new one."""
+    """Thread.start, remembering which job's thread started the new one (not while
+    it loads a context: such threads belong to the context, like its modules)."""
     owner = _owner()
-    if owner is not None:
+    if owner is not None and not getattr(threading.current_thread(), _LOADING, False):
         setattr(self, _OWNER, owner)
     _original_start(self)
+
+
+@contextmanager
+def context_loading() -> Iterator[None]:
+    """Threads started inside belong to the context being loaded, not to the job:
+    they are neither the job's leaks nor does their output go to its log."""
+    thread = threading.current_thread()
+    previous = getattr(thread, _LOADING, False)
+    setattr(thread, _LOADING, True)
+    before = open_fds()
+    try:
+        yield
+    finally:
+        setattr(thread, _LOADING, previous)
+        with _lock:
+            _context_fds.update(
+                (fd, target) for fd, target in open_fds().items() if before.get(fd) != target
+            )
 
 
 class ThreadRoutedStream(io.TextIOBase):
@@ -183,7 +214,10 @@ def _leaked_fds(before: dict[int, str], after: dict[int, str]) -> list[str]:
     return [
         f"{fd} -> {target}"
         for fd, target in sorted(after.items())
-        if before.get(fd) != target and target.startswith("/") and not target.startswith("/proc/")
+        if before.get(fd) != target
+        and _context_fds.get(fd) != target
+        and target.startswith("/")
+        and not target.startswith("/proc/")
     ]
 
 
