@@ -241,23 +241,20 @@ class CatalogWriter(_Worker):
         and try it again after a pause, for as long as the writer lives."""
         now = time.monotonic()
         self._renew_lease(now)
-        if self._backlog:
-            if self._failing_since is not None and now - self._failing_since < RETRY_SECONDS:
-                room = max(0, BACKLOG_SIZE - len(self._backlog))
-                self._backlog.extend(batch[:room])
-                self.dropped += max(0, len(batch) - room)
-                return
-            batch, self._backlog = self._backlog + batch, []
-        while batch:
-            chunk = batch[:BATCH_SIZE]
+        # Events stay in the backlog until written, so a flush sees them meanwhile.
+        room = max(0, BACKLOG_SIZE - len(self._backlog))
+        self._backlog.extend(batch[:room])
+        self.dropped += max(0, len(batch) - room)
+        if self._failing_since is not None and now - self._failing_since < RETRY_SECONDS:
+            return
+        while self._backlog:
+            chunk = self._backlog[:BATCH_SIZE]
             try:
                 self._write(chunk)
             except Exception as error:
                 self.recorder.reset()
                 self.failures += 1
                 self._failing_since = now
-                self._backlog = batch[:BACKLOG_SIZE]
-                self.dropped += len(batch) - len(self._backlog)
                 self.warn_once(
                     "write",
                     f"The context catalog {self.store.location.describe()} cannot be "
@@ -265,7 +262,7 @@ class CatalogWriter(_Worker):
                     "kept and retried while this lasts. The workflow is not affected.",
                 )
                 return
-            batch = batch[BATCH_SIZE:]
+            del self._backlog[: len(chunk)]
             self._failing_since = None
             self.written += len(chunk)
             self._dirty = True
