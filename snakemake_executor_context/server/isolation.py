@@ -30,6 +30,7 @@ from ..jobspec import ContextJobSpec
 __all__ = [
     "THREAD_VARIABLES",
     "TMPDIR_VARIABLES",
+    "forget_modules_since",
     "fresh_modules",
     "is_installed",
     "is_workflow_module",
@@ -171,6 +172,17 @@ def new_local_modules(before: Collection[str]) -> list[str]:
         and (path := _module_file(module)) is not None
         and not is_installed(path)
     ]
+
+
+def forget_modules_since(before: Collection[str]) -> list[str]:
+    """Forget the modules imported since ``before`` from outside the installation,
+    loader modules included (a cache probe's imports: the load imports them again,
+    and then they belong to the context)."""
+    names = new_local_modules(before)
+    names += [n for n in list(sys.modules) if n.startswith(LOADER_PREFIX) and n not in before]
+    for name in names:
+        sys.modules.pop(name, None)
+    return names
 
 
 @contextmanager
