@@ -149,7 +149,11 @@ def _monitor(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from .cluster.plan import check_memory_budget, check_servers
     from .cluster.process import LocalClusterProcess
+
+    check_servers(args.servers, "--servers")
+    check_memory_budget(args.memory_budget, "--memory-budget")
 
     running = LocalClusterProcess.find(args.scheduler_file)
     if running is not None:
@@ -159,6 +163,7 @@ def _up(args: argparse.Namespace) -> int:
             f"(scheduler file {running.files.scheduler_file})."
         )
         return 0
+    from .cluster.credentials import private_file
     from .cluster.files import ClusterFiles
 
     catalog = args.catalog or str(ClusterFiles(args.scheduler_file.resolve()).catalog_file)
@@ -166,6 +171,9 @@ def _up(args: argparse.Namespace) -> int:
         catalog = None
     else:
         from .catalog.store import open_store
+
+        if "://" not in catalog:  # a path: the cluster's catalog is private (0600)
+            private_file(Path(catalog).expanduser().absolute())
 
         open_store(catalog).close()  # a schema mismatch or unwritable path stops here
     started = time.monotonic()
@@ -176,6 +184,7 @@ def _up(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         idle_timeout=args.idle_timeout,
         catalog=catalog,
+        own_directory=args.scheduler_file.resolve() == DEFAULT_SCHEDULER_FILE.resolve(),
     )
     info = local.files.read_info() or {}
     servers = info.get("servers", [])
@@ -199,7 +208,9 @@ def _down(args: argparse.Namespace) -> int:
 
     local = LocalClusterProcess.find(args.scheduler_file)
     if local is None:
-        print(f"No context cluster runs for {args.scheduler_file}.")
+        stale = LocalClusterProcess.remove_stale(args.scheduler_file)
+        note = " (removed the stale scheduler and pid files; signalled nothing)" if stale else ""
+        print(f"No context cluster runs for {args.scheduler_file}{note}.")
         return 0
     local.stop()
     print(f"Context cluster stopped (log: {local.files.log_file}).")
@@ -259,7 +270,8 @@ def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None]:
         connection = ClusterConnection.attach(
             address=None, scheduler_file=scheduler_file, timeout=10
         )
-    except ContextExecutorError:
+    except ContextExecutorError as error:
+        print(f"snakemake-context: {error}", file=sys.stderr)
         return None, None
     try:
         inventories = connection.inventories()

@@ -122,6 +122,7 @@ def test_a_server_that_joins_mid_run_gets_work(workflow, tmp_path):
                 "4",
                 "--context-scheduler-file",
                 str(scheduler),
+                "--context-allow-plaintext",
                 "--config",
                 "count=30",
                 "load=3",

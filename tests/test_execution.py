@@ -366,6 +366,9 @@ def test_servers_never_pause_or_kill_for_memory(scheduler_file):
     def terminate(dask_worker):  # the nanny's
         return dask_worker.memory_manager.memory_terminate_fraction
 
-    with Client(scheduler_file=str(scheduler_file), timeout=30) as client:
+    from snakemake_executor_context.cluster.credentials import Credentials
+
+    security = Credentials.beside(scheduler_file).security()
+    with Client(scheduler_file=str(scheduler_file), security=security, timeout=30) as client:
         assert set(client.run(thresholds).values()) == {(False, False, False)}
         assert set(client.run(terminate, nanny=True).values()) == {False}

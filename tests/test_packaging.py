@@ -38,6 +38,8 @@ def test_snakemake_finds_the_plugin_and_lists_its_settings():
         "--context-connect-timeout",
         "--context-catalog",
         "--context-placement",
+        "--context-credentials",
+        "--context-allow-plaintext",
     ):
         assert flag in out.stdout
 

@@ -40,6 +40,7 @@ def test_second_run_loads_nothing(workflow, scheduler_file):
     names = {p.name for p in scheduler_file.parent.iterdir()}
     assert {"scheduler.json", "scheduler.log", "scheduler.pid", "scheduler.db"} <= names
     assert names <= {
+        "scheduler.tls",
         "scheduler.json",
         "scheduler.log",
         "scheduler.pid",
@@ -96,10 +97,13 @@ def test_any_dask_cluster_with_resources_works(workflow, tmp_path):
             workdir,
             "--context-scheduler-file",
             str(scheduler),
+            "--context-allow-plaintext",
             "--config",
             "count=4",
             env={"TOY_LOAD_SECONDS": "0"},
         ).check()
+    # A plaintext scheduler is accepted only when asked, and said once.
+    assert run.output.count("Attaching to the plaintext scheduler") == 1, run.output
     (summary,) = run.summaries()
     (server,) = summary["servers"].values()
     assert server["loads"] == 1 and server["jobs"] == 4

@@ -1,8 +1,9 @@
 """One writer per SQLite catalog: a lease file beside it, and what a second run does.
 
-The lease is ``<catalog>.writer``, created with ``O_EXCL`` (no fcntl locks: they are
-unreliable on Lustre and some NFS set-ups) and holding the writer's host, pid and a
-heartbeat its writer thread renews every :data:`LEASE_HEARTBEAT_SECONDS`. For a
+The lease is ``<catalog>.writer``, created 0600 with ``O_EXCL`` (no fcntl locks: they
+are unreliable on Lustre and some NFS set-ups) and holding the writer's host, pid and
+a heartbeat its writer thread renews every :data:`LEASE_HEARTBEAT_SECONDS` (a lease
+another user cannot read is judged by its modification time). For a
 catalog on a network filesystem the lease lies beside the published snapshot, on
 the shared path, so two nodes cannot overwrite each other's snapshot. A lease whose
 heartbeat is older than :data:`LEASE_STALE_SECONDS` (or whose process on this host is
@@ -153,7 +154,7 @@ class WriterLease:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(5):
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
             except FileExistsError:
                 holder = _read(self.path)
                 if holder is None:
@@ -203,7 +204,9 @@ class WriterLease:
             self.held = False
             return False
         temporary = self.path.with_name(f"{self.path.name}.{self.token}")
-        temporary.write_text(self._content())
+        fd = os.open(temporary, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self._content())
         os.replace(temporary, self.path)
         return True
 

@@ -9,12 +9,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ClusterError, VersionSkewError
+from .attach import AttachTarget, probe, resolve_target
 from .process import LocalClusterProcess
 
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["ClusterConnection"]
+__all__ = ["CALL_TIMEOUT", "ClusterConnection"]
+
+#: Seconds a call to the scheduler or the servers may take before it is given up
+#: (a server that dies mid-call must not block the executor's status loop).
+CALL_TIMEOUT = 30.0
 
 logger = logging.getLogger(__name__)
 
@@ -23,10 +28,18 @@ class ClusterConnection:
     """The executor's handle on Dask: a client, and the local cluster if it owns one
     (named for what it is: not SQLAlchemy's ``Engine``)."""
 
-    def __init__(self, client: Client, local: LocalClusterProcess | None, description: str) -> None:
+    def __init__(
+        self,
+        client: Client,
+        local: LocalClusterProcess | None,
+        description: str,
+        warning: str | None = None,
+    ) -> None:
         self.client = client
         self.local = local
         self.description = description
+        #: What to say once about this connection (a plaintext scheduler), or None.
+        self.warning = warning
         self.closed = False
 
     @property
@@ -36,18 +49,29 @@ class ClusterConnection:
 
     @classmethod
     def start_embedded(
-        cls, scheduler_file: Path, *, servers: int | None, memory_budget: str, timeout: float
+        cls,
+        scheduler_file: Path,
+        *,
+        servers: int | None,
+        memory_budget: str,
+        timeout: float,
+        tls: bool = True,
     ) -> ClusterConnection:
-        """Start a cluster for this run."""
+        """Start a cluster for this run (TLS unless ``tls=False``, for benchmarks)."""
         local = LocalClusterProcess.start(
             scheduler_file,
             servers=servers,
             memory_budget=memory_budget,
             timeout=timeout,
             parent_pid=os.getpid(),
+            own_directory=True,
+            tls=tls,
         )
         try:
-            client = _connect(scheduler_file=local.files.scheduler_file, timeout=timeout)
+            target = resolve_target(
+                address=None, scheduler_file=local.files.scheduler_file, allow_plaintext=not tls
+            )
+            client = _connect(target, timeout=timeout)
         except BaseException:
             local.stop()
             raise
@@ -55,11 +79,27 @@ class ClusterConnection:
 
     @classmethod
     def attach(
-        cls, *, address: str | None, scheduler_file: Path | None, timeout: float
+        cls,
+        *,
+        address: str | None,
+        scheduler_file: Path | None,
+        timeout: float,
+        credentials: Path | None = None,
+        allow_plaintext: bool = False,
     ) -> ClusterConnection:
-        """Attach to a running scheduler; it keeps running after the run."""
-        client = _connect(address=address, scheduler_file=scheduler_file, timeout=timeout)
-        connection = cls(client, None, f"cluster at {client.scheduler.address}")
+        """Attach to a running scheduler; it keeps running after the run. A plaintext
+        one only with ``allow_plaintext`` (the connection's ``warning`` says so)."""
+        target = resolve_target(
+            address=address,
+            scheduler_file=scheduler_file,
+            credentials=credentials,
+            allow_plaintext=allow_plaintext,
+        )
+        probe(target, timeout)
+        client = _connect(target, timeout=timeout)
+        connection = cls(
+            client, None, f"cluster at {client.scheduler.address}", warning=target.warning
+        )
         try:
             connection.check_versions()
         except BaseException:
@@ -70,7 +110,8 @@ class ClusterConnection:
     def workers(self) -> dict[str, dict[str, Any]]:
         """The workers Dask lists now, by address: name, resources and threads (for
         checking the fleet state's membership, which comes from the hub's events)."""
-        info = self.client.scheduler_info(n_workers=-1)
+        client = self.client
+        info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=CALL_TIMEOUT)
         return {
             address: {
                 "name": str(w.get("name", address)),
@@ -86,7 +127,7 @@ class ClusterConnection:
 
         mine = server_versions()
         try:
-            theirs = self.client.run(server_versions, on_error="return")
+            theirs = self.run(server_versions)
         except Exception as error:
             raise ClusterError(f"Could not ask the servers for their versions: {error}") from error
         skewed = {}
@@ -115,11 +156,19 @@ class ClusterConnection:
         from ..server.plugin import server_inventory
 
         try:
-            result = self.client.run(server_inventory, on_error="return")
+            result = self.run(server_inventory, timeout=timeout)
         except Exception as error:
             logger.debug("no inventories from the servers: %r", error)
             return {}
         return {addr: inv for addr, inv in result.items() if isinstance(inv, dict)}
+
+    def run(self, function: Any, *args: Any, timeout: float = CALL_TIMEOUT) -> dict[str, Any]:
+        """``Client.run`` on every server (errors returned, not raised), given up after
+        ``timeout`` seconds (TimeoutError)."""
+        client = self.client
+        return dict(
+            client.sync(client._run, function, *args, on_error="return", callback_timeout=timeout)
+        )
 
     def kill(self) -> None:
         """Disconnect and kill the embedded cluster with everything it runs."""
@@ -144,29 +193,28 @@ class ClusterConnection:
             self.local.stop()
 
 
-def _connect(
-    *, address: str | None = None, scheduler_file: Path | None = None, timeout: float
-) -> Client:
+def _connect(target: AttachTarget, *, timeout: float) -> Client:
     from distributed import Client
+    from distributed.comm.core import FatalCommClosedError
 
-    target = address or str(scheduler_file)
-    if scheduler_file is not None and address is None and not Path(scheduler_file).exists():
-        raise ClusterError(
-            f"Scheduler file {scheduler_file} does not exist. Fix: start a cluster with "
-            f"`snakemake-context up --scheduler-file {scheduler_file}`, or drop "
-            "--context-scheduler-file to use an embedded cluster."
-        )
     try:
-        if address is not None:
-            return Client(address, timeout=timeout, set_as_default=False)
-        return Client(scheduler_file=str(scheduler_file), timeout=timeout, set_as_default=False)
+        return Client(
+            target.address, security=target.security, timeout=timeout, set_as_default=False
+        )
+    except FatalCommClosedError as error:
+        where = target.credentials.directory if target.credentials else "(none)"
+        raise ClusterError(
+            f"{target.setting}: the credentials in {where} do not match the server at "
+            f"{target.address} ({error}). Fix: use the credentials beside that cluster's "
+            "scheduler file (--context-credentials DIR)."
+        ) from None
     except (OSError, TimeoutError) as error:
         raise ClusterError(
-            f"Could not reach the Dask scheduler at {target} within {timeout:g} s "
-            f"({type(error).__name__}: {error}). Fix: check the address, start a cluster "
-            "with `snakemake-context up`, or drop --context-scheduler-address/-file to use "
-            "an embedded cluster."
-        ) from error
+            f"{target.setting}: could not reach the Dask scheduler at {target.address} within "
+            f"{timeout:g} s ({type(error).__name__}: {error}). Fix: check the address, start "
+            "a cluster with `snakemake-context up`, or drop --context-scheduler-address/-file "
+            "to use an embedded cluster."
+        ) from None
 
 
 def _format_versions(versions: dict[str, str]) -> str:

@@ -1,8 +1,9 @@
 """The files a local cluster writes side by side, and the processes behind them.
 
-The scheduler file ``X.json`` (Dask's), ``X.pid`` (what the cluster process runs),
-``X.log`` (its log and its servers') and, for a persistent cluster, ``X.db`` (its
-catalog).
+The scheduler file ``X.json`` (Dask's), ``X.pid`` (what the cluster process runs, and
+what identifies it), ``X.log`` (its log and its servers'), ``X.tls/`` (its TLS
+credentials) and, for a persistent cluster, ``X.db`` (its catalog). All are private to
+their owner: files 0600, directories the plugin creates 0700.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ClusterFiles", "alive", "kill_group", "tail"]
+from .credentials import Credentials, private_dir, write_private
+
+__all__ = ["ClusterFiles", "alive", "identity", "kill_group", "tail"]
 
 
 @dataclass(frozen=True)
@@ -38,20 +41,70 @@ class ClusterFiles:
         """The default catalog of a persistent cluster (``X.db``)."""
         return self.scheduler_file.with_suffix(".db")
 
+    @property
+    def credentials(self) -> Credentials:
+        """The cluster's TLS credentials (``X.tls/``)."""
+        return Credentials.beside(self.scheduler_file)
+
+    def prepare(self, *, own_directory: bool) -> None:
+        """Make the directory of the files: created 0700 when missing; one the plugin
+        owns by name (``own_directory``) is also checked and tightened to 0700."""
+        directory = self.scheduler_file.parent
+        if own_directory or not directory.exists():
+            private_dir(directory)
+
     def read_info(self) -> dict[str, Any] | None:
         """The cluster process's record, or None if it is not (yet) written."""
         try:
             return dict(json.loads(self.pid_file.read_text()))
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):
             return None
 
+    def write_info(self, info: dict[str, Any]) -> None:
+        """Write the cluster process's record (0600), with what identifies it."""
+        record = {**info, **identity(int(info["pid"]))}
+        write_private(self.pid_file, json.dumps(record, indent=1))
+
+    def running_pid(self) -> int | None:
+        """The pid of the cluster process the record names, if that very process still
+        runs: its start time and command line match the record (a stale file whose
+        pid was reused by another process names nothing)."""
+        info = self.read_info() or {}
+        try:
+            pid = int(info["pid"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not alive(pid):
+            return None
+        now = identity(pid)
+        if not now or any(info.get(key) != value for key, value in now.items()):
+            return None
+        return pid
+
     def remove(self) -> None:
-        """Remove the scheduler and pid files (the log stays)."""
+        """Remove the scheduler and pid files and the credentials (the log stays)."""
         for path in (self.scheduler_file, self.pid_file):
             try:
                 path.unlink()
             except FileNotFoundError:
                 pass
+        self.credentials.remove()
+
+
+def identity(pid: int) -> dict[str, Any]:
+    """What tells process ``pid`` from a later one with the same pid: its start time
+    (clock ticks since boot, from ``/proc/<pid>/stat``) and its command line; empty
+    if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            command = [part.decode(errors="replace") for part in cmdline.read().split(b"\0")]
+    except (OSError, IndexError):
+        return {}
+    # After the ")" of the command name, field 3 (state) is index 0: starttime, the
+    # 22nd field of stat(5), is index 19.
+    return {"start_ticks": int(fields[19]), "cmdline": [part for part in command if part]}
 
 
 def alive(pid: int) -> bool:

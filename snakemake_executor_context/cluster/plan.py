@@ -11,7 +11,13 @@ from ..errors import ClusterError
 from ..fleet.gpus import GpuInfo
 from ..fleet.resources import server_resources
 
-__all__ = ["SERVER_DASK_CONFIG", "ServerPlan", "plan_servers"]
+__all__ = [
+    "SERVER_DASK_CONFIG",
+    "ServerPlan",
+    "check_memory_budget",
+    "check_servers",
+    "plan_servers",
+]
 
 #: Dask settings of every context server. A loaded model must not make Dask pause
 #: (80% of memory) or kill (95%) its server, nor spill it: all four thresholds off.
@@ -27,6 +33,10 @@ SERVER_DASK_CONFIG: dict[str, Any] = {
     # and sets MALLOC_TRIM_THRESHOLD_=65536, which made SmolLM2 scoring 20-25% slower
     # here (50 -> 60 ms per claim): a model's forward passes allocate and free a lot.
     "distributed.nanny.pre-spawn-environ": {},
+    # Dask always listens for HTTP too: no routes, so it serves nothing (no metrics,
+    # no call stacks, no logs) to anyone, whatever their certificate.
+    "distributed.scheduler.http.routes": [],
+    "distributed.worker.http.routes": [],
 }
 
 
@@ -58,7 +68,7 @@ def plan_servers(
             )
             for gpu in gpus
         ]
-    count = cpu_servers if cpu_servers else max(1, min(4, cpu_count))
+    count = cpu_servers if cpu_servers is not None else max(1, min(4, cpu_count))
     if count < 1:
         raise ClusterError(f"--context-servers must be at least 1, got {count}.")
     share = total_memory // count
@@ -71,3 +81,34 @@ def plan_servers(
         )
         for index in range(count)
     ]
+
+
+def check_servers(value: int | None, setting: str) -> None:
+    """Refuse a server count below 1 (None: the default), in one line naming ``setting``."""
+    if value is not None and (isinstance(value, bool) or int(value) < 1):
+        raise ClusterError(
+            f"{setting} {value} is not allowed: a whole number of servers, at least 1 "
+            "(or leave it out for the default)."
+        )
+
+
+def check_memory_budget(value: str, setting: str) -> None:
+    """Refuse a memory budget that is neither a fraction in (0, 1] nor a positive size,
+    in one line naming ``setting``."""
+    from dask.utils import parse_bytes
+
+    text = str(value).strip()
+    try:
+        fraction = float(text)
+    except ValueError:
+        try:
+            ok = bool(text) and parse_bytes(text) > 0
+        except (ValueError, TypeError, KeyError):
+            ok = False
+    else:
+        ok = 0 < fraction <= 1
+    if not ok:
+        raise ClusterError(
+            f"{setting} {value!r} is not allowed: a fraction of a server's memory in (0, 1] "
+            "(e.g. 0.8) or a size (e.g. 6GB)."
+        )

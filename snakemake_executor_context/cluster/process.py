@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from ..errors import ClusterError
-from .files import ClusterFiles, alive, kill_group, tail
+from .credentials import open_private_append
+from .files import ClusterFiles, alive, identity, kill_group, tail
 
 __all__ = ["SERVE_MODULE", "LocalClusterProcess"]
 
@@ -33,6 +34,9 @@ class LocalClusterProcess:
         self.files = files
         self.process = process
         self.pid = pid
+        #: What identifies the process, to signal it (and its group) only while the
+        #: pid still names it.
+        self.identity = identity(pid)
 
     @classmethod
     def start(
@@ -46,10 +50,14 @@ class LocalClusterProcess:
         parent_pid: int = 0,
         host: str = "127.0.0.1",
         catalog: str | None = None,
+        own_directory: bool = False,
+        tls: bool = True,
     ) -> LocalClusterProcess:
-        """Start the cluster process and wait until its servers are up."""
+        """Start the cluster process and wait until its servers are up. Its files go
+        to a directory made 0700 if missing (or, ``own_directory``, tightened to
+        0700); ``tls=False`` only for benchmarks and tests (a plaintext cluster)."""
         files = ClusterFiles(scheduler_file.resolve())
-        files.scheduler_file.parent.mkdir(parents=True, exist_ok=True)
+        files.prepare(own_directory=own_directory)
         files.remove()
         command = [
             sys.executable,
@@ -71,7 +79,10 @@ class LocalClusterProcess:
             command += ["--servers", str(servers)]
         if catalog:
             command += ["--catalog", catalog]
-        with open(files.log_file, "ab") as log:
+        if not tls:
+            command += ["--no-tls"]
+        log = open_private_append(files.log_file)
+        try:
             process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
@@ -79,6 +90,8 @@ class LocalClusterProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        finally:
+            os.close(log)
         deadline = time.monotonic() + timeout
         while files.read_info() is None:
             if process.poll() is not None:
@@ -98,25 +111,44 @@ class LocalClusterProcess:
 
     @classmethod
     def find(cls, scheduler_file: Path) -> LocalClusterProcess | None:
-        """The cluster process behind a scheduler file, if it runs."""
+        """The cluster process behind a scheduler file, if it runs: the very process
+        its pid file names (start time and command line match), never another one that
+        got the same pid."""
         files = ClusterFiles(scheduler_file.resolve())
-        info = files.read_info()
-        if info is None or not alive(int(info["pid"])):
-            return None
-        return cls(files, None, int(info["pid"]))
+        pid = files.running_pid()
+        return cls(files, None, pid) if pid is not None else None
+
+    @staticmethod
+    def remove_stale(scheduler_file: Path) -> bool:
+        """Remove the files of a cluster whose process is gone (or whose pid now names
+        another process); whether there were any. Call only once :meth:`find` found
+        nothing."""
+        files = ClusterFiles(scheduler_file.resolve())
+        stale = files.pid_file.exists() or files.scheduler_file.exists()
+        if stale:
+            files.remove()
+        return stale
+
+    def _same(self) -> bool:
+        """Whether ``self.pid`` (and its process group) still names the cluster. A
+        child of this process keeps its pid while its group lives, even once reaped."""
+        if self.process is not None:
+            return True
+        return bool(self.identity) and identity(self.pid) == self.identity
 
     def stop(self, timeout: float = 20.0) -> None:
         """Shut the cluster down: SIGTERM (it closes its servers), then kill its group."""
-        if alive(self.pid):
+        if self._same() and alive(self.pid):
             os.kill(self.pid, signal.SIGTERM)
-        if not self._wait(timeout):
+        if not self._wait(timeout) and self._same():
             kill_group(self.pid)
             self._wait(5)
         self.files.remove()
 
     def kill(self) -> None:
         """Kill the cluster's whole process group at once (Ctrl-C of its run)."""
-        kill_group(self.pid)
+        if self._same():
+            kill_group(self.pid)
         self._wait(10)
         self.files.remove()
 
@@ -126,7 +158,7 @@ class LocalClusterProcess:
             if self.process is not None:
                 if self.process.poll() is not None:
                     return True
-            elif not alive(self.pid):
+            elif not alive(self.pid) or identity(self.pid) != self.identity:
                 return True
             time.sleep(0.05)
         return False

@@ -8,7 +8,6 @@ until it is shut down, idle too long, or orphaned, in a session of its own (see
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_MEMORY_BUDGET
+from .credentials import PRIVATE_FILE_MODE, Credentials
 from .files import ClusterFiles
 from .plan import SERVER_DASK_CONFIG, plan_servers
 from .process import SERVE_MODULE
@@ -38,6 +38,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--catalog", default=None)
+    # Benchmarks and tests only (TLS off against on, in one run): a plaintext cluster.
+    parser.add_argument("--no-tls", action="store_true")
     args = parser.parse_args(argv)
 
     import dask
@@ -53,6 +55,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
     dask.config.set(SERVER_DASK_CONFIG)
     files = ClusterFiles(args.scheduler_file.resolve())
     files.remove()
+    # Every listener requires TLS with a certificate of this cluster's own authority.
+    security = None if args.no_tls else Credentials.generate(files.credentials.directory).security()
     plans = plan_servers(
         discover_gpus(), args.servers, psutil.virtual_memory().total, os.cpu_count() or 1
     )
@@ -65,6 +69,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
         "scheduler_file": str(files.scheduler_file),
         # The fleet's event hub; with --catalog, the catalog's one writer.
         "plugins": [FleetHub(catalog=args.catalog)],
+        "security": security,
     }
     if args.idle_timeout > 0:
         scheduler_options["idle_timeout"] = args.idle_timeout
@@ -79,6 +84,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
                 "resources": plan.resources,
                 "env": plan.env,
                 "silence_logs": logging.WARNING,
+                "security": security,
                 "plugins": (
                     ContextServerPlugin(
                         ServerConfig(
@@ -101,7 +107,10 @@ def serve(argv: Sequence[str] | None = None) -> int:
         scheduler={"cls": Scheduler, "options": scheduler_options},
         silence_logs=False,
         name="snakemake-context",
+        security=security,
     )
+    # Dask writes the scheduler file with the umask's mode: the address is private too.
+    os.chmod(files.scheduler_file, PRIVATE_FILE_MODE)
     info = {
         "pid": os.getpid(),
         "address": cluster.scheduler_address,
@@ -115,8 +124,9 @@ def serve(argv: Sequence[str] | None = None) -> int:
         ],
         "started": time.time(),
         "catalog": args.catalog,
+        "tls": security is not None,
     }
-    files.pid_file.write_text(json.dumps(info, indent=1))
+    files.write_info(info)
     logging.info("context cluster up at %s with %d servers", info["address"], len(plans))
     try:
         while not stop.wait(0.5):

@@ -72,7 +72,9 @@ class Executor(RemoteExecutor):
         self._group_warnings = startup.GroupWarnings()
         self._last_check = 0.0
         startup.log_dask_to_file(self.workdir, self.run_id)
-        self.connection = startup.connect(self.settings, self.workdir, self.run_id)
+        self.connection = startup.connect(
+            self.settings, self.workdir, self.run_id, self.logger.warning
+        )
         self.tasks = Tasks(self.connection)
         self.dispatch = Dispatch(
             self.run_id,
@@ -167,8 +169,6 @@ class Executor(RemoteExecutor):
                     stimulus, entry = attempt_ended(stimulus, *found, ticket)
                     if entry is not None:
                         self._summary.append(entry)
-                        for warning in entry["warnings"]:
-                            self.logger.warning(warning)
                 self._execute(self.dispatch.handle(stimulus))
 
     # -- commands out ------------------------------------------------------------------

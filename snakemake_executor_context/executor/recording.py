@@ -116,7 +116,11 @@ class Recording:
         try:
             from ..catalog.lease import open_writer
             from ..catalog.seed import placement_measurements
+            from ..cluster.credentials import private_dir
 
+            private = _outside(spec, self.workdir)
+            if private is not None and not private.parent.exists():
+                private_dir(private.parent)
             writer = open_writer(
                 spec,
                 owner=f"run {self.run_id}",
@@ -124,6 +128,9 @@ class Recording:
                 say=self._warn,
                 heartbeat_run=self.run_id,
             )
+            if private is not None:
+                where = writer.store.location
+                _make_private(Path(where.snapshot or where.path or private))
             with writer.store.session() as session:
                 fleet.measure.merge_wire(placement_measurements(session))
         except Exception as error:
@@ -181,7 +188,7 @@ class Recording:
         if not declarations:
             return {}
         try:
-            found = self.connection.client.run(probe_caches, declarations, on_error="return")
+            found = self.connection.run(probe_caches, declarations)
         except Exception as error:
             logger.debug("no cache probes from the servers: %r", error)
             return {}
@@ -222,3 +229,24 @@ def versions() -> dict[str, str]:
     except Exception as error:
         logger.debug("no snakemake version: %r", error)
         return {"plugin": __version__}
+
+
+def _outside(spec: str, workdir: str) -> Path | None:
+    """The catalog's path if it is a file outside the workflow directory (private
+    there: 0600), else None (a URL, or a file under the workflow directory, which
+    follows the umask like Snakemake's own files)."""
+    if "://" in spec:
+        return None
+    path = Path(spec).expanduser().absolute()
+    return None if path.is_relative_to(Path(workdir).absolute()) else path
+
+
+def _make_private(path: Path) -> None:
+    """Make an SQLite catalog and its journal files 0600 (those of this user)."""
+    suffixes = ("-wal", "-shm", "-journal", ".writer")  # .writer: its lease (catalog.lease)
+    for candidate in (path, *(path.with_name(path.name + s) for s in suffixes)):
+        try:
+            if candidate.is_file() and candidate.stat().st_uid == os.geteuid():
+                os.chmod(candidate, 0o600)
+        except OSError:
+            pass

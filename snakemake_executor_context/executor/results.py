@@ -19,10 +19,16 @@ def attempt_ended(
     key: str, future: Any, placed_by: str, ticket: JobTicket
 ) -> tuple[AttemptEnded, dict[str, Any] | None]:
     """The end of attempt ``key`` from its done future, and its entry in the run
-    summary (None without a result)."""
+    summary (None without a result). What the server warns about the job (threads or
+    files it left behind) goes to the run's log."""
     ended, result = _ended(key, future, ticket.title)
     if result is None:
         return ended, None
+    if result.extra.get("warnings"):
+        from snakemake.logging import logger  # the run's log, as the executor's own
+
+        for warning in result.extra["warnings"]:
+            logger.warning(warning)
     return ended, summary_entry(result, placed_by=placed_by, submitted=ticket.submitted)
 
 
@@ -61,8 +67,15 @@ def _ended(key: str, future: Any, title: str) -> tuple[AttemptEnded, JobResult |
             key, now, ok=False, cancelled=True, message=f"{title}: cancelled in Dask."
         ), None
     return AttemptEnded(
-        key, now, ok=False, message=explain_task_error(title, future.exception())
+        key, now, ok=False, message=explain_task_error(title, _exception(future))
     ), None
+
+
+def _exception(future: Any) -> BaseException | None:
+    try:
+        return future.exception(timeout=RESULT_TIMEOUT)
+    except Exception as error:  # the exception could not be fetched either
+        return error
 
 
 def explain_task_error(title: str, error: BaseException | None) -> str:

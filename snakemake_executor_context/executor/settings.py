@@ -143,6 +143,28 @@ class ExecutorSettings(ExecutorSettingsBase):
             "choices": ["affinity", "dask"],
         },
     )
+    credentials: Optional[Path] = field(
+        default=None,
+        metadata={
+            "help": "Directory of the TLS credentials (ca.pem, cert.pem, key.pem) of a "
+            "cluster to attach to by --context-scheduler-address. Default: the "
+            "directory X.tls beside the scheduler file X.json, where "
+            "`snakemake-context up` writes them.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    allow_plaintext: bool = field(
+        default=False,
+        metadata={
+            "help": "Attach to a scheduler without TLS (tcp://), such as a `dask "
+            "scheduler` started by hand. Anyone who can reach its ports can run code "
+            "as its owner; the run says so once. Clusters this plugin starts always "
+            "use TLS.",
+            "env_var": False,
+            "required": False,
+        },
+    )
     memory_cap: Optional[str] = field(
         default=None,
         metadata={

@@ -4,6 +4,7 @@ send Dask's client logs to a file, say what the fleet is, and warn about groups.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
 
 __all__ = [
+    "NO_TLS_VARIABLE",
     "GroupWarnings",
     "announce_fleet",
     "checked_declarations",
@@ -25,6 +27,11 @@ __all__ = [
     "log_dask_to_file",
     "planned_jobs",
 ]
+
+
+#: Benchmarks and tests only: ``SNAKEMAKE_CONTEXT_BENCH_NO_TLS=1`` starts the embedded
+#: cluster without TLS (to measure what TLS costs, in one run). Never for real use.
+NO_TLS_VARIABLE = "SNAKEMAKE_CONTEXT_BENCH_NO_TLS"
 
 
 def checked_declarations(workflow: Any) -> dict[str, ContextDeclaration]:
@@ -37,24 +44,68 @@ def checked_declarations(workflow: Any) -> dict[str, ContextDeclaration]:
     return declarations
 
 
-def connect(settings: ExecutorSettings, workdir: str, run_id: str) -> ClusterConnection:
-    """Attach to the cluster the settings name, or start the run's embedded one."""
+def check_settings(settings: ExecutorSettings) -> None:
+    """Refuse a bad setting at start, in one line naming it, its value and what is
+    allowed (before any cluster starts or any connection is tried)."""
+    from ..cluster.attach import parse_address
+    from ..cluster.plan import check_memory_budget, check_servers
+    from ..errors import ClusterError
+
+    check_servers(settings.servers, "--context-servers")
+    check_memory_budget(settings.memory_budget, "--context-memory-budget")
+    if settings.scheduler_address is not None:
+        parse_address(settings.scheduler_address, "--context-scheduler-address")
+    if not settings.connect_timeout > 0:
+        raise ClusterError(
+            f"--context-connect-timeout {settings.connect_timeout} is not allowed: "
+            "a number of seconds above 0."
+        )
+
+
+def connect(
+    settings: ExecutorSettings, workdir: str, run_id: str, say: Callable[[str], None]
+) -> ClusterConnection:
+    """Attach to the cluster the settings name, or start the run's embedded one (a
+    warning, if any, goes to ``say``)."""
+    from ..errors import ContextExecutorError
+
+    try:
+        connection = _connect(settings, workdir, run_id, say)
+    except ContextExecutorError as error:
+        # A bad setting is the user's, not the plugin's: Snakemake shows the frames an
+        # error went through, and the ones inside the plugin say nothing to them.
+        raise error.with_traceback(None) from None
+    if connection.warning:
+        say(connection.warning)
+    return connection
+
+
+def _connect(
+    settings: ExecutorSettings, workdir: str, run_id: str, say: Callable[[str], None]
+) -> ClusterConnection:
     from ..cluster.connection import ClusterConnection
 
+    check_settings(settings)
     if settings.scheduler_address or settings.scheduler_file:
         return ClusterConnection.attach(
             address=settings.scheduler_address,
             scheduler_file=Path(settings.scheduler_file) if settings.scheduler_file else None,
             timeout=settings.connect_timeout,
+            credentials=Path(settings.credentials) if settings.credentials else None,
+            allow_plaintext=bool(settings.allow_plaintext),
         )
     from .serverlimits import export_server_limits
 
     export_server_limits(settings)
+    tls = os.environ.get(NO_TLS_VARIABLE, "") != "1"
+    if not tls:
+        say(f"{NO_TLS_VARIABLE}=1: the embedded cluster runs WITHOUT TLS (benchmarks only).")
     return ClusterConnection.start_embedded(
         Path(workdir) / CONTEXT_DIR / "cluster" / f"{run_id}.json",
         servers=settings.servers,
         memory_budget=settings.memory_budget,
         timeout=max(settings.connect_timeout, 60.0),
+        tls=tls,
     )
 
 

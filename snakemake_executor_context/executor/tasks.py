@@ -84,7 +84,7 @@ class Tasks:
         client = self.connection.client
         futures = [self._futures[key] for key in keys if key in self._futures]
         try:
-            outcome = client.run(cancel_jobs, list(keys), 10.0, on_error="return")
+            outcome = self.connection.run(cancel_jobs, list(keys), 10.0, timeout=30.0)
             stuck = [
                 address
                 for address, per_job in outcome.items()

@@ -8,6 +8,11 @@
 
 Workers are matched: 2 context servers against ``--executor local --cores 2``.
 
+The context runs go twice, interleaved: with TLS (the default, mutual TLS between
+every part of the cluster) and without it (``SNAKEMAKE_CONTEXT_BENCH_NO_TLS=1``, a
+switch for this measurement only); TLS must keep at least 90% of the no-op throughput
+and the same loader speed-up (``--no-tls-baseline`` off: TLS only, as before).
+
     python workflows/bench/core.py [--jobs 200] [--slow-jobs 40] [--repeats 1] [--out DIR]
 """
 
@@ -52,7 +57,11 @@ open(snakemake.output[0], "w").close()
 """
 
 
-def run(executor: str, n: int, load_seconds: float, root: Path) -> dict:
+#: The benchmark-only switch that starts the embedded cluster without TLS.
+NO_TLS = "SNAKEMAKE_CONTEXT_BENCH_NO_TLS"
+
+
+def run(executor: str, n: int, load_seconds: float, root: Path, tls: bool = True) -> dict:
     """One snakemake run in a fresh directory; returns wall time and the summary."""
     workdir = Path(tempfile.mkdtemp(dir=root, prefix=f"{executor}-"))
     (workdir / "Snakefile").write_text(SNAKEFILE)
@@ -64,8 +73,9 @@ def run(executor: str, n: int, load_seconds: float, root: Path) -> dict:
         args += ["--executor", "context", "--jobs", "8", "--context-servers", "2"]
     else:
         args += ["--executor", "local", "--cores", "2"]
+    env = {**os.environ, NO_TLS: "0" if tls else "1"}
     started = time.perf_counter()
-    done = subprocess.run(args, cwd=workdir, capture_output=True, text=True)
+    done = subprocess.run(args, cwd=workdir, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{executor} run failed:\n{done.stdout}\n{done.stderr}")
@@ -87,11 +97,19 @@ def main() -> None:
     parser.add_argument("--slow-jobs", type=int, default=40, help="jobs with a 5 s loader")
     parser.add_argument("--repeats", type=int, default=1, help="runs per mode, interleaved")
     parser.add_argument("--out", type=Path, default=None, help="write results.json here")
+    parser.add_argument(
+        "--no-tls-baseline",
+        dest="baseline",
+        action="store_false",
+        help="skip the context runs without TLS",
+    )
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="bench-core-"))
     rows: dict[str, list[float]] = {
-        k: [] for k in ("ctx_noop", "local_noop", "ctx_slow", "local_slow")
+        k: []
+        for k in ("ctx_noop", "local_noop", "ctx_slow", "local_slow")
+        + (("plain_noop", "plain_slow") if args.baseline else ())
     }
     latencies: list[float] = []
     try:
@@ -99,6 +117,8 @@ def main() -> None:
             print(f"[{repeat + 1}/{args.repeats}] {args.jobs} no-op jobs ...", flush=True)
             context = run("context", args.jobs, 0.0, root)
             rows["ctx_noop"].append(context["wall"])
+            if args.baseline:
+                rows["plain_noop"].append(run("context", args.jobs, 0.0, root, tls=False)["wall"])
             rows["local_noop"].append(run("local", args.jobs, 0.0, root)["wall"])
             latencies += [job["reported"] - job["finished"] for job in context["summary"]["jobs"]]
             print(
@@ -106,6 +126,10 @@ def main() -> None:
                 flush=True,
             )
             rows["ctx_slow"].append(run("context", args.slow_jobs, 5.0, root)["wall"])
+            if args.baseline:
+                rows["plain_slow"].append(
+                    run("context", args.slow_jobs, 5.0, root, tls=False)["wall"]
+                )
             rows["local_slow"].append(run("local", args.slow_jobs, 5.0, root)["wall"])
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -125,7 +149,15 @@ def main() -> None:
         "slow_ratio": slow_ratio,
         "report_latency_p50_ms": 1000 * percentile(latencies, 0.5),
         "report_latency_p95_ms": 1000 * percentile(latencies, 0.95),
+        "load_average": os.getloadavg(),
     }
+    if args.baseline:
+        plain_rate = args.jobs / med["plain_noop"]
+        results |= {
+            "context_no_tls_jobs_per_s": plain_rate,
+            "tls_throughput_ratio": ctx_rate / plain_rate,
+            "slow_ratio_no_tls": med["local_slow"] / med["plain_slow"],
+        }
     print()
     print(f"{'measure':<44}{'context':>12}{'local':>12}{'ratio':>9}  target")
     print(
@@ -140,6 +172,14 @@ def main() -> None:
         f"job end on server -> reported, p50 / p95 ms{'':<1}"
         f"{results['report_latency_p50_ms']:>12.1f}{results['report_latency_p95_ms']:>12.1f}"
     )
+    if args.baseline:
+        plain_rate = results["context_no_tls_jobs_per_s"]
+        print(
+            f"TLS on / off: no-op jobs/s {ctx_rate:.1f} / {plain_rate:.1f}"
+            f" ({100 * results['tls_throughput_ratio']:.0f}%, target >= 90%); 5 s loader "
+            f"speed-up {slow_ratio:.1f}x / {results['slow_ratio_no_tls']:.1f}x"
+        )
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "core.json").write_text(json.dumps(results, indent=1))
