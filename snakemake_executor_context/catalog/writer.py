@@ -58,8 +58,9 @@ class EventSink:
         """Queue one event; False if it was dropped. Never blocks."""
         raise NotImplementedError
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Write (or send) what is queued, for at most ``timeout`` seconds, and stop."""
+    def close(self, timeout: float = 5.0, patience: float = 60.0) -> None:
+        """Write (or send) what is queued, and stop: give up after ``timeout`` seconds
+        without progress, or ``patience`` seconds in all."""
         raise NotImplementedError
 
 
