@@ -208,9 +208,10 @@ class Recording:
             logger.debug("unsubscribing from the fleet's events: %r", error)
         sink, self.sink = self.sink, None
         if sink is not None:
-            # Waits while the writer makes progress (a minute at most), and gives up
-            # after 10 s without any (a starved thread on a loaded node can pause 5 s).
-            sink.close(timeout=10.0, patience=60.0)
+            # Waits while the writer makes progress (two minutes at most: a loaded node
+            # writes a few hundred events a second), and gives up after 10 s without any
+            # (a starved thread on a loaded node can pause 5 s).
+            sink.close(timeout=10.0, patience=120.0)
             dropped = getattr(sink, "dropped", 0)
             if dropped:
                 self._warn(
