@@ -91,7 +91,14 @@ def _parser() -> argparse.ArgumentParser:
         help="where the cluster records servers, contexts and jobs: a path, an SQLAlchemy "
         "URL, or 'none' (default: the scheduler file with the suffix .db)",
     )
+    from .cluster.pilot_args import add_pilot_arguments
+
+    add_pilot_arguments(up)
     up.set_defaults(func=_up)
+
+    from .cluster.inject import add_parser as add_inject
+
+    add_inject(commands)
 
     down = commands.add_parser("down", help="stop a persistent local cluster")
     scheduler_file(down)
@@ -149,6 +156,7 @@ def _monitor(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from .cluster.pilot_args import pilot_command_args
     from .cluster.plan import check_memory_budget, check_servers
     from .cluster.process import LocalClusterProcess
 
@@ -184,6 +192,7 @@ def _up(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         idle_timeout=args.idle_timeout,
         catalog=catalog,
+        extra_args=pilot_command_args(args),
         own_directory=args.scheduler_file.resolve() == DEFAULT_SCHEDULER_FILE.resolve(),
     )
     info = local.files.read_info() or {}
@@ -218,7 +227,9 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    inventories, catalog = _live(args.scheduler_file)
+    from .cluster.files import ClusterFiles
+
+    inventories, catalog, pool = _live(args.scheduler_file)
     catalog = args.catalog or catalog or _default_catalog(args.scheduler_file)
     report: dict[str, Any] = {}
     if catalog is not None:
@@ -239,7 +250,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"servers": inventories or {}, "catalog": catalog, **report},
+                {"servers": inventories or {}, "pool": pool, "catalog": catalog, **report},
                 indent=1,
                 default=str,
             )
@@ -247,6 +258,13 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     if inventories is not None:
         print(f"{len(inventories)} server(s) running at {args.scheduler_file}:")
+        names = {inv["server"]["name"] for inv in inventories.values()}
+        if short := ClusterFiles(Path(args.scheduler_file)).shortfall(names):
+            print(f"  WARNING: {short}")
+        if pool:  # pilots of a batch system
+            from .fleet.pilotbook import describe_pool
+
+            print("  " + describe_pool(pool))
         for address, inventory in sorted(inventories.items()):
             print("  " + _describe(address, inventory))
             for context in inventory["contexts"]:
@@ -255,26 +273,29 @@ def _status(args: argparse.Namespace) -> int:
                     f"loaded in {context['load_seconds']:.1f} s, {context['hits']} reuse(s)"
                 )
     if report:
-        print(_format_report(str(catalog), report))
+        from .catalog.overview_text import format_overview
+
+        print(format_overview(str(catalog), report))
     return 0
 
 
-def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """The running cluster's inventories and the catalog it writes (None, None when
-    no cluster runs)."""
+def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None, Any]:
+    """The running cluster's inventories, the catalog it writes and its pool's books
+    (None each when no cluster runs)."""
     from .cluster.connection import ClusterConnection
 
     if not Path(scheduler_file).exists():
-        return None, None
+        return None, None, None
     try:
         connection = ClusterConnection.attach(
             address=None, scheduler_file=scheduler_file, timeout=10
         )
     except ContextExecutorError as error:
         print(f"snakemake-context: {error}", file=sys.stderr)
-        return None, None
+        return None, None, None
     try:
         inventories = connection.inventories()
+        pool = connection.client.get_metadata(["snakemake-context", "pool"], default=None)
         catalog = None
         try:
             from .cluster.hub import fleet_snapshot
@@ -285,7 +306,7 @@ def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None]:
             print(f"snakemake-context: the cluster names no catalog ({error!r})", file=sys.stderr)
     finally:
         connection.client.close()
-    return inventories, catalog
+    return inventories, catalog, pool
 
 
 def _default_catalog(scheduler_file: Path) -> str | None:
@@ -295,91 +316,6 @@ def _default_catalog(scheduler_file: Path) -> str | None:
         if candidate.exists():
             return str(candidate)
     return None
-
-
-def _when(at: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"
-
-
-def _size(nbytes: float | None) -> str:
-    if not nbytes:
-        return "?"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if nbytes < 1000 or unit == "TB":
-            return f"{nbytes:.0f} {unit}"
-        nbytes /= 1000
-    return "?"
-
-
-def _format_report(catalog: str, report: dict[str, Any]) -> str:
-    """The catalog part of ``status`` as text."""
-    lines = [f"Catalog {catalog}", "", "Fleet by GPU model:"]
-    for row in report["fleet"]:
-        kind = row["gpu_name"] or row["gpu_model"]
-        extra = []
-        if row["gpu_memory_bytes"]:
-            extra.append(_size(row["gpu_memory_bytes"]))
-        if row["compute_capability"]:
-            extra.append(f"compute {row['compute_capability']}")
-        names = ", ".join(row["names"])
-        lines.append(
-            f"  {row['gpu_model']:<16} {row['servers']} server(s), {row['slots']} slot(s)"
-            f" ({kind}{'; ' + ', '.join(extra) if extra else ''})"
-            f"{': ' + names if names else ''}; {row['left']} left, {row['lost']} lost"
-        )
-    lines += ["", "Contexts:"]
-    for row in report["contexts"]:
-        warm = ", ".join(row["warm_on"]) or "nowhere"
-        loading = f" (loading on {', '.join(row['loading_on'])})" if row["loading_on"] else ""
-        mean = row["mean_load_seconds"]
-        lines.append(
-            f"  {row['name']} [{row['identity'][:10]}] {row['loader']}, {_size(row['bytes'])}: "
-            f"warm on {warm}{loading}; {row['loads']} load(s)"
-            + (f", {mean:.1f} s on average" if mean is not None else "")
-            + (f", {row['from_cache']} from the local cache" if row["from_cache"] else "")
-        )
-    if report["throughput"]:
-        lines += ["", "Throughput (successful jobs, loads excluded):"]
-        for row in report["throughput"]:
-            rate = row["items_per_second"]
-            lines.append(
-                f"  {row['context']} on {row['gpu_model']}: {row['jobs']} job(s), "
-                f"{row['mean_job_seconds']:.2f} s per job"
-                + (f", {rate:.1f} items/s" if rate else "")
-            )
-    lines += ["", "Runs:"]
-    for row in report["runs"]:
-        total = f"/{row['jobs_total']}" if row["jobs_total"] is not None else ""
-        lines.append(
-            f"  {row['run_id']} {row['state']:<8} {row['jobs_ok']}{total} ok, "
-            f"{row['jobs_failed']} failed, {row['items']} item(s), {row['loads']} load(s); "
-            f"started {_when(row['started'])} in {row['workdir']}"
-        )
-    lines += ["", "Recent server losses:"]
-    for row in report["losses"] or []:
-        lines.append(
-            f"  {_when(row['at'])} {row['server']} ({row['gpu_model']}): {row['jobs_lost']} "
-            f"job(s) hit, {row['seconds_lost']:.1f} s of work lost ({row['reason']}): "
-            + ", ".join(row["jobs"])
-        )
-    if not report["losses"]:
-        lines.append("  none")
-    lines += ["", "Recent jobs:"]
-    for row in report["jobs"]:
-        wildcards = ",".join(f"{k}={v}" for k, v in row["wildcards"].items())
-        seconds = (
-            f"{row['finished'] - row['started']:.1f} s"
-            if row["finished"] is not None and row["started"] is not None
-            else "running"
-        )
-        lines.append(
-            f"  {_when(row['dispatched'] or row['started'])} {row['rule'] or '?'}"
-            f"{'(' + wildcards + ')' if wildcards else ''} on {row['server'] or '?'}: "
-            f"{row['outcome'] or 'running'}, {seconds}"
-            + (" (loaded its context)" if row["cold"] else "")
-            + (f" [placed: {row['placed_by']}]" if row["placed_by"] else "")
-        )
-    return "\n".join(lines)
 
 
 def _describe(address: str, inventory: dict[str, Any]) -> str:

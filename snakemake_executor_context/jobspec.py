@@ -71,6 +71,8 @@ class ContextJobSpec:
     shell_exec: str | None = None
     #: The run that submitted it (recorded in the catalog).
     run_id: str = ""
+    #: False: the server drops the context at the job's end (context-agnostic runs).
+    reuse: bool = True
     #: The rule's ``runtime`` resource (minutes): the job is stopped after it.
     runtime_minutes: float | None = None
 

@@ -423,7 +423,10 @@ def test_a_lost_server_counts_the_jobs_it_ran_not_those_queued_behind(started, p
     )
     (left,) = scheduler.left
     assert [job.key for job in left.lost_jobs()] == lost
-    assert left.reason == "lost (handle-worker-cleanup)"
+    # Nothing is known of the process (no nanny of ours): a preemption, classified.
+    assert left.reason == "preemption: lost (connection closed, no exit code known) " + (
+        "(handle-worker-cleanup)"
+    )
 
 
 def test_an_attempts_end_recorded_twice_counts_once(tmp_path):
@@ -444,3 +447,28 @@ def test_an_attempts_end_recorded_twice_counts_once(tmp_path):
         (attempt,) = session.query(Attempt).all()
         assert run.loads == 1 and run.jobs_ok == 1
         assert attempt.outcome == "ok" and attempt.items == 2
+
+
+def test_a_late_end_of_a_lost_attempt_is_fenced_off(tmp_path):
+    """A server stopped (SIGSTOP) mid-job, lost, then woken: its late JobFinished of
+    the given-up attempt never turns the lost attempt into an ok one."""
+    from snakemake_executor_context.catalog.models import Attempt, Run
+
+    catalog = CatalogWriter(open_store(tmp_path / "c.db"), warn=pytest.fail)
+    catalog.submit(ev.RunStarted(run_id="r"))
+    catalog.submit(ev.ServerJoined(address="tcp://s0", name="cpu0"))
+    dispatched, started, finished, _ = _job_events("r", 1)
+    assert isinstance(finished, ev.JobFinished)
+    finished.loaded = [MODEL]
+    catalog.submit(dispatched)
+    catalog.submit(started)
+    left = ev.ServerLeft(address="tcp://s0", reason="preemption: heartbeat lost")
+    left.lost = [ev.LostJob(key=finished.key, started=started.at).to_wire()]
+    catalog.submit(left)
+    catalog.submit(finished)
+    catalog.close()
+    with open_reader(tmp_path / "c.db").session() as session:
+        (attempt,) = session.query(Attempt).all()
+        (run,) = session.query(Run).all()
+        assert attempt.outcome == "lost"
+        assert run.loads == 0 and run.jobs_ok == 0

@@ -3,8 +3,6 @@ Snakemake, no clock), in the spirit of distributed's ``WorkerState`` tests."""
 
 from __future__ import annotations
 
-import pytest
-
 from snakemake_executor_context import ContextDeclarationError, NoServerError
 from snakemake_executor_context.executor import vocabulary as v
 from snakemake_executor_context.executor.dispatch import FLEET_CHECK_SECONDS, Dispatch
@@ -34,8 +32,10 @@ def ticket(n: int, *, identity: str | None = A, priority: int = 0, gpu: int = 1,
     )
 
 
-def machine(servers=2, *, slots=1, embedded=False, wait=30.0, max_requeues=None) -> Dispatch:
-    dispatch = Dispatch(RUN, embedded=embedded, wait_for_server=wait, max_requeues=max_requeues)
+def machine(servers=2, *, slots=1, embedded=False, wait=30.0, budgets=None, planned=0) -> Dispatch:
+    dispatch = Dispatch(
+        RUN, embedded=embedded, wait_for_server=wait, budgets=budgets, planned=planned
+    )
     for i in range(servers):
         join(dispatch, f"tcp://s{i}", slots=slots)
     return dispatch
@@ -48,8 +48,8 @@ def join(dispatch: Dispatch, address: str, *, slots: int = 1, at: float = 0.0) -
     return dispatch.handle(v.FleetEvent(event, at))
 
 
-def leave(dispatch: Dispatch, address: str, at: float = 10.0) -> list:
-    event = ev.ServerLeft(at=at, address=address, reason="lost (handle-worker-cleanup)")
+def leave(dispatch: Dispatch, address: str, at: float = 10.0, **why) -> list:
+    event = ev.ServerLeft(at=at, address=address, reason="lost (handle-worker-cleanup)", **why)
     return dispatch.handle(v.FleetEvent(event, at))
 
 
@@ -244,26 +244,6 @@ def test_a_server_with_slots_runs_that_many_jobs_at_once():
     dispatch = machine(servers=1, slots=3)
     submits = [of(dispatch.handle(v.JobReady(ticket(i), 0.0)), v.Submit) for i in range(4)]
     assert [len(s) for s in submits] == [1, 1, 1, 0]
-
-
-@pytest.mark.parametrize("bound", [0, 2, None])
-def test_requeues_are_bounded_by_the_loss_bound(bound):
-    dispatch = machine(servers=1, max_requeues=bound)
-    (submit,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
-    losses = 0
-    for n in range(5):
-        address = f"tcp://r{n}"
-        join(dispatch, address, at=n)
-        out = leave(dispatch, submit.address, at=n + 0.5)
-        losses += 1
-        if of(out, v.ReportError):
-            break
-        (submit,) = of(out, v.Submit)
-    expected = 5 if bound is None else bound + 1
-    assert losses == expected
-    if bound is not None:
-        (error,) = of(out, v.ReportError)
-        assert f"more than the {bound} requeue(s) allowed" in error.message
 
 
 def test_without_a_hub_the_workers_list_is_the_membership():

@@ -87,6 +87,8 @@ class Recorder:
             ev.ServerJoined: self._server_joined,
             ev.ServerDescribed: self._server_described,
             ev.ServerLeft: self._server_left,
+            ev.ServerKillInjected: self._kill_injected,
+            ev.ServerDraining: self._draining,
             ev.ContextLoading: self._context_loading,
             ev.ContextReady: self._context_ready,
             ev.ContextEvicted: self._context_ended,
@@ -278,6 +280,20 @@ class Recorder:
                 is_mig=bool(gpu.get("is_mig")),
             )
         session.execute(update(Server).where(Server.id == server_id).values(**values))
+
+    def _kill_injected(self, session: Session, event: ev.ServerKillInjected) -> None:
+        server_id = self._server(session, event.address, event.at)
+        name = event.name or event.address
+        text = f"{name}: injected signal {event.signal} (pid {event.pid})"
+        self._note(session, "kill-injected", event.at, text, server_id=server_id)
+
+    def _draining(self, session: Session, event: ev.ServerDraining) -> None:
+        server_id = self._server(session, event.address, event.at)
+        text = (
+            f"{event.name or event.address}: {event.why}, draining within {event.grace:.0f} s; "
+            f"finishing {len(event.finishing)} job(s), handing back {len(event.handed_back)}"
+        )
+        self._note(session, "server-draining", event.at, text, server_id=server_id)
 
     def _server_left(self, session: Session, event: ev.ServerLeft) -> None:
         server_id = self._server(session, event.address, event.at)
@@ -519,7 +535,13 @@ class Recorder:
             if not first.rowcount:  # type: ignore[attr-defined]
                 # The executor records an attempt's end from its result when the
                 # server's own event has not come yet: a second copy counts nothing twice.
-                session.execute(update(Attempt).where(Attempt.id == attempt_id).values(**values))
+                # A given-up attempt (its server was lost) stays lost: a late end
+                # from it is fenced off, never counted ok.
+                session.execute(
+                    update(Attempt)
+                    .where(Attempt.id == attempt_id, Attempt.outcome.is_distinct_from("lost"))
+                    .values(**values)
+                )
                 return
         if event.loaded and event.run_id:
             run_pk = self._run(session, event.run_id, event.at)

@@ -3,8 +3,10 @@ run owns one (the embedded cluster)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +49,20 @@ class ClusterConnection:
         """Whether this run started the cluster (and stops it at the end)."""
         return self.local is not None
 
+    def pool_kinds(self) -> list[dict[str, Any]]:
+        """The kinds of pilot of the cluster's pool of a batch system ([] without one)."""
+        if self.local is not None:
+            from .pilots import PilotOptions
+
+            pilots = (self.local.files.read_info() or {}).get("pilots")
+            return PilotOptions.from_json(json.dumps(pilots)).kind_summaries() if pilots else []
+        try:
+            books = self.client.get_metadata(["snakemake-context", "pool"], default=None)
+        except Exception as error:  # an older cluster: no pool
+            logger.debug("no pool metadata: %r", error)
+            return []
+        return list((books or {}).get("kinds") or [])
+
     @classmethod
     def start_embedded(
         cls,
@@ -56,14 +72,17 @@ class ClusterConnection:
         memory_budget: str,
         timeout: float,
         tls: bool = True,
+        extra_args: Sequence[str] = (),
     ) -> ClusterConnection:
-        """Start a cluster for this run (TLS unless ``tls=False``, for benchmarks)."""
+        """Start a cluster for this run (TLS unless ``tls=False``, for benchmarks;
+        ``extra_args``: a pool of pilots)."""
         local = LocalClusterProcess.start(
             scheduler_file,
             servers=servers,
             memory_budget=memory_budget,
             timeout=timeout,
             parent_pid=os.getpid(),
+            extra_args=extra_args,
             own_directory=True,
             tls=tls,
         )

@@ -53,6 +53,12 @@ class ClusterFiles:
         if own_directory or not directory.exists():
             private_dir(directory)
 
+    @property
+    def hold_dir(self) -> Path:
+        """Where a preemption injector holds a server's restart back: one file per
+        server name, holding the time until which it stays down."""
+        return self.scheduler_file.with_suffix(".holds")
+
     def read_info(self) -> dict[str, Any] | None:
         """The cluster process's record, or None if it is not (yet) written."""
         try:
@@ -80,6 +86,18 @@ class ClusterFiles:
         if not now or any(info.get(key) != value for key, value in now.items()):
             return None
         return pid
+
+    def shortfall(self, running: set[str]) -> str | None:
+        """'1 of 2 planned servers running (down: cpu1)' when fewer servers run than
+        the cluster process planned (lost, and not back yet); None otherwise."""
+        planned = [str(s["name"]) for s in (self.read_info() or {}).get("servers", [])]
+        down = [name for name in planned if name not in running]
+        if not down:
+            return None
+        return (
+            f"{len(planned) - len(down)} of {len(planned)} planned servers running "
+            f"(down: {', '.join(down)})"
+        )
 
     def remove(self) -> None:
         """Remove the scheduler and pid files and the credentials (the log stays)."""
@@ -123,11 +141,20 @@ def alive(pid: int) -> bool:
 
 
 def kill_group(pid: int) -> None:
-    """SIGKILL a whole process group (nothing if it is gone)."""
+    """SIGKILL a whole process group, and every process of the session it leads
+    (plain jobs run in process groups of their own inside it); nothing if gone."""
+    import psutil
+
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == pid:
+                proc.kill()
+        except (OSError, psutil.Error):
+            pass
 
 
 def tail(path: Path, lines: int = 30) -> str:

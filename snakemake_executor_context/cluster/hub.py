@@ -5,7 +5,11 @@ any other Dask scheduler), it
 
 - turns workers joining and leaving into :class:`~..fleet.events.ServerJoined` and
   :class:`~..fleet.events.ServerLeft` events, the latter with the jobs that were
-  running on the server (a loss record): the one source of fleet membership;
+  running on the server (a loss record) and what classifies the loss (the exit code
+  its nanny saw, an injector's announcement, missed heartbeats, a drain): the one
+  source of fleet membership;
+- drains a server whose last jobs of a rule all failed while others succeeded on it
+  (a black hole);
 - keeps a :class:`~..fleet.state.FleetState` from every event on
   :data:`~..fleet.events.TOPIC`, which an executor that attaches takes as its starting
   point (:func:`fleet_snapshot`);
@@ -16,6 +20,7 @@ any other Dask scheduler), it
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -26,7 +31,8 @@ from typing import Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from ..fleet import events as ev
-from ..fleet.keys import is_attempt_key
+from ..fleet.keys import is_attempt_key, rule_of
+from ..fleet.losses import FailureStreaks
 from ..fleet.state import FleetState
 
 __all__ = ["PLUGIN_NAME", "FleetHub", "fleet_snapshot"]
@@ -41,8 +47,22 @@ class FleetHub(SchedulerPlugin):
     name = PLUGIN_NAME
     idempotent = True
 
+    #: Exit codes of server processes by their last address, filled by the nannies
+    #: of a cluster this project starts (:mod:`.nannies`, same process).
+    exits: dict[str, int] = {}
+    #: The jobs each such process ran when it died, by its own record on disk.
+    running_at_exit: dict[str, list[str]] = {}
+    #: Seconds to wait for a lost server's exit code before publishing its loss (0
+    #: where no nanny of ours reports them).
+    exit_wait: float = 0.0
+
     def __init__(self, catalog: str | None = None) -> None:
         self.catalog = catalog
+        self.injected: dict[str, int] = {}
+        self.heartbeat_lost: set[str] = set()
+        self.drained: dict[str, str] = {}
+        self.streaks = FailureStreaks()
+        self._waiting: set[asyncio.Future[None]] = set()
         self.view = FleetState()
         self.lock = threading.Lock()
         self.writer: Any = None
@@ -72,6 +92,25 @@ class FleetHub(SchedulerPlugin):
                 logger.warning("context catalog disabled: %s", error)
         for address in list(scheduler.workers):
             self.add_worker(scheduler, address)
+
+    def _job_finished(self, event: ev.JobFinished) -> None:
+        """A server whose last jobs of a rule all failed while others succeeded on
+        it is drained and reported (the catalog and the console say why)."""
+        why = self.streaks.record(rule_of(event.key), event.address, event.ok)
+        if why is None or self.scheduler is None or event.address in self.drained:
+            return
+        self.drained[event.address] = why
+        logger.warning("draining %s: %s", event.address, why)
+        drained = ev.ServerDraining(address=event.address, why=why, grace=0.0)
+        # Inside log_event: publish and retire once it has returned.
+        self.scheduler.loop.add_callback(self._drain, drained)
+
+    async def _drain(self, drained: ev.ServerDraining) -> None:
+        self._publish(drained)
+        try:
+            await self.scheduler.retire_workers(workers=[drained.address], close_workers=True)
+        except Exception as error:
+            logger.warning("could not retire %s: %r", drained.address, error)
 
     def _publish(self, event: ev.Event) -> None:
         # Scheduler.log_event reaches subscribed clients and every plugin's
@@ -103,23 +142,55 @@ class FleetHub(SchedulerPlugin):
                 decoded = list(ev.decode(msg))
                 for item in decoded:
                     self.view.apply(item)
+                    if isinstance(item, ev.ServerKillInjected):
+                        self.injected[item.address] = item.signal
+                    elif isinstance(item, ev.ServerDraining):
+                        self.drained[item.address] = item.why
+                    elif isinstance(item, ev.JobFinished) and not item.cancelled:
+                        self._job_finished(item)
             if self.writer is not None:
                 for item in decoded:
                     self.writer.submit(item)
-        elif topic == "all" and isinstance(msg, dict) and msg.get("action") == "remove-worker":
-            self._server_left(msg)
+        elif not isinstance(msg, dict):
+            return
+        elif msg.get("action") == "worker-ttl-timed-out":
+            self.heartbeat_lost.update(str(w) for w in msg.get("workers") or ())
+        elif topic == "all" and msg.get("action") == "remove-worker":
+            address = str(msg.get("worker", ""))
+            with self.lock:
+                server = self.view.servers.get(address)
+                started = dict(server.started) if server else {}
+                slots = server.slots if server else 1
+                name = server.name if server else ""
+            if self.exit_wait > 0 and not msg.get("expected"):
+                # The nanny reaps the process a moment after the scheduler sees its
+                # connection close: wait briefly for the exit code that classifies it.
+                task = asyncio.ensure_future(self._left_after_exit(msg, started, slots, name))
+                self._waiting.add(task)  # the loop keeps only a weak reference
+                task.add_done_callback(self._waiting.discard)
+            else:
+                self._server_left(msg, started, slots, name)
 
-    def _server_left(self, msg: dict[str, Any]) -> None:
+    async def _left_after_exit(
+        self, msg: dict[str, Any], started: dict[str, float], slots: int, name: str
+    ) -> None:
+        address = str(msg.get("worker", ""))
+        for _ in range(int(self.exit_wait / 0.05)):
+            if address in self.exits:
+                break
+            await asyncio.sleep(0.05)
+        self._server_left(msg, started, slots, name)
+
+    def _server_left(
+        self, msg: dict[str, Any], started: dict[str, float], slots: int, name: str
+    ) -> None:
         address = str(msg.get("worker", ""))
         expected = bool(msg.get("expected"))
-        with self.lock:
-            server = self.view.servers.get(address)
-            started = dict(server.started) if server else {}
-            slots = server.slots if server else 1
-        # The hub learns of jobs only from their servers' JobStarted: what holds a
-        # slot here has started.
-        running = list(started)
-        lost = [ev.LostJob(key=key, started=started[key]).to_wire() for key in running]
+        # The hub learns of jobs from their servers' JobStarted (what holds a slot
+        # here has started), or, better, from what the dead process recorded.
+        recorded = self.running_at_exit.pop(address, None)
+        running = list(started) if recorded is None else recorded
+        lost = [ev.LostJob(key=key, started=started.get(key)).to_wire() for key in running]
         unreported = [
             key
             for key in msg.get("processing-tasks") or ()
@@ -128,13 +199,27 @@ class FleetHub(SchedulerPlugin):
         # Dask's processing set also holds the jobs queued behind a running one
         # (placement prefetches one per warm server); those had not started and are
         # simply placed again. Only a free slot can hold a start not yet reported.
-        for key in unreported[: max(0, slots - len(running))]:
+        for key in unreported[: max(0, slots - len(running))] if recorded is None else ():
             lost.append(ev.LostJob(key=key).to_wire())
         # Dask's stimulus ids end in a timestamp ("handle-worker-cleanup-1795953990.72"):
         # the cause without it reads better in a loss record.
         stimulus = re.sub(r"-[0-9.]+$", "", str(msg.get("stimulus_id", "")))
-        reason = ("closed" if expected else "lost") + (f" ({stimulus})" if stimulus else "")
-        self._publish(ev.ServerLeft(address=address, reason=reason, expected=expected, lost=lost))
+        left = ev.ServerLeft(
+            address=address,
+            expected=expected,
+            lost=lost,
+            name=name,
+            exit_code=self.exits.pop(address, None),
+            injected=self.injected.pop(address, None),
+            heartbeat=address in self.heartbeat_lost or "worker-ttl" in stimulus,
+            running=recorded,
+            drained=self.drained.pop(address, ""),
+        )
+        self.heartbeat_lost.discard(address)
+        cause = left.cause()
+        # The classification leads the reason, so the catalog's loss records say it.
+        left.reason = f"{cause.kind}: {cause.why}" + (f" ({stimulus})" if stimulus else "")
+        self._publish(left)
 
     async def close(self) -> None:
         """Write what is queued (a few seconds at most) and close the catalog."""

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ClusterError
@@ -50,6 +51,7 @@ class LocalClusterProcess:
         parent_pid: int = 0,
         host: str = "127.0.0.1",
         catalog: str | None = None,
+        extra_args: Sequence[str] = (),
         own_directory: bool = False,
         tls: bool = True,
     ) -> LocalClusterProcess:
@@ -81,6 +83,7 @@ class LocalClusterProcess:
             command += ["--catalog", catalog]
         if not tls:
             command += ["--no-tls"]
+        command += list(extra_args)
         log = open_private_append(files.log_file)
         try:
             process = subprocess.Popen(

@@ -8,6 +8,7 @@ until it is shut down, idle too long, or orphaned, in a session of its own (see
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -25,7 +26,22 @@ from .files import ClusterFiles
 from .plan import SERVER_DASK_CONFIG, plan_servers
 from .process import SERVE_MODULE
 
-__all__ = ["serve"]
+__all__ = ["HEARTBEAT_TIMEOUT", "loss_config", "serve"]
+
+#: Seconds without a heartbeat after which Dask restarts a server (a stopped process).
+HEARTBEAT_TIMEOUT = 10.0
+
+
+def loss_config(heartbeat_timeout: float) -> dict[str, Any]:
+    """Dask settings for losing servers: a lost server is restarted however long its
+    restart takes (Dask's SpecCluster would close it for good after 15 s), one that
+    stops heartbeating is restarted, and Dask never fails a task for its servers'
+    deaths (the executor's budgets decide, :mod:`..fleet.losses`)."""
+    return {
+        "distributed.deploy.lost-worker-timeout": "3650d",
+        "distributed.scheduler.worker-ttl": f"{heartbeat_timeout}s",
+        "distributed.scheduler.allowed-failures": 1000,
+    }
 
 
 def serve(argv: Sequence[str] | None = None) -> int:
@@ -38,27 +54,40 @@ def serve(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--catalog", default=None)
+    parser.add_argument("--pilots", default=None, help="PilotOptions as JSON: a batch pool")
+    parser.add_argument("--min-pilots", type=int, default=0)
+    parser.add_argument("--max-pilots", type=int, default=1)
+    parser.add_argument("--pilot-idle-timeout", type=float, default=120.0)
     # Benchmarks and tests only (TLS off against on, in one run): a plaintext cluster.
     parser.add_argument("--no-tls", action="store_true")
+    parser.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT)
     args = parser.parse_args(argv)
 
     import dask
     import psutil
-    from distributed import Nanny, Scheduler, SpecCluster
+    from distributed import Scheduler, SpecCluster
 
     from ..server.nvml import discover_gpus
     from ..server.plugin import ContextServerPlugin
     from ..server.server import ServerConfig
     from .hub import FleetHub
+    from .nannies import ContextNanny
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     dask.config.set(SERVER_DASK_CONFIG)
+    dask.config.set(loss_config(args.heartbeat_timeout))
     files = ClusterFiles(args.scheduler_file.resolve())
+    FleetHub.exit_wait = 1.5
+    ContextNanny.hold_dir = files.hold_dir
     files.remove()
     # Every listener requires TLS with a certificate of this cluster's own authority.
     security = None if args.no_tls else Credentials.generate(files.credentials.directory).security()
-    plans = plan_servers(
-        discover_gpus(), args.servers, psutil.virtual_memory().total, os.cpu_count() or 1
+    plans = (
+        []  # a pool of pilots: its servers are batch jobs
+        if args.pilots
+        else plan_servers(
+            discover_gpus(), args.servers, psutil.virtual_memory().total, os.cpu_count() or 1
+        )
     )
     scheduler_options: dict[str, Any] = {
         # Dask always serves HTTP (metrics); a random loopback port avoids clashes.
@@ -75,7 +104,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
         scheduler_options["idle_timeout"] = args.idle_timeout
     workers = {
         plan.name: {
-            "cls": Nanny,
+            "cls": ContextNanny,
             "options": {
                 "name": plan.name,
                 "host": args.host,
@@ -102,13 +131,16 @@ def serve(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
-    cluster = SpecCluster(
-        workers=workers,
-        scheduler={"cls": Scheduler, "options": scheduler_options},
-        silence_logs=False,
-        name="snakemake-context",
-        security=security,
-    )
+    if args.pilots:
+        cluster = _pilot_pool(args, scheduler_options, security)
+    else:
+        cluster = SpecCluster(
+            workers=workers,
+            scheduler={"cls": Scheduler, "options": scheduler_options},
+            silence_logs=False,
+            name="snakemake-context",
+            security=security,
+        )
     # Dask writes the scheduler file with the umask's mode: the address is private too.
     os.chmod(files.scheduler_file, PRIVATE_FILE_MODE)
     info = {
@@ -124,6 +156,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
         ],
         "started": time.time(),
         "catalog": args.catalog,
+        "pilots": json.loads(args.pilots) if args.pilots else None,
         "tls": security is not None,
     }
     files.write_info(info)
@@ -144,6 +177,33 @@ def serve(argv: Sequence[str] | None = None) -> int:
         _kill_children()
         files.remove()
     return 0
+
+
+def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], security: Any) -> Any:
+    """A batch system's pool of pilots, scaled by the run's demand. Pilots present the
+    cluster's credentials, read from beside the scheduler file: that directory must be
+    on a filesystem the compute nodes share."""
+    from ..fleet.pool import PoolShape
+    from .pilots import PilotOptions, start_pilot_cluster
+    from .pool import DemandAdaptive
+
+    options = PilotOptions.from_json(args.pilots)
+    scheduler_options.pop("host", None)
+    if not options.interface:
+        from distributed.utils import get_ip
+
+        # Pilots on other nodes reach the scheduler on the default route's address.
+        scheduler_options["host"] = get_ip()
+    cluster = start_pilot_cluster(options, scheduler_options, security)
+    shape = PoolShape(minimum=args.min_pilots, maximum=max(args.min_pilots, args.max_pilots))
+    cluster.adapt(
+        Adaptive=DemandAdaptive,
+        shape=shape,
+        idle_timeout=args.pilot_idle_timeout,
+        backend=options.backend,
+        kinds=options.kind_summaries(),
+    )
+    return cluster
 
 
 def _kill_children() -> None:

@@ -24,12 +24,12 @@ from ..fleet.keys import job_key_of
 from ..jobspec import remove_outputs
 from . import startup
 from . import vocabulary as v
-from .dispatch import FLEET_CHECK_SECONDS, Dispatch
+from .dispatch import FLEET_CHECK_SECONDS
 from .jobbuild import SpecBuilder, output_specs
 from .recording import Recording
 from .results import attempt_ended
 from .settings import ExecutorSettings
-from .summary import write_summary
+from .summary import LoadTally, write_summary
 from .tasks import Tasks
 from .wake import Waker
 
@@ -69,6 +69,7 @@ class Executor(RemoteExecutor):
         )
         self._jobs: dict[str, _Job] = {}
         self._summary: list[dict[str, Any]] = []
+        self._loads = LoadTally()
         self._group_warnings = startup.GroupWarnings()
         self._last_check = 0.0
         startup.log_dask_to_file(self.workdir, self.run_id)
@@ -76,12 +77,7 @@ class Executor(RemoteExecutor):
             self.settings, self.workdir, self.run_id, self.logger.warning
         )
         self.tasks = Tasks(self.connection)
-        self.dispatch = Dispatch(
-            self.run_id,
-            embedded=self.connection.embedded,
-            wait_for_server=self.settings.wait_for_server,
-            placement=self.settings.placement,
-        )
+        self.dispatch = startup.make_dispatch(self)
         self.recording = Recording(
             self.connection, self.run_id, self.workdir, self.settings.catalog, self.logger
         )
@@ -126,6 +122,7 @@ class Executor(RemoteExecutor):
             for item in decoded:
                 self.recording.emit(item)
         now = time.time()
+        self._loads.see(decoded)
         for item in decoded:
             self._inbox.put(v.FleetEvent(item, now))
         if any(isinstance(item, WAKING_EVENTS) for item in decoded):
@@ -146,6 +143,7 @@ class Executor(RemoteExecutor):
                 self._last_check = now
                 try:
                     self._inbox.put(v.ServersPolled(self.connection.workers(), now))
+                    startup.publish_demand(self.connection, self.dispatch)
                 except Exception as error:
                     self.logger.debug(f"Cannot list the cluster's workers: {error}")
                 self._inbox.put(v.Tick(now))
@@ -166,7 +164,10 @@ class Executor(RemoteExecutor):
                     if found is None:
                         continue  # cancelled by dispatch: fenced off already
                     ticket = self._jobs[job_key_of(stimulus)].ticket
-                    stimulus, entry = attempt_ended(stimulus, *found, ticket)
+                    ended, entry = attempt_ended(stimulus, *found, ticket)
+                    if ended is None:
+                        continue  # lost with its server: the server's loss requeues it
+                    stimulus = ended
                     if entry is not None:
                         self._summary.append(entry)
                 self._execute(self.dispatch.handle(stimulus))
@@ -240,9 +241,8 @@ class Executor(RemoteExecutor):
         super().shutdown()
         say = self.logger.info
         try:
-            write_summary(
-                self.workdir, self.run_id, self.started, self.connection, self._summary, say
-            )
+            run = (self.workdir, self.run_id, self.started, self.connection, self._summary)
+            write_summary(*run, say, self._loads.lost)
         finally:
             try:
                 self.recording.finished(ok=self.dispatch.failures == 0)

@@ -13,18 +13,20 @@ result that beats its event records the attempt's end itself: nothing waits.
 
 **Membership** comes from the hub's events and the attach snapshot (Dask's list of
 workers is only compared with it, unless there is no hub). A server that leaves takes
-its attempts: their jobs go back to the queue, at most ``max_requeues`` times.
+its attempts: their jobs go back to the queue, each loss charged to the job's
+preemption or crash budget (:mod:`..fleet.losses`), never to Snakemake's retries.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import ContextExecutorError, NoServerError
 from ..fleet import events as ev
-from ..fleet.keys import attempt_key
+from ..fleet.keys import attempt_key, attempt_log
+from ..fleet.losses import Budgets, LossHistory, loss_line, ran_there
 from ..fleet.placement import PlacementStep, choose_server
 from ..fleet.resources import explain_unrunnable
 from ..fleet.state import FleetState
@@ -40,7 +42,6 @@ from .vocabulary import (
     JobReady,
     JobTicket,
     Log,
-    LossReason,
     Poll,
     ProbeCaches,
     Record,
@@ -67,6 +68,9 @@ class _Job:
     attempt: str | None = None
     waiting_since: float | None = None
     cancelled: bool = False
+    losses: LossHistory = field(default_factory=LossHistory)
+    #: A job lost with a server not confirmed dead waits for that server's lease.
+    not_before: float = 0.0
 
 
 @dataclass
@@ -83,9 +87,11 @@ class _Attempt:
 class Dispatch:
     """The queue, the attempts in flight, requeues and unrunnable jobs of one run.
 
-    ``embedded``: the run owns its fixed fleet: a job no server can run fails at once
-    (unless none is up: one restarts); attached, it waits ``wait_for_server`` s for
-    servers to join. ``placement``: ``affinity`` (ours) or ``dask`` (Dask chooses).
+    ``embedded``: the run owns its cluster, of ``planned`` servers: a job none of
+    them can run fails at once, unless servers are restarting; on an attached cluster
+    (or while restarts go on) it waits ``wait_for_server`` seconds for servers.
+    ``placement``: ``affinity`` (this project's policy) or ``dask`` (Dask chooses).
+    ``lease_wait``: how long a job lost with a server that may still run it waits.
     """
 
     def __init__(
@@ -95,24 +101,24 @@ class Dispatch:
         embedded: bool,
         wait_for_server: float,
         placement: str = "affinity",
-        max_requeues: int | None = None,
+        budgets: Budgets | None = None,
         fleet: FleetState | None = None,
+        planned: int = 0,
+        lease_wait: float = 0.0,
     ) -> None:
-        self.run_id = run_id
-        self.embedded = embedded
+        self.run_id, self.embedded, self.placement = run_id, embedded, placement
         self.wait_for_server = wait_for_server
-        self.placement = placement
-        self.max_requeues = max_requeues
+        self.budgets = budgets or Budgets()
+        self.planned, self.lease_wait = planned, lease_wait
         self.fleet = fleet if fleet is not None else FleetState()
         #: Whether fleet membership comes from the hub's events (else from polls).
         self.hub = True
         #: Per-context work still to come, which placement weighs against a load.
         self.demand = Demand()
-        self.failures = 0
         self._jobs: dict[str, _Job] = {}
         self._queue: list[_Job] = []
         self._attempts: dict[str, _Attempt] = {}
-        self._seq = 0
+        self._seq = self.failures = 0
 
     # -- the one entry point ---------------------------------------------------------
 
@@ -157,10 +163,14 @@ class Dispatch:
         self.demand.ready(ticket.identity, ticket.jobid)
         if not self.fleet.runnable(ticket.wanted):
             job.waiting_since = stimulus.now
-            if self.embedded and self.fleet.servers:
+            if self._fixed_fleet:
                 self._fail_unrunnable(job, stimulus.now, out)
                 return
         self._queue.append(job)
+
+    @property
+    def _fixed_fleet(self) -> bool:  # embedded, and no server is restarting
+        return self.embedded and len(self.fleet.servers) >= max(1, self.planned)
 
     def _place(self, now: float, out: list[Command]) -> None:
         """Submit the queued jobs placement finds a server for, in Snakemake's
@@ -176,6 +186,8 @@ class Dispatch:
         placed: list[_Job] = []
         for job in self._queue:
             ticket = job.ticket
+            if job.not_before > now:
+                continue
             if not self.fleet.runnable(ticket.wanted):
                 if job.waiting_since is None:
                     job.waiting_since = now
@@ -231,22 +243,10 @@ class Dispatch:
         self._release(attempt)
         self._jobs.pop(job.ticket.key, None)
         learned = ended.learned
-        address = learned.address if learned is not None else None
-        if learned is not None and address is not None:
-            self.fleet.learn(
-                address,
-                identity=job.ticket.identity,
-                started=learned.started,
-                loaded=learned.loaded,
-                reused=learned.reused,
-                evicted=learned.evicted,
-                job_seconds=learned.job_seconds if ended.ok else None,
-                load_seconds=learned.load_seconds,
-                conversions=learned.conversions,
-                reload_seconds=learned.reload_seconds,
-            )
+        if learned is not None and learned.address is not None:
+            learned.teach(self.fleet, job.ticket.identity, ok=ended.ok)
             if attempt.event_seen is None:  # record the end from the result
-                server = self.fleet.servers.get(address)
+                server = self.fleet.servers.get(learned.address)
                 model = ended.gpu_model or (server.gpu_model if server else "")
                 event = learned.finished_event(self.run_id, ended, job.ticket.identity, model)
                 out.append(Record(event))
@@ -328,30 +328,33 @@ class Dispatch:
         if isinstance(event, ev.ContextReady) and event.conversions:
             out.append(ProbeCaches())  # the conversion may have filled other caches
         if isinstance(event, ev.ServerLeft):
-            reason = LossReason(expected=event.expected, detail=event.reason)
-            self._server_left(event.address, reason, out)
+            self._server_left(event, now, out)
         self.fleet.apply(event)
 
-    def _server_left(self, address: str, reason: LossReason, out: list[Command]) -> None:
+    def _server_left(self, event: ev.ServerLeft, now: float, out: list[Command]) -> None:
+        address, name, cause = event.address, event.name, event.cause()
         lost = [a for a in self._attempts.values() if a.pinned and a.address == address]
+        server = self.fleet.servers.get(address)
+        keys = [a.key for a in lost]
+        ran = ran_there(keys, server.started if server else {}, server, event.running)
+        if lost or cause.kind != "closed":
+            titles = [a.job.ticket.title for a in lost if a.key in ran]
+            fleet = (len(self.fleet.servers) - 1, self.planned)
+            out.append(Log("warning", loss_line(name or address, cause, titles, len(lost), fleet)))
+        # A server nobody saw die (no exit code: unreachable, stopped) may still run it.
+        unconfirmed = cause.kind != "closed" and cause.exit_code is cause.signal is None
         for attempt in lost:
             del self._attempts[attempt.key]
             self._release(attempt)
             out.append(Cancel(attempt.key))
-            job = attempt.job
-            requeues = job.dispatches
-            if self.max_requeues is not None and requeues > self.max_requeues:
-                self._report_error(
-                    job.ticket,
-                    f"{job.ticket.title}: its server was lost {requeues} time(s) "
-                    f"({reason.describe()}), more than the {self.max_requeues} requeue(s) "
-                    "allowed.",
-                    ev.JobOutcome.FAILED,
-                    out,
-                    key=attempt.key,
-                )
+            job, log = attempt.job, attempt_log(attempt.job.ticket.log_path, attempt.job.dispatches)
+            title, where = job.ticket.title, name or address
+            failed = job.losses.charge(cause, where, log, self.budgets, title, attempt.key in ran)
+            if failed is not None:
+                self._report_error(job.ticket, failed, ev.JobOutcome.FAILED, out, key=attempt.key)
                 continue
             job.attempt = None
+            job.not_before = now + self.lease_wait if unconfirmed else 0.0
             self._queue.append(job)
 
     def _polled(self, polled: ServersPolled, out: list[Command]) -> None:
@@ -360,9 +363,7 @@ class Dispatch:
         if self.hub:
             missing, extra = sorted(known - set(present)), sorted(set(present) - known)
             if missing or extra:
-                text = (
-                    f"membership differs from Dask's: {missing} not listed, {extra} not announced"
-                )
+                text = f"membership differs from Dask's: {missing} not listed, {extra} new"
                 out.append(Log("debug", text))
             return
         for address, worker in present.items():
@@ -370,15 +371,14 @@ class Dispatch:
                 address, name=worker["name"], resources=worker["resources"], slots=worker["slots"]
             )
         for address in known - set(present):
-            self._server_left(address, LossReason(detail="gone from Dask's list of workers"), out)
+            self._server_left(ev.ServerLeft(address=address), polled.now, out)
             self.fleet.remove_server(address)
 
     def _tick(self, now: float, out: list[Command]) -> None:
         for job in list(self._queue):
-            if job.waiting_since is None:
+            if job.waiting_since is None or self.fleet.runnable(job.ticket.wanted):
                 continue
-            fixed = self.embedded and bool(self.fleet.servers)  # none: one restarts
-            if fixed or now - job.waiting_since >= self.wait_for_server:
+            if self._fixed_fleet or now - job.waiting_since >= self.wait_for_server:
                 self._fail_unrunnable(job, now, out)
         for attempt in list(self._attempts.values()):
             job = attempt.job

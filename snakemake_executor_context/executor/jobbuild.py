@@ -4,6 +4,7 @@ a plain job spec (Snakemake's own job command)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import re
@@ -65,9 +66,11 @@ class SpecBuilder:
                 if declaration is None:
                     raise undeclared(job.rule.name, context, declarations)
                 made = ticket(job, kind="context", declaration=declaration)
-                return made, self.context(job, made.key, declaration), None
-            made = ticket(job, kind="plain")
-            return made, self.plain(job, made.key), None
+                spec: Any = self.context(job, made.key, declaration)
+            else:
+                made = ticket(job, kind="plain")
+                spec = self.plain(job, made.key)
+            return dataclasses.replace(made, log_path=spec.log_path), spec, None
         except ContextExecutorError as error:
             return ticket(job, kind="invalid"), None, error
 
@@ -156,6 +159,7 @@ class SpecBuilder:
             log_path=self.log_path(job, key),
             shell_exec=job.resources.get("shell_exec"),
             run_id=self.run_id,
+            reuse=not getattr(self.workflow.executor_settings, "agnostic", False),
             runtime_minutes=runtime_minutes(job),
         )
 

@@ -17,12 +17,14 @@ RESULT_TIMEOUT = 30.0
 
 def attempt_ended(
     key: str, future: Any, placed_by: str, ticket: JobTicket
-) -> tuple[AttemptEnded, dict[str, Any] | None]:
+) -> tuple[AttemptEnded | None, dict[str, Any] | None]:
     """The end of attempt ``key`` from its done future, and its entry in the run
-    summary (None without a result). What the server warns about the job (threads or
+    summary (None without a result). (None, None): the task had finished but its
+    result died with its server before it could be fetched; the server's loss
+    sends the job back to the queue. What the server warns about the job (threads or
     files it left behind) goes to the run's log."""
     ended, result = _ended(key, future, ticket.title)
-    if result is None:
+    if ended is None or result is None:
         return ended, None
     if result.extra.get("warnings"):
         from snakemake.logging import logger  # the run's log, as the executor's own
@@ -32,13 +34,15 @@ def attempt_ended(
     return ended, summary_entry(result, placed_by=placed_by, submitted=ticket.submitted)
 
 
-def _ended(key: str, future: Any, title: str) -> tuple[AttemptEnded, JobResult | None]:
+def _ended(key: str, future: Any, title: str) -> tuple[AttemptEnded | None, JobResult | None]:
     now = time.time()
     if future.status == "finished":
         try:
-            result: JobResult = future.result(timeout=RESULT_TIMEOUT)
+            result = _fetch(future)
         except Exception as error:  # the result could not be fetched
             return AttemptEnded(key, now, ok=False, message=f"{title}: {error}"), None
+        if result is None:
+            return None, None
         learned = Learned(
             address=result.server.address or None,
             started=result.started,
@@ -76,6 +80,21 @@ def _exception(future: Any) -> BaseException | None:
         return future.exception(timeout=RESULT_TIMEOUT)
     except Exception as error:  # the exception could not be fetched either
         return error
+
+
+def _fetch(future: Any) -> JobResult | None:
+    """The finished task's result; None if it was lost meanwhile (its server died
+    holding it: Dask no longer calls the task finished)."""
+    deadline = time.monotonic() + RESULT_TIMEOUT
+    while True:
+        try:
+            result: JobResult = future.result(timeout=0.5)
+            return result
+        except TimeoutError:
+            if future.status != "finished":
+                return None
+            if time.monotonic() > deadline:
+                raise
 
 
 def explain_task_error(title: str, error: BaseException | None) -> str:

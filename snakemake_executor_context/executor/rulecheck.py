@@ -3,7 +3,7 @@ workflow's rules and settings. Each refusal names the rule, the context and the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from snakemake_interface_executor_plugins.settings import SharedFSUsage
@@ -118,3 +118,31 @@ def constant_resource(rule: Any, name: str) -> Any:
     if resource is None or resource.is_evaluable():
         return None
     return resource.value
+
+
+def check_pool_fits(rules: Iterable[Any], kinds: Sequence[Mapping[str, Any]]) -> None:
+    """Every rule a pool's pilots must run fits one kind of pilot: a job that fits
+    waits for a pilot however long the batch queue takes; one that fits none fails
+    here, at start, naming the rule, the kinds and the fix."""
+    from ..fleet.pool import kind_resources
+    from ..fleet.resources import covers, job_resources, requirements_from
+
+    offered = [
+        kind_resources(k.get("gpu_type"), int(k.get("gpus", 0)), int(k.get("memory_bytes", 0)))
+        for k in kinds
+    ]
+    described = "; ".join(
+        f"{k.get('gpus', 0)} x {k.get('gpu_type') or 'GPU'}, {k.get('memory', '?')}" for k in kinds
+    )
+    for rule in rules:
+        if getattr(rule, "is_local", False):
+            continue
+        names = ("gpu", "gpu_model", "gpu_manufacturer", "mem_mb")
+        req = requirements_from({n: constant_resource(rule, n) for n in names})
+        wanted = job_resources(req)
+        if wanted and not any(covers(kind, wanted) for kind in offered):
+            raise ContextExecutorError(
+                f"Rule '{rule.name}' asks for {req.describe()}, which no pilot of the pool "
+                f"can offer (pilots: {described}). Fix: --context-pilot-gpu-types, "
+                "--context-pilot-gpus or --context-pilot-memory, or the rule's resources."
+            )

@@ -15,7 +15,7 @@ __all__ = ["export_server_limits"]
 def export_server_limits(settings: ExecutorSettings) -> None:
     """Check --context-memory-cap and --context-recycle-after-leaks and set them for
     the embedded cluster's servers. Raises ContextExecutorError on a bad value."""
-    from ..server.limits import MEMORY_CAP_VARIABLE, memory_cap
+    from ..server.limits import MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE, memory_cap
 
     if settings.memory_cap is not None:
         try:
@@ -31,4 +31,4 @@ def export_server_limits(settings: ExecutorSettings) -> None:
             f"--context-recycle-after-leaks {leaks!r}: give a count of jobs, 0 or more "
             "(0: never restart a server for leaked threads)."
         )
-    os.environ["SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS"] = str(leaks)
+    os.environ[RECYCLE_VARIABLE] = str(leaks)

@@ -165,6 +165,137 @@ class ExecutorSettings(ExecutorSettingsBase):
             "required": False,
         },
     )
+    preemption_budget: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "How many times a job may lose its server to a preemption (an "
+            "outside SIGTERM, an injected kill, a lost node or heartbeat) and go back "
+            "to the queue before it fails. Preemptions never consume --retries. "
+            "Default: Snakemake's --preemptible-retries where set, else 10.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    crash_budget: int = field(
+        default=2,
+        metadata={
+            "help": "How many times a job may crash the server running it (the "
+            "process exits by itself, dies of SIGSEGV/SIGABRT, or of a SIGKILL nobody "
+            "announced, such as the OOM killer's) and go back to the queue; one more "
+            "crash fails it, naming the servers, their exit codes and each "
+            "attempt's log. --retries then applies on top.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    agnostic: bool = field(
+        default=False,
+        metadata={
+            "help": "Context-agnostic mode: each job loads its context and the server "
+            "drops it at the job's end (no reuse), the baseline of the paper's "
+            "experiments run on the same servers (for comparisons, such as the "
+            "preemption benchmark).",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    backend: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Run the servers as pilot jobs of this batch system, submitted for "
+            "this run and sized by its demand (slurm, htcondor, pbs, sge, lsf; through "
+            "dask-jobqueue). The scheduler runs in Snakemake's machine; pilots must "
+            "reach it (--context-interface) and share the workflow directory. Default: "
+            "servers on this machine. A pool kept across runs: `snakemake-context up "
+            "--backend ...`.",
+            "env_var": False,
+            "required": False,
+            "choices": ["slurm", "htcondor", "pbs", "sge", "lsf"],
+        },
+    )
+    pilot_queue: Optional[str] = field(
+        default=None,
+        metadata={"help": "Partition (SLURM) or queue of the pilots.", "env_var": False},
+    )
+    pilot_account: Optional[str] = field(
+        default=None,
+        metadata={"help": "Account (project) the pilots are charged to.", "env_var": False},
+    )
+    pilot_qos: Optional[str] = field(
+        default=None,
+        metadata={"help": "SLURM quality of service of the pilots.", "env_var": False},
+    )
+    pilot_walltime: str = field(
+        default="01:00:00",
+        metadata={
+            "help": "Walltime of one pilot (HH:MM:SS or D-HH:MM:SS). A pilot retires "
+            "--context-pilot-retire-margin seconds before it; its running jobs go back "
+            "to the queue and the pool submits a replacement while work remains.",
+            "env_var": False,
+        },
+    )
+    pilot_retire_margin: float = field(
+        default=300.0,
+        metadata={
+            "help": "Seconds before its walltime at which a pilot retires.",
+            "env_var": False,
+        },
+    )
+    pilot_gpus: int = field(
+        default=1, metadata={"help": "GPUs per pilot (one server each pilot).", "env_var": False}
+    )
+    pilot_gpu_types: Optional[list[str]] = field(
+        default=None,
+        metadata={
+            "help": "GPU types of the pilots (SLURM GRES type, LSF gmodel), one kind of "
+            "pilot each: new pilots go to the kind the ready jobs' gpu_model needs. Also "
+            "the model a pilot advertises where NVML sees no GPU.",
+            "env_var": False,
+            "nargs": "+",
+            "type": str,
+        },
+    )
+    pilot_cores: int = field(default=1, metadata={"help": "CPU cores per pilot.", "env_var": False})
+    pilot_memory: str = field(
+        default="16GB", metadata={"help": "Memory per pilot.", "env_var": False}
+    )
+    pilot_directives: Optional[list[str]] = field(
+        default=None,
+        metadata={
+            "help": "Extra job-script directives, as the batch system spells them (e.g. "
+            "--constraint=a100 for SLURM).",
+            "env_var": False,
+            "nargs": "+",
+            "type": str,
+        },
+    )
+    pilot_prologue: Optional[list[str]] = field(
+        default=None,
+        metadata={
+            "help": "Shell lines a pilot runs before its server starts, e.g. 'source "
+            "/shared/venv/bin/activate', or copying weights to node-local disk.",
+            "env_var": False,
+            "nargs": "+",
+            "type": str,
+        },
+    )
+    interface: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Network interface the scheduler listens on and pilots reach it "
+            "through (compute nodes often reach only one interface of a login node, "
+            "e.g. ib0). Default: 127.0.0.1 without pilots, the default route with them.",
+            "env_var": False,
+        },
+    )
+    min_pilots: int = field(
+        default=0, metadata={"help": "Pilots the pool keeps even when idle.", "env_var": False}
+    )
+    max_pilots: int = field(default=4, metadata={"help": "Most pilots at once.", "env_var": False})
+    pilot_idle_timeout: float = field(
+        default=120.0,
+        metadata={"help": "Seconds an idle pilot is kept before it is released.", "env_var": False},
+    )
     memory_cap: Optional[str] = field(
         default=None,
         metadata={

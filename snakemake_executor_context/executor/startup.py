@@ -4,6 +4,7 @@ send Dask's client logs to a file, say what the fleet is, and warn about groups.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -11,7 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..contexts import ContextDeclaration, declarations_from_config
 from ..defaults import CONTEXT_DIR
-from .rulecheck import check_context_rules, check_shared_fs, constant_resource
+from ..errors import ContextExecutorError
+from .dispatch import Dispatch
+from .pooldemand import DEMAND_KEY, pool_demand
+from .rulecheck import check_context_rules, check_pool_fits, check_shared_fs, constant_resource
 from .settings import ExecutorSettings
 
 if TYPE_CHECKING:
@@ -23,9 +27,13 @@ __all__ = [
     "announce_fleet",
     "checked_declarations",
     "connect",
+    "dispatch_options",
     "group_warning",
     "log_dask_to_file",
+    "make_dispatch",
     "planned_jobs",
+    "publish_demand",
+    "wait_for_server",
 ]
 
 
@@ -84,7 +92,16 @@ def _connect(
     settings: ExecutorSettings, workdir: str, run_id: str, say: Callable[[str], None]
 ) -> ClusterConnection:
     from ..cluster.connection import ClusterConnection
+    from ..cluster.pilot_args import pilot_settings_args
 
+    cluster_dir = Path(workdir) / CONTEXT_DIR / "cluster"
+    pool = pilot_settings_args(settings, str(cluster_dir / f"{run_id}-pilots"))
+    if pool and (settings.scheduler_address or settings.scheduler_file):
+        raise ContextExecutorError(
+            "--context-backend starts a pool of pilots for this run; it cannot be combined "
+            "with --context-scheduler-file/--context-scheduler-address. Fix: drop one (a "
+            "pool kept across runs: snakemake-context up --backend ...)."
+        )
     check_settings(settings)
     if settings.scheduler_address or settings.scheduler_file:
         return ClusterConnection.attach(
@@ -101,12 +118,95 @@ def _connect(
     if not tls:
         say(f"{NO_TLS_VARIABLE}=1: the embedded cluster runs WITHOUT TLS (benchmarks only).")
     return ClusterConnection.start_embedded(
-        Path(workdir) / CONTEXT_DIR / "cluster" / f"{run_id}.json",
+        cluster_dir / f"{run_id}.json",
         servers=settings.servers,
         memory_budget=settings.memory_budget,
         timeout=max(settings.connect_timeout, 60.0),
+        extra_args=pool,
         tls=tls,
     )
+
+
+def dispatch_options(
+    settings: ExecutorSettings, workflow: Any, connection: ClusterConnection, warn: Any
+) -> dict[str, Any]:
+    """The dispatch machine's loss settings: the budgets, the servers planned (the
+    embedded cluster's), how long a job lost with an unconfirmed server waits."""
+    from ..fleet.losses import Budgets
+    from ..server.server import ServerConfig
+
+    remote = getattr(workflow, "remote_execution_settings", None)
+    budgets = Budgets.resolve(
+        settings.preemption_budget,
+        settings.crash_budget,
+        getattr(remote, "preemptible_retries", None),
+    )
+    info = connection.local.files.read_info() if connection.local else None
+    if connection.local is None:
+        # Pinned attempts are resubmitted under new keys (one death each); with
+        # placement 'dask' Dask reruns the same key, and counts every death.
+        total = budgets.preemptions + budgets.crashes + 1
+        check_allowed_failures(connection, 1 if settings.placement == "affinity" else total, warn)
+    return {
+        "embedded": connection.embedded,
+        "wait_for_server": settings.wait_for_server,
+        "placement": settings.placement,
+        "budgets": budgets,
+        "planned": len((info or {}).get("servers", [])),
+        "lease_wait": ServerConfig.lease + LEASE_GRACE,
+    }
+
+
+#: Seconds beyond a server's lease before its lost jobs run elsewhere.
+LEASE_GRACE = 5.0
+
+
+def check_allowed_failures(connection: ClusterConnection, needed: int, warn: Any) -> None:
+    """Warn when the attached scheduler's allowed-failures could fail a task before
+    the job's budgets do (Dask counts every unexpected death of a task's server)."""
+    try:
+        allowed = connection.client.run_on_scheduler(_allowed_failures)
+    except Exception as error:
+        logging.getLogger(__name__).debug("allowed-failures unknown: %r", error)
+        return
+    if isinstance(allowed, int) and allowed < needed:
+        warn(
+            f"The attached scheduler's distributed.scheduler.allowed-failures is {allowed}, "
+            f"below the {needed} this run's loss budgets need: Dask may fail a job whose "
+            "server is lost before the budgets do. Fix: start the scheduler with "
+            f"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES={needed} or more (a cluster "
+            "started by `snakemake-context up` sets it)."
+        )
+
+
+def _allowed_failures(dask_scheduler: Any) -> int:
+    return int(dask_scheduler.allowed_failures)
+
+
+def make_dispatch(executor: Any) -> Dispatch:
+    """The executor's dispatch state machine. A pool of pilots is not a fixed fleet: a
+    job that fits a kind of pilot waits for one, however long the batch queue takes."""
+    settings, connection = executor.settings, executor.connection
+    workflow = executor.workflow
+    options = dispatch_options(settings, workflow, connection, executor.logger.warning)
+    options["embedded"] = connection.embedded and not connection.pool_kinds()
+    options["wait_for_server"] = wait_for_server(settings, connection, workflow.rules)
+    return Dispatch(executor.run_id, **options)
+
+
+def publish_demand(connection: ClusterConnection, dispatch: Dispatch) -> None:
+    """Tell the cluster's pool of pilots, if any, what the run still asks of it."""
+    connection.client.set_metadata(DEMAND_KEY, pool_demand(dispatch))
+
+
+def wait_for_server(settings: ExecutorSettings, connection: ClusterConnection, rules: Any) -> float:
+    """How long a job may wait for a server that can run it: with a pool of pilots,
+    as long as the batch queue takes (once every rule fits a kind of pilot)."""
+    kinds = connection.pool_kinds()
+    if not kinds:
+        return settings.wait_for_server
+    check_pool_fits(rules, kinds)
+    return math.inf
 
 
 def log_dask_to_file(workdir: str, run_id: str) -> None:

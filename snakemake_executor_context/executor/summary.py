@@ -14,7 +14,26 @@ from ..defaults import CONTEXT_DIR
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
 
-__all__ = ["write_summary"]
+__all__ = ["LoadTally", "write_summary"]
+
+
+class LoadTally:
+    """Context loads seen during the run by server, so that the closing summary
+    counts those of servers lost meanwhile (whose inventories died with them)."""
+
+    def __init__(self) -> None:
+        self._by_address: dict[str, int] = {}
+        self.lost = 0
+
+    def see(self, events: Sequence[Any]) -> None:
+        """Fold in a batch of the fleet's events."""
+        from ..fleet import events as ev
+
+        for event in events:
+            if isinstance(event, ev.ContextReady):
+                self._by_address[event.address] = self._by_address.get(event.address, 0) + 1
+            elif isinstance(event, ev.ServerLeft):
+                self.lost += self._by_address.pop(event.address, 0)
 
 
 def write_summary(
@@ -24,6 +43,7 @@ def write_summary(
     connection: ClusterConnection,
     jobs: Sequence[Mapping[str, Any]],
     say: Callable[[str], None],
+    lost_loads: int = 0,
 ) -> Path:
     """Write ``.snakemake/context/runs/<run_id>.json`` (every server's inventory,
     its busy and idle time, and every job's result) and log what the servers did."""
@@ -37,16 +57,18 @@ def write_summary(
         "servers": dict(inventories),
         "server_use": use,
         "jobs": list(jobs),
+        "loads_on_lost_servers": lost_loads,
     }
     path = Path(workdir) / CONTEXT_DIR / "runs" / f"{run_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=1, default=str))
-    loads = sum(inv.get("loads", 0) for inv in inventories.values())
+    loads = sum(inv.get("loads", 0) for inv in inventories.values()) + lost_loads
     context_jobs = sum(1 for job in jobs if job.get("loaded") or job.get("reused"))
     if context_jobs:
+        lost = f", {lost_loads} of them on servers lost meanwhile" if lost_loads else ""
         say(
             f"Context servers ran {context_jobs} context job(s) with {loads} context "
-            f"load(s) in this cluster's lifetime; summary: {path}"
+            f"load(s) in this cluster's lifetime{lost}; summary: {path}"
         )
     for name, row in use.items():
         say(

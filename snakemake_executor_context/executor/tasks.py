@@ -11,6 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..fleet.keys import attempt_log, attempt_number
+from ..jobspec import OutputSpec, remove_outputs
 from .vocabulary import Submit
 
 if TYPE_CHECKING:
@@ -38,10 +40,15 @@ class Tasks:
             # Pinned hard: work stealing leaves it where placement put it. If the
             # server leaves, dispatch takes the job back (Dask would hold it forever).
             pin = {"workers": [command.address], "allow_other_workers": False}
+        number = attempt_number(command.key)
+        if number > 1:  # what a lost attempt wrote must not pass for the rerun's
+            outputs = [o if isinstance(o, OutputSpec) else OutputSpec(str(o)) for o in spec.outputs]
+            remove_outputs(o for o in outputs if not o.keep)
+        log_path = attempt_log(spec.log_path, number)
         try:
             future = self.connection.client.submit(
                 execute_job,
-                dataclasses.replace(spec, key=command.key),
+                dataclasses.replace(spec, key=command.key, log_path=log_path),
                 key=command.key,
                 pure=False,
                 resources=dict(command.ticket.wanted) or None,

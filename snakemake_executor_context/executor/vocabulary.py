@@ -16,6 +16,7 @@ from ..errors import ContextExecutorError
 from ..fleet import events as ev
 from ..fleet.placement import PlacementStep
 from ..fleet.resources import Requirements
+from ..fleet.state import FleetState
 
 __all__ = [
     "AttemptEnded",
@@ -29,7 +30,6 @@ __all__ = [
     "JobTicket",
     "Learned",
     "Log",
-    "LossReason",
     "Poll",
     "ProbeCaches",
     "Record",
@@ -69,6 +69,9 @@ class JobTicket:
     priority: int = 0
     #: When Snakemake handed the job to the executor.
     submitted: float = 0.0
+    #: The first attempt's log (relative to the workflow directory); later attempts
+    #: keep their own (:func:`..fleet.keys.attempt_log`).
+    log_path: str = ""
 
     def dispatched(
         self, run_id: str, key: str, address: str | None, step: str, now: float
@@ -125,6 +128,23 @@ class Learned:
         """The job's time on its server, loads excluded."""
         return max(0.0, self.finished - self.started - self.load_seconds)
 
+    def teach(self, fleet: FleetState, identity: str | None, *, ok: bool) -> None:
+        """Tell the fleet state what the result says about its server."""
+        if self.address is None:
+            return
+        fleet.learn(
+            self.address,
+            identity=identity,
+            started=self.started,
+            loaded=self.loaded,
+            reused=self.reused,
+            evicted=self.evicted,
+            job_seconds=self.job_seconds if ok else None,
+            load_seconds=self.load_seconds,
+            conversions=self.conversions,
+            reload_seconds=self.reload_seconds,
+        )
+
     def finished_event(
         self, run_id: str, ended: AttemptEnded, identity: str | None, gpu_model: str
     ) -> ev.JobFinished:
@@ -145,26 +165,6 @@ class Learned:
             context=identity,
             gpu_model=gpu_model,
         )
-
-
-@dataclass(frozen=True)
-class LossReason:
-    """Why a server left: expected (retired, closed) or not, what Dask said, and the
-    exit code or signal of its process when known."""
-
-    expected: bool = False
-    detail: str = ""
-    exit_code: int | None = None
-    signal: int | None = None
-
-    def describe(self) -> str:
-        """'lost (handle-worker-cleanup), signal 9'."""
-        text = self.detail or ("closed" if self.expected else "lost")
-        if self.signal is not None:
-            text += f", signal {self.signal}"
-        elif self.exit_code is not None:
-            text += f", exit code {self.exit_code}"
-        return text
 
 
 # -- stimuli ---------------------------------------------------------------------------

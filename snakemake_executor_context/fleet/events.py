@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum, StrEnum
 from typing import Any, ClassVar
 
+from .losses import LossCause, classify
+
 __all__ = [
     "TOPIC",
     "ContextEvicted",
@@ -35,7 +37,9 @@ __all__ = [
     "RunHeartbeat",
     "RunStarted",
     "ServerDescribed",
+    "ServerDraining",
     "ServerJoined",
+    "ServerKillInjected",
     "ServerLeft",
     "decode",
     "encode",
@@ -157,10 +161,60 @@ class ServerLeft(Event):
     #: Whether Dask expected it (a clean close or retirement) or lost it.
     expected: bool = False
     lost: list[dict[str, Any]] = field(default_factory=list)
+    #: The server's name, and what is known of why it left (:mod:`.losses`): its
+    #: process's exit code (negative: the signal) as its nanny saw it, the signal an
+    #: injector announced, whether Dask removed it for missing heartbeats, whether
+    #: it left after a drain.
+    name: str = ""
+    exit_code: int | None = None
+    injected: int | None = None
+    heartbeat: bool = False
+    #: Why it drained ('SIGTERM', 'recycled: ...'); empty: it did not.
+    drained: str = ""
+    #: The attempts its process ran when it died, by its own record (None: unknown).
+    running: list[str] | None = None
 
     def lost_jobs(self) -> list[LostJob]:
         """``lost`` as :class:`LostJob` records."""
         return [LostJob(**item) for item in self.lost]
+
+    def cause(self) -> LossCause:
+        """The loss, classified (preemption, crash or closed)."""
+        return classify(
+            expected=self.expected,
+            exit_code=self.exit_code,
+            injected=self.injected,
+            heartbeat=self.heartbeat,
+            drained=self.drained,
+        )
+
+
+@dataclass(kw_only=True)
+class ServerDraining(Event):
+    """A server got SIGTERM (a preemption notice): it takes no new job, finishes
+    ``finishing`` if they fit its grace period, hands ``handed_back`` back, and
+    exits."""
+
+    kind: ClassVar[str] = "server-draining"
+    address: str
+    name: str = ""
+    #: Why: 'SIGTERM', or 'recycled: CUDA-fatal error ...' (:mod:`..server.blackhole`).
+    why: str = "SIGTERM"
+    grace: float = 0.0
+    finishing: list[str] = field(default_factory=list)
+    handed_back: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class ServerKillInjected(Event):
+    """A preemption injector is about to send ``signal`` to a server's process
+    (sent before the kill, so the loss is classified as injected)."""
+
+    kind: ClassVar[str] = "server-kill-injected"
+    address: str
+    name: str = ""
+    pid: int = 0
+    signal: int = 9
 
 
 # -- contexts ------------------------------------------------------------------------

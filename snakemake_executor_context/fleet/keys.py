@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["attempt_key", "is_attempt_key", "job_key", "job_key_of", "safe_name"]
+__all__ = [
+    "attempt_key",
+    "attempt_log",
+    "attempt_number",
+    "is_attempt_key",
+    "job_key",
+    "job_key_of",
+    "rule_of",
+    "safe_name",
+]
 
 _ATTEMPT = re.compile(r"^.+-[^-]+-a\d+-[0-9a-f]+\.\d+$")
 
@@ -43,3 +52,26 @@ def job_key_of(key: str) -> str:
 def is_attempt_key(key: object) -> bool:
     """Whether a Dask key is an attempt of this plugin (and not some other task)."""
     return isinstance(key, str) and _ATTEMPT.match(key) is not None
+
+
+def attempt_number(key: str) -> int:
+    """The dispatch number of an attempt key (1 for a job key)."""
+    number = key.rpartition(".")[2]
+    return int(number) if is_attempt_key(key) and number.isdigit() else 1
+
+
+def attempt_log(path: str, number: int) -> str:
+    """The log of the ``number``-th attempt of a job whose first attempt logs to
+    ``path``: ``x.log``, then ``x.2.log``, ``x.3.log`` (a retry never overwrites the
+    previous attempt's log)."""
+    if number <= 1 or not path:
+        return path
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.{number}.{ext}" if dot else f"{path}.{number}"
+
+
+def rule_of(key: str) -> str:
+    """The (safe) rule or group name an attempt key starts with ('' if none)."""
+    if not is_attempt_key(key):
+        return ""
+    return job_key_of(key).rsplit("-", 3)[0]

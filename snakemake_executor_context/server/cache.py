@@ -88,6 +88,8 @@ class ServerStats:
     jobs_failed: int = 0
     jobs_cancelled: int = 0
     load_failures: int = 0
+    #: Jobs that failed with CUDA out of memory (the allocator's cache was freed).
+    cuda_ooms: int = 0
     evicted: list[str] = field(default_factory=list)
 
 
@@ -142,12 +144,15 @@ class ContextCache:
                 self._make_room(self._sizes.get(identity, 0), keep=None)
             return self._load(declaration)
 
-    def release(self, identity: str) -> None:
-        """A job is done with a context it acquired: it may be evicted again."""
+    def release(self, identity: str, *, drop: bool = False) -> None:
+        """A job is done with a context it acquired: it may be evicted again (at once
+        with ``drop``, unless another job holds it: context-agnostic runs)."""
         with self._lock:
             entry = self._contexts.get(identity)
             if entry is not None:
                 entry.pins -= 1
+                if drop and entry.pins <= 0:
+                    self._evict(entry)
 
     def track(self) -> JobTrace:
         """Start collecting, for the job of this thread, what it loads and evicts."""

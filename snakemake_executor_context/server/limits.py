@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
@@ -27,10 +28,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MEMORY_CAP_VARIABLE",
+    "RECYCLE_VARIABLE",
     "SAMPLE_SECONDS",
     "STOP_GRACE_SECONDS",
     "TIME_SCALE_VARIABLE",
     "MemoryWatchdog",
+    "ServerLimits",
     "limit_seconds",
     "memory_cap",
     "memory_message",
@@ -47,6 +50,8 @@ TIME_SCALE_VARIABLE = "SNAKEMAKE_CONTEXT_TIME_SCALE"
 #: executor's --context-memory-cap for its embedded cluster; export it before
 #: `snakemake-context up` for a persistent one.
 MEMORY_CAP_VARIABLE = "SNAKEMAKE_CONTEXT_MEMORY_CAP"
+#: Restart a server after this many jobs left threads running (default 3; 0: never).
+RECYCLE_VARIABLE = "SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS"
 #: Seconds a cancelled job has to stop before its server restarts.
 STOP_GRACE_SECONDS = 5.0
 #: Seconds between two samples of the memory watchdog.
@@ -135,6 +140,34 @@ class MemoryWatchdog:
         self._stop.set()
 
 
+@dataclass(frozen=True)
+class ServerLimits:
+    """A server's memory cap (bytes, or None) and how many leaking jobs restart it."""
+
+    memory_cap: int | None
+    recycle_after: int
+
+    @classmethod
+    def of(cls, cap: str, recycle_after_leaks: int) -> ServerLimits:
+        """From the server's config; "" and -1 read the environment (see the module)."""
+        try:
+            parsed = memory_cap(cap or None)
+        except ValueError as error:
+            logger.warning("no memory cap: %s", error)
+            parsed = None
+        if recycle_after_leaks < 0:
+            try:
+                recycle_after_leaks = max(0, int(os.environ.get(RECYCLE_VARIABLE, "3")))
+            except ValueError:
+                recycle_after_leaks = 3
+        return cls(parsed, recycle_after_leaks)
+
+    def memory_message(self, rss: int) -> str:
+        """Why the watchdog stops a job."""
+        assert self.memory_cap is not None
+        return memory_message(self.memory_cap, rss)
+
+
 def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
 
@@ -188,7 +221,9 @@ def run_limited(server: ContextServer, spec: ContextJobSpec | PlainJobSpec) -> J
         result = box[0]
         result.ok, result.cancelled = False, False
         result.message = f"{message}."
-        server.after_memory_stop(spec.key, reason)
+        cap = server.limits.memory_cap
+        if cap is not None and "memory cap" in reason and process_tree_rss() > cap:
+            server.restart_after(spec.key, f"memory still above the cap after stopping {spec.key}")
         return result
     logger.warning("%s did not stop within %g s: restarting", spec.title, STOP_GRACE_SECONDS)
     server.restart_after(spec.key, f"{spec.title} did not stop after {reason}")

@@ -14,8 +14,10 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from .._version import __version__
 from ..contexts import ContextDeclaration
+from ..fleet.keys import is_attempt_key
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
 from .cache import probe
+from .drain import install_drain
 from .server import ContextServer, ServerConfig
 
 __all__ = [
@@ -87,22 +89,59 @@ class ContextServerPlugin(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         """Install the server; leave the terminal's Ctrl-C to the Snakemake process."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
         config = ServerConfig(**asdict(self.config))
         config.name = config.name or str(worker.name)
         if not config.memory_bytes:
             config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
         server = ContextServer.install(config, worker.address, worker)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            install_drain(worker, server, config.drain_grace)
+        if config.lease > 0:
+            threading.Thread(
+                target=_hold_lease, args=(worker, server, config.lease), daemon=True
+            ).start()
         # Worker plugins are set up before the worker registers with the scheduler,
         # and events sent before that are dropped: announce once it is connected.
         worker.loop.add_callback(_announce_when_connected, worker, server)
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        """A job Dask cancelled while it ran (its run was cancelled, its Snakemake
+        died, or the executor gave the attempt up) is stopped here, not left running."""
+        # Dask's worker reports a running task it was told to forget as executing ->
+        # released (its state becomes "cancelled": it cannot stop the code itself).
+        ran = start in ("executing", "long-running")
+        if ran and finish in ("released", "cancelled") and is_attempt_key(key):
+            server = ContextServer._current
+            if server is not None:
+                threading.Thread(target=server.cancel, args=([key], 10.0), daemon=True).start()
 
     def teardown(self, worker: Any) -> None:
         """Stop running jobs before the worker goes."""
         server = ContextServer._current
         if server is not None:
             server.shutdown()
+
+
+def _hold_lease(worker: Any, server: ContextServer, lease: float) -> None:
+    """A server that cannot reach its scheduler for ``lease`` seconds stops its jobs
+    and kills their process groups: the executor has requeued them by then (it waits
+    at least the lease after losing a server it could not confirm dead), and a late
+    orphan must not overwrite the rerun's output."""
+    import time
+
+    lost_since: float | None = None
+    while worker.status.name not in ("closed", "failed"):
+        time.sleep(min(1.0, lease / 4))
+        stream = getattr(worker, "batched_stream", None)
+        connected = stream is not None and stream.comm is not None and not stream.comm.closed()
+        if connected or worker.status.name in ("init", "starting"):
+            lost_since = None
+            continue
+        lost_since = lost_since or time.monotonic()
+        if time.monotonic() - lost_since >= lease:
+            server.stop_everything("its lease on the scheduler ran out")
+            lost_since = None
 
 
 async def _announce_when_connected(worker: Any, server: ContextServer) -> None:

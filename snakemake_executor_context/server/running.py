@@ -26,6 +26,9 @@ class RunningJob:
     done: threading.Event = field(default_factory=threading.Event)
     #: The subprocess of a plain job.
     process: Any = None
+    #: The job's context (None: a plain job) and when it started (wall clock).
+    identity: str | None = None
+    started: float = 0.0
     #: Why a limit stopped the job (its runtime, the server's memory cap), if one did.
     limit: str | None = None
 

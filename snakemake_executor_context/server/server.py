@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -21,10 +22,12 @@ from ..defaults import DEFAULT_MEMORY_BUDGET
 from ..fleet import events as ev
 from ..fleet.state import CPU_MODEL, model_of
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec, ServerIdentity
+from .blackhole import gpu_failure, recycle
 from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
 from .inprocess import run_context_job
 from .isolation import torch_threads
-from .limits import MemoryWatchdog, memory_cap, memory_message, process_tree_rss, run_limited
+from .limits import MemoryWatchdog, ServerLimits, run_limited
+from .pgroups import GroupRecord
 from .plain import run_plain_job
 from .running import RunningJob
 
@@ -44,6 +47,10 @@ class ServerConfig:
     gpu: dict[str, Any] | None = None
     #: Memory of the server in bytes (its share of RAM); 0 = ask the worker.
     memory_bytes: int = 0
+    #: Seconds without its scheduler after which the server stops its jobs (0: never).
+    lease: float = 30.0
+    #: Seconds between SIGTERM and the server's exit (:mod:`.drain`).
+    drain_grace: float = 30.0
     #: Memory cap of the server and its children ("8GB"); "" reads
     #: SNAKEMAKE_CONTEXT_MEMORY_CAP; "none": no cap (see :mod:`.limits`).
     memory_cap: str = ""
@@ -89,13 +96,17 @@ class ContextServer:
         self._lock = threading.RLock()
         self._running: dict[str, RunningJob] = {}
         self.leaky_jobs = 0
-        #: Set when the process is about to end for a restart: no job starts any more.
-        self._closing = False
-        self.recycle_after = _recycle_after(config.recycle_after_leaks)
-        self.memory_cap = _memory_cap(config.memory_cap)
+        self.limits = ServerLimits.of(config.memory_cap, config.recycle_after_leaks)
         self._watchdog = (
-            MemoryWatchdog(self.memory_cap, self._memory_exceeded) if self.memory_cap else None
+            MemoryWatchdog(self.limits.memory_cap, self._memory_exceeded)
+            if self.limits.memory_cap
+            else None
         )
+        #: Set on SIGTERM (:mod:`.drain`): no new job starts.
+        self.draining = False
+        self._durations: dict[str | None, tuple[int, float]] = {}
+        #: The process groups of this server's plain jobs, on local disk.
+        self.groups = GroupRecord.of_this_server(self.identity.name)
 
     # -- the process-wide instance -------------------------------------------------
 
@@ -104,6 +115,10 @@ class ContextServer:
         """Make a server for this process (replacing any earlier one)."""
         with cls._current_lock:
             cls._current = cls(config, address, worker)
+            # What a dead predecessor of this server left running dies now.
+            killed = cls._current.groups.kill_all()
+            if killed:
+                logger.warning("killed the process groups %s of a lost predecessor", killed)
             return cls._current
 
     @classmethod
@@ -171,7 +186,7 @@ class ContextServer:
 
     def run_bounded(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
         """Run one job under its limits (runtime, memory cap), if it has any."""
-        if spec.runtime_minutes is None and self.memory_cap is None:
+        if spec.runtime_minutes is None and self.limits.memory_cap is None:
             return self.run(spec)
         return run_limited(self, spec)
 
@@ -181,61 +196,30 @@ class ContextServer:
             return self._running.get(key)
 
     def _memory_exceeded(self, rss: int) -> None:
-        assert self.memory_cap is not None
         with self._lock:
             jobs = [job for job in self._running.values() if not job.limit]
         for job in jobs:
-            job.limit = memory_message(self.memory_cap, rss)
-
-    def after_memory_stop(self, key: str, reason: str) -> None:
-        """A job stopped by the memory cap: restart if the memory stays above it."""
-        if self.memory_cap is not None and "memory cap" in reason:
-            rss = process_tree_rss()
-            if rss > self.memory_cap:
-                self.restart_after(key, f"still {rss} bytes in use after stopping {key}")
+            job.limit = self.limits.memory_message(rss)
 
     def restart_after(self, key: str, why: str) -> None:
-        """End this server's process once the executor has the result of ``key``
-        (at most a minute later) and the jobs running now have ended; its nanny starts
-        a fresh one. No job starts here any more."""
-        worker = self._worker
-        if worker is None:
+        """Take no new job, and end this process once the executor has the result of
+        ``key``; its nanny starts a fresh one (:func:`.blackhole.recycle`)."""
+        if self._worker is None:
             logger.warning("cannot restart %s (%s): no worker", self.identity.describe(), why)
             return
-
-        def wait_and_exit() -> None:
-            import time
-
-            deadline = time.monotonic() + 60.0
-            while time.monotonic() < deadline and key in getattr(worker.state, "tasks", {}):
-                time.sleep(0.2)
-            # Jobs already running finish first.
-            while True:
-                with self._lock:
-                    if not set(self._running) - {key}:
-                        break
-                time.sleep(0.2)
-            logger.warning("restarting %s: %s", self.identity.describe(), why)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(75)
-
-        with self._lock:
-            # Jobs that arrive from now on wait for the end: their server is lost, and
-            # the executor requeues them onto the fresh one.
-            self._closing = True
-        threading.Thread(target=wait_and_exit, name="snakemake-context-restart").start()
+        recycle(self._worker, self, key, why)
 
     def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
         """Run one job and report its outcome; never raises for a job's own failure."""
-        running = RunningJob(key=spec.key, thread_id=threading.get_ident())
         identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
+        while self.draining:  # never started here: placed again once the server is gone
+            time.sleep(1.0)
+        running = RunningJob(
+            spec.key, threading.get_ident(), identity=identity, started=time.time()
+        )
         with self._lock:
-            closing = self._closing
-            if not closing:
-                self._running[spec.key] = running
-        if closing:
-            threading.Event().wait()  # this process ends in a moment (restart_after)
+            self._running[spec.key] = running
+            self.groups.started(spec.key)
         self.emit(
             ev.JobStarted(
                 run_id=spec.run_id, key=spec.key, address=self.identity.address, context=identity
@@ -246,7 +230,7 @@ class ContextServer:
             if isinstance(spec, ContextJobSpec):
                 result = self._run_context(spec, running)
             else:
-                result = run_plain_job(spec, self.identity, running)
+                result = run_plain_job(spec, self.identity, running, self.groups)
             result.evicted = list(trace.evicted)
             result.conversions, result.reload_seconds = trace.conversions, trace.reload_seconds
         finally:
@@ -254,6 +238,7 @@ class ContextServer:
             self.cache.stop_tracking()
             with self._lock:
                 self._running.pop(spec.key, None)
+                self.groups.finished(spec.key)
             running.done.set()
         self.emit(
             ev.JobFinished(
@@ -275,18 +260,32 @@ class ContextServer:
             logger.warning("%s", warning)
         if result.extra.get("leaks", {}).get("threads"):
             self.leaky_jobs += 1
-            if self.recycle_after and self.leaky_jobs >= self.recycle_after:
+            if self.limits.recycle_after and self.leaky_jobs >= self.limits.recycle_after:
                 result.extra.setdefault("warnings", []).append(
                     f"{self.identity.describe()} restarts: {self.leaky_jobs} jobs left "
                     "threads running (--context-recycle-after-leaks)."
                 )
                 self.restart_after(spec.key, f"{self.leaky_jobs} jobs left threads running")
         self.stats.jobs += 1
+        if result.ok:
+            count, total = self._durations.get(identity, (0, 0.0))
+            self._durations[identity] = (count + 1, total + result.finished - result.started)
         if result.cancelled:
             self.stats.jobs_cancelled += 1
         elif not result.ok:
             self.stats.jobs_failed += 1
+            self._after_failure(spec.key, result.message or "")
         return result
+
+    def _after_failure(self, key: str, message: str) -> None:
+        """A CUDA-fatal error recycles the server; a CUDA OOM frees the cache."""
+        failure = gpu_failure(message)
+        if failure == "fatal":
+            text = message.strip().splitlines()[0][:200] if message.strip() else ""
+            recycle(self._worker, self, key, f"recycled after a CUDA-fatal error: {text}")
+        elif failure == "oom":
+            self.stats.cuda_ooms += 1
+            free_gpu_cache()
 
     def _run_context(self, spec: ContextJobSpec, running: RunningJob) -> JobResult:
         held: dict[str, Any] = {}  # identity -> object, pinned for this job
@@ -313,7 +312,7 @@ class ContextServer:
         finally:
             contexts.set_current_job(None)
             for identity in held:
-                self.cache.release(identity)
+                self.cache.release(identity, drop=not spec.reuse)
             held.clear()
         result.items = hooks.items
         result.loaded, result.reused = loaded, reused
@@ -322,8 +321,6 @@ class ContextServer:
 
     def cancel(self, keys: list[str], grace: float = 10.0) -> dict[str, str]:
         """Stop the named jobs if they run here: 'stopped', 'running' (stuck) or absent."""
-        import time
-
         with self._lock:
             targets = {key: self._running[key] for key in keys if key in self._running}
         for job in targets.values():
@@ -343,6 +340,31 @@ class ContextServer:
             keys = list(self._running)
         if keys:
             self.cancel(keys, grace=5.0)
+
+    def running_jobs(self) -> dict[str, RunningJob]:
+        """The jobs running now, by key."""
+        with self._lock:
+            return dict(self._running)
+
+    def mean_job_seconds(self, identity: str | None) -> float | None:
+        """The mean time of this server's successful jobs of that context (None:
+        none yet; ``identity`` None: plain jobs)."""
+        count, total = self._durations.get(identity, (0, 0.0))
+        return total / count if count else None
+
+    def wait_done(self, key: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for job ``key`` to end; whether it has."""
+        job = self.running_jobs().get(key)
+        return job is None or job.done.wait(max(0.0, timeout))
+
+    def stop_everything(self, why: str) -> None:
+        """Stop every running job at once and kill its process group."""
+        with self._lock:
+            keys = list(self._running)
+        logger.warning("stopping %d job(s): %s", len(keys), why)
+        self.groups.kill_all()
+        if keys:
+            self.cancel(keys, grace=2.0)
 
     def inventory(self) -> dict[str, Any]:
         """Contexts, load seconds, bytes, hits, evictions, conversions and jobs."""
@@ -373,20 +395,3 @@ def _total_memory() -> int:
     import psutil
 
     return int(psutil.virtual_memory().total)
-
-
-def _memory_cap(text: str) -> int | None:
-    try:
-        return memory_cap(text or None)
-    except ValueError as error:
-        logger.warning("no memory cap: %s", error)
-        return None
-
-
-def _recycle_after(count: int) -> int:
-    if count >= 0:
-        return count
-    try:
-        return max(0, int(os.environ.get("SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS", "3")))
-    except ValueError:
-        return 3

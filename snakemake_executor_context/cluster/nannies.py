@@ -1,0 +1,61 @@
+"""The nanny of every server a local cluster starts (:mod:`.serve`): Dask's
+:class:`~distributed.Nanny`, plus what a lost server needs done, in the cluster's
+process, before it comes back:
+
+- its process's exit code goes to the hub (:attr:`.hub.FleetHub.exits`), which
+  classifies the loss with it (a crash or a preemption, :mod:`..fleet.losses`);
+- the process groups its plain jobs left are killed (:mod:`..server.pgroups`);
+- a restart a preemption injector holds back (a file in
+  :attr:`.files.ClusterFiles.hold_dir`) waits until the hold ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from distributed import Nanny
+
+from ..server.pgroups import GroupRecord
+from .hub import FleetHub
+
+__all__ = ["ContextNanny", "held_until"]
+
+logger = logging.getLogger(__name__)
+
+
+def held_until(hold_dir: Path | None, name: str) -> float:
+    """Until when server ``name``'s restart is held back (0: not held)."""
+    if hold_dir is None:
+        return 0.0
+    try:
+        return float((hold_dir / name).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0
+
+
+class ContextNanny(Nanny):
+    """See the module docstring."""
+
+    #: The cluster's hold directory (set by :mod:`.serve`).
+    hold_dir: ClassVar[Path | None] = None
+
+    async def _on_worker_exit(self, exitcode: Any) -> None:
+        address = self.worker_address
+        record = GroupRecord(os.getpid(), str(self.name))
+        if address and exitcode is not None:
+            FleetHub.running_at_exit[str(address)] = record.running()
+            FleetHub.exits[str(address)] = int(exitcode)
+        killed = record.kill_all()
+        if killed:
+            logger.warning("server %s: killed its jobs' process groups %s", self.name, killed)
+        until = held_until(self.hold_dir, str(self.name))
+        if until > time.time():
+            logger.warning("server %s: restart held for %.1f s", self.name, until - time.time())
+            while time.time() < until and self.status.name not in ("closing", "closed"):
+                await asyncio.sleep(min(0.5, max(0.01, until - time.time())))
+        await super()._on_worker_exit(exitcode)

@@ -1,0 +1,337 @@
+"""Pilot jobs on a batch system: what dask-jobqueue is asked to submit.
+
+A pilot is one batch job running one context server (a Dask worker with the server's
+preload, :mod:`..server.pilot`). :func:`jobqueue_arguments` turns the project's
+:class:`PilotOptions` into a dask-jobqueue cluster class and its keyword arguments, a
+pure function so that every backend's job script is tested without that batch system;
+:func:`start_pilot_cluster` builds the cluster in the cluster process.
+
+Batch-system facts the translation relies on:
+
+- SLURM asks for GPUs with ``--gres=gpu[:type]:N`` and hands the job
+  ``CUDA_VISIBLE_DEVICES``; ``scancel`` sends SIGTERM, then SIGKILL after ``KillWait``.
+- HTCondor has no walltime: a running pilot is removed by ``periodic_remove`` once it has
+  run that long; GPUs are ``request_gpus``, a GPU type a ``require_gpus`` expression.
+- PBS Pro asks for GPUs in a chunk (``select=1:ncpus=C:ngpus=N``), SGE through a
+  consumable (``-l gpu=N``), LSF with ``-gpu "num=N[:gmodel=TYPE]"``.
+- dask-jobqueue's ``--lifetime`` retires a worker but never resubmits its job (its issue
+  #691): the adaptive pool here replaces retired pilots while work remains.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import ClusterError
+from ..server.pilot import PILOT_ENV
+from .plan import SERVER_DASK_CONFIG
+
+__all__ = [
+    "BACKENDS",
+    "PILOT_ENV",
+    "PilotOptions",
+    "jobqueue_arguments",
+    "parse_walltime",
+    "start_pilot_cluster",
+]
+
+#: The batch systems pilots can be submitted to, and their dask-jobqueue classes.
+BACKENDS: dict[str, str] = {
+    "slurm": "SLURMCluster",
+    "htcondor": "HTCondorCluster",
+    "pbs": "PBSCluster",
+    "sge": "SGECluster",
+    "lsf": "LSFCluster",
+}
+
+#: The module every pilot's worker preloads: it turns the worker into a context server.
+PILOT_PRELOAD = "snakemake_executor_context.server.pilot"
+
+_WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
+
+
+@dataclass(frozen=True)
+class PilotOptions:
+    """What one pilot job asks of the batch system, and how its server runs."""
+
+    backend: str
+    #: Partition (SLURM) or queue (the others).
+    queue: str | None = None
+    account: str | None = None
+    #: SLURM quality of service.
+    qos: str | None = None
+    #: HH:MM:SS, or D-HH:MM:SS (SLURM's forms); a pilot retires before it.
+    walltime: str = "01:00:00"
+    gpus: int = 1
+    #: The batch system's GPU types (SLURM GRES type, LSF gmodel), one kind of pilot
+    #: each; also the model a pilot advertises where NVML sees no GPU.
+    gpu_types: tuple[str, ...] = ()
+    cores: int = 1
+    memory: str = "16GB"
+    #: Scratch disk per pilot (HTCondor requires one).
+    disk: str = "10GB"
+    #: Extra job-script directives, as the batch system spells them.
+    extra_directives: tuple[str, ...] = ()
+    #: Shell lines run before the server starts (activate the environment, stage models).
+    prologue: tuple[str, ...] = ()
+    #: The network interface pilots and scheduler talk on (None: the default route).
+    interface: str | None = None
+    #: Seconds before the walltime at which a pilot retires; its stagger spreads
+    #: retirements so that pilots started together do not all leave together.
+    retire_margin: float = 300.0
+    lifetime_stagger: float = 60.0
+    #: The Python that runs the pilot's server (default: the one running this).
+    python: str | None = None
+    memory_budget: str = "0.8"
+    #: Where pilots write their batch logs (None: the batch system's default).
+    log_directory: str | None = None
+    #: Node-local directory the prologue stages model weights into, if any.
+    model_cache: str | None = None
+    #: At most this many pilots load the same context from the shared source at once.
+    loads_per_source: int = 2
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def gpu_type(self) -> str | None:
+        """The GPU type of a pilot of this kind (the first when there are several)."""
+        return self.gpu_types[0] if self.gpu_types else None
+
+    def kinds(self) -> list[PilotOptions]:
+        """One set of options per kind of pilot (per GPU type)."""
+        from dataclasses import replace
+
+        return [replace(self, gpu_types=(kind,)) for kind in self.gpu_types] or [self]
+
+    def kind_summaries(self) -> list[dict[str, Any]]:
+        """Each kind's GPUs and memory, as the executor checks rules against them."""
+        from dask.utils import parse_bytes
+
+        return [
+            {
+                "gpu_type": k.gpu_type,
+                "gpus": k.gpus,
+                "memory": k.memory,
+                "memory_bytes": int(parse_bytes(k.memory)),
+            }
+            for k in self.kinds()
+        ]
+
+    def lifetime_seconds(self) -> float:
+        """When a pilot retires: walltime minus margin and stagger, at least 20 s."""
+        seconds = parse_walltime(self.walltime)
+        return max(20.0, seconds - self.retire_margin - self.lifetime_stagger)
+
+    def server_settings(self) -> dict[str, Any]:
+        """What the pilot's preload reads from :data:`PILOT_ENV`."""
+        return {
+            "memory_budget": self.memory_budget,
+            "gpus": self.gpus,
+            "gpu_type": self.gpu_type,
+            "walltime_seconds": parse_walltime(self.walltime),
+            "model_cache": self.model_cache,
+            "loads_per_source": self.loads_per_source,
+        }
+
+    def to_json(self) -> str:
+        """These options as JSON (how ``serve`` receives them)."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> PilotOptions:
+        """Options from :meth:`to_json`."""
+        data = json.loads(text)
+        for key in ("extra_directives", "prologue", "gpu_types"):
+            data[key] = tuple(data.get(key) or ())
+        return cls(**data)
+
+
+def parse_walltime(text: str) -> float:
+    """Seconds of a walltime written HH:MM:SS, HH:MM or D-HH:MM:SS.
+
+    >>> parse_walltime("1-02:00:00")
+    93600.0
+    """
+    match = _WALLTIME.match(text.strip())
+    if not match:
+        raise ClusterError(
+            f"--walltime (--context-pilot-walltime) {text!r} is not a walltime: write HH:MM:SS "
+            "(e.g. 02:00:00) or D-HH:MM:SS."
+        )
+    days, hours, minutes, seconds = (int(part) if part else 0 for part in match.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def _dask_environ() -> list[tuple[str, str]]:
+    """The servers' Dask settings as the environment variables Dask reads at start
+    (a pilot's worker reads its config before any preload runs)."""
+    found = []
+    for key, value in SERVER_DASK_CONFIG.items():
+        name = "DASK_" + key.upper().replace(".", "__").replace("-", "_")
+        found.append((name, repr(value)))
+    return found
+
+
+def _hhmm(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def _gpu_directives(options: PilotOptions) -> tuple[list[str], dict[str, Any]]:
+    """Directives (SLURM, LSF) or keyword arguments (PBS, SGE) that ask for GPUs."""
+    n, kind = options.gpus, options.gpu_type
+    if n <= 0:
+        return [], {}
+    if options.backend == "slurm":
+        return [f"--gres=gpu:{kind}:{n}" if kind else f"--gres=gpu:{n}"], {}
+    if options.backend == "lsf":
+        spec = f"num={n}" + (f":gmodel={kind}" if kind else "")
+        return [f'-gpu "{spec}"'], {}
+    if options.backend == "pbs":
+        chunk = f"select=1:ncpus={options.cores}:ngpus={n}:mem={_pbs_memory(options.memory)}"
+        if kind:
+            chunk += f":gpu_model={kind}"
+        return [], {"resource_spec": chunk}
+    if options.backend == "sge":
+        return [], {"resource_spec": f"gpu={n}"}
+    return [], {}
+
+
+def _pbs_memory(memory: str) -> str:
+    from dask.utils import parse_bytes
+
+    return f"{max(1, parse_bytes(memory) // 2**20)}mb"
+
+
+def jobqueue_arguments(
+    options: PilotOptions, security: Any = None, python: str = ""
+) -> tuple[str, dict[str, Any]]:
+    """The dask-jobqueue cluster class name and keyword arguments for these options."""
+    if options.backend not in BACKENDS:
+        raise ClusterError(
+            f"--backend (--context-backend) {options.backend!r} is not a batch system this plugin "
+            f"knows: choose one of {', '.join(sorted(BACKENDS))}."
+        )
+    if options.gpus < 0 or options.cores < 1:
+        raise ClusterError(
+            f"--context-pilot-gpus must be >= 0 and --context-pilot-cores >= 1 "
+            f"(got {options.gpus} and {options.cores})."
+        )
+    walltime_s = parse_walltime(options.walltime)
+    directives, gpu_kwargs = _gpu_directives(options)
+    prologue = [f"export {PILOT_ENV}={shlex.quote(json.dumps(options.server_settings()))}"]
+    prologue += [f"export {name}={shlex.quote(value)}" for name, value in _dask_environ()]
+    prologue += list(options.prologue)
+    kwargs: dict[str, Any] = {
+        "cores": options.cores,
+        "processes": 1,
+        "memory": options.memory,
+        "nanny": True,
+        "job_name": "snakemake-context",
+        "job_script_prologue": prologue,
+        "worker_extra_args": [
+            "--preload",
+            PILOT_PRELOAD,
+            "--lifetime",
+            f"{int(options.lifetime_seconds())}s",
+            "--lifetime-stagger",
+            f"{int(options.lifetime_stagger)}s",
+            "--no-dashboard",
+        ],
+        "python": options.python or python or None,
+        "security": security,
+        "log_directory": options.log_directory,
+        "interface": options.interface,
+        # A pilot whose scheduler is gone exits instead of waiting for a new one.
+        "death_timeout": 60,
+    }
+    backend = options.backend
+    if backend == "slurm":
+        directives += [f"--qos={options.qos}"] if options.qos else []
+        kwargs.update(queue=options.queue, account=options.account, walltime=options.walltime)
+    elif backend == "htcondor":
+        condor: dict[str, Any] = {
+            "periodic_remove": f"(JobStatus == 2) && "
+            f"(time() - EnteredCurrentStatus > {int(walltime_s)})"
+        }
+        if options.gpus > 0:
+            condor["request_gpus"] = str(options.gpus)
+            if options.gpu_type:
+                condor["require_gpus"] = f'DeviceName == "{options.gpu_type}"'
+        if options.account:
+            condor["accounting_group"] = options.account
+        kwargs.update(disk=options.disk, job_extra_directives=condor)
+    elif backend == "pbs":
+        kwargs.update(
+            queue=options.queue,
+            account=options.account,
+            walltime=_hhmm(walltime_s) + ":00",
+            **gpu_kwargs,
+        )
+    elif backend == "sge":
+        kwargs.update(
+            queue=options.queue,
+            project=options.account,
+            walltime=_hhmm(walltime_s) + ":00",
+            **gpu_kwargs,
+        )
+    elif backend == "lsf":
+        kwargs.update(
+            queue=options.queue,
+            project=options.account,
+            walltime=_hhmm(walltime_s),
+            ncpus=options.cores,
+            use_stdin=True,
+        )
+    if backend != "htcondor":
+        kwargs["job_extra_directives"] = directives + list(options.extra_directives)
+    elif options.extra_directives:
+        extra = dict(kwargs["job_extra_directives"])
+        for line in options.extra_directives:
+            key, _, value = line.partition("=")
+            extra[key.strip()] = value.strip()
+        kwargs["job_extra_directives"] = extra
+    return BACKENDS[backend], kwargs
+
+
+def start_pilot_cluster(
+    options: PilotOptions,
+    scheduler_options: dict[str, Any],
+    security: Any = None,
+) -> Any:
+    """A dask-jobqueue cluster (with no pilots yet) whose scheduler runs here; with
+    several GPU types, each new pilot is of the kind :func:`choose_kind` picks."""
+    import sys
+    import types
+
+    import dask_jobqueue
+
+    kinds = options.kinds()
+    name, kwargs = jobqueue_arguments(kinds[0], security, python=sys.executable)
+    cls = getattr(dask_jobqueue, name)
+    cluster = cls(scheduler_options=scheduler_options, **kwargs)
+    specs = []
+    for kind in kinds:
+        _, kind_kwargs = jobqueue_arguments(kind, security, python=sys.executable)
+        job_only = {k: v for k, v in kind_kwargs.items() if k not in ("security", "interface")}
+        specs.append({"cls": cluster.job_cls, "options": {**cluster._job_kwargs, **job_only}})
+    cluster.pilot_kinds = {}
+
+    def new_worker_spec(self: Any) -> dict[str, Any]:
+        from .pool import kind_wanted
+
+        index = kind_wanted(self, kinds)
+        label = kinds[index].gpu_type or options.backend
+        number = self._i
+        while f"pilot-{label}-{number}" in self.worker_spec:
+            number += 1
+        self._i = number + 1
+        pilot = f"pilot-{label}-{number}"
+        self.pilot_kinds[pilot] = index
+        return {pilot: specs[index]}
+
+    cluster.new_worker_spec = types.MethodType(new_worker_spec, cluster)
+    return cluster

@@ -1,0 +1,115 @@
+"""How many pilots a pool should hold: pure policy over the run's demand.
+
+Dask's own adaptive scaling counts tasks in the scheduler; with affinity placement the
+executor holds most jobs back until a server is free, so the scheduler sees almost none.
+The pool is sized instead from what the run still has to do per kind of pilot (the
+demand the executor publishes), and a pilot is added only while the work it would get
+outweighs the context load it must pay first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .gpus import GpuInfo
+from .resources import server_resources
+
+__all__ = [
+    "PoolDemand",
+    "PoolShape",
+    "growth_limit",
+    "kind_resources",
+    "next_kind",
+    "pilots_to_release",
+    "pilots_wanted",
+]
+
+
+@dataclass(frozen=True)
+class PoolDemand:
+    """The work a run still has for the pool's pilots."""
+
+    #: Jobs that could start now if a server were free.
+    ready: int = 0
+    #: Jobs still to come (ready ones included).
+    remaining: int = 0
+    #: Mean seconds per job where measured (0: unknown).
+    job_seconds: float = 0.0
+    #: Seconds a new pilot spends loading its context before its first job (0: unknown).
+    load_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """The bounds of a pool."""
+
+    minimum: int = 0
+    maximum: int = 1
+    #: Jobs one pilot runs at once.
+    slots: int = 1
+
+
+def pilots_wanted(demand: PoolDemand, shape: PoolShape) -> int:
+    """The number of pilots (running or pending) the pool should hold.
+
+    Enough pilots for the jobs that are ready, but no more than the remaining work pays
+    for: with both times measured, a further pilot must get at least one load's worth of
+    jobs. Always within the shape's bounds.
+    """
+    slots = max(1, shape.slots)
+    want = math.ceil(max(0, demand.ready) / slots)
+    if demand.remaining > 0 and demand.job_seconds > 0 and demand.load_seconds > 0:
+        work = demand.remaining * demand.job_seconds / slots
+        worth = max(1, math.floor(work / demand.load_seconds))
+        want = min(want, worth)
+    return max(shape.minimum, min(shape.maximum, want))
+
+
+def growth_limit(useful: int, pending: int, shape: PoolShape) -> int:
+    """How large the pool may grow now: one pilot beyond those proving useful (busy,
+    or new enough to get a first job) and those still in the batch queue.
+
+    Ready jobs alone overstate what more pilots can take when something else bounds
+    the run (Snakemake's own per-job cost, placement keeping a context on warm servers
+    because a load would not pay): pilots that got no work for an idle timeout stop
+    the growth, and are released, instead of being kept because jobs are ready.
+    """
+    return max(shape.minimum, min(shape.maximum, useful + pending + 1))
+
+
+def pilots_to_release(
+    idle_since: Mapping[str, float], now: float, idle_timeout: float, count: int, minimum: int
+) -> list[str]:
+    """Pilots idle longer than ``idle_timeout``, longest idle first, keeping ``minimum``."""
+    if idle_timeout <= 0:
+        return []
+    idle = sorted(
+        (since, name) for name, since in idle_since.items() if now - since >= idle_timeout
+    )
+    spare = max(0, count - minimum)
+    return [name for _, name in idle[:spare]]
+
+
+def next_kind(ready_per_kind: Sequence[int], held_per_kind: Sequence[int]) -> int:
+    """The kind of pilot to add: the most ready jobs per pilot already held of that kind
+    (jobs that need that GPU type), ties and no demand going to the kind held least."""
+
+    def score(index: int) -> tuple[float, int, int]:
+        ready, held = ready_per_kind[index], held_per_kind[index]
+        return (ready / (held + 1), -held, -index)
+
+    return max(range(len(held_per_kind)), key=score)
+
+
+def kind_resources(gpu_type: str | None, gpus: int, memory_bytes: int) -> dict[str, float]:
+    """What a pilot of a kind will advertise, before any has started: its GPUs under
+    its type's name (without a type, GPUs of a model not known until NVML reads it)."""
+    if gpu_type:
+        named = [
+            GpuInfo(index=i, uuid=f"{gpu_type}-{i}", name=gpu_type, memory_bytes=0)
+            for i in range(gpus)
+        ]
+        return server_resources(memory_bytes, named)
+    return server_resources(memory_bytes, stand_in_gpus=gpus)

@@ -1,0 +1,76 @@
+"""The preload that turns a pilot's Dask worker into a context server.
+
+A pilot job (see :mod:`..cluster.pilots`) runs ``python -m distributed.cli.dask_worker
+... --preload snakemake_executor_context.server.pilot``; Dask runs :func:`dask_setup` in
+the worker process before the worker registers with the scheduler, so the resources set
+here are the ones the scheduler first sees.
+
+What the pilot advertises comes from the node, not from the submit side: its GPUs from
+NVML; where NVML sees none (a driver-less test node, a fake GRES), ``gpus`` stand-in GPUs
+of the pilot's ``gpu_type`` setting, as the batch system granted them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from typing import Any
+
+from ..fleet.gpus import GpuInfo
+from ..fleet.resources import server_resources
+from .nvml import discover_gpus
+
+__all__ = ["PILOT_ENV", "dask_setup", "pilot_gpus", "pilot_settings"]
+
+#: Set in the pilot's job script by :mod:`..cluster.pilots` (kept equal there).
+PILOT_ENV = "SNAKEMAKE_CONTEXT_PILOT"
+
+
+def pilot_settings(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The pilot's server settings from its job script's environment."""
+    text = (environ if environ is not None else dict(os.environ)).get(PILOT_ENV, "")
+    return json.loads(text) if text else {}
+
+
+def pilot_gpus(settings: dict[str, Any], found: list[GpuInfo]) -> list[GpuInfo]:
+    """The GPUs a pilot advertises: NVML's, or stand-ins named by its GPU type."""
+    if found:
+        return found
+    count = int(settings.get("gpus") or 0)
+    kind = settings.get("gpu_type")
+    if count <= 0 or not kind:
+        return []
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+    return [
+        GpuInfo(
+            index=index,
+            uuid=visible[index] if index < len(visible) else f"{kind}-{index}",
+            name=str(kind),
+            memory_bytes=0,
+            extra={"source": "pilot gpu_type (NVML saw no GPU)"},
+        )
+        for index in range(count)
+    ]
+
+
+async def dask_setup(worker: Any) -> None:
+    """Advertise the pilot's GPUs and memory, and install the context server."""
+    from .plugin import ContextServerPlugin
+    from .server import ServerConfig
+
+    settings = pilot_settings()
+    gpus = pilot_gpus(settings, discover_gpus())
+    memory = int(worker.memory_manager.memory_limit or 0)
+    resources = server_resources(memory, gpus, stand_in_gpus=0)
+    state = worker.state
+    for name, amount in resources.items():
+        state.total_resources[name] = amount
+        state.available_resources[name] = amount
+    config = ServerConfig(
+        name=str(worker.name),
+        memory_budget=str(settings.get("memory_budget") or "0.8"),
+        gpu=asdict(gpus[0]) if len(gpus) == 1 else None,
+        memory_bytes=memory,
+    )
+    await worker.plugin_add(ContextServerPlugin(config))

@@ -1,0 +1,223 @@
+"""Pilot jobs for every batch system, as dask-jobqueue writes them from this project's
+settings (HTCondor, PBS, SGE and LSF cannot run on these machines: their job scripts and
+submit commands are what is checked), and the pool's sizing policy."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from snakemake_executor_context.cluster.pilots import (
+    BACKENDS,
+    PilotOptions,
+    jobqueue_arguments,
+    parse_walltime,
+)
+from snakemake_executor_context.errors import ClusterError
+from snakemake_executor_context.fleet.pool import (
+    PoolDemand,
+    PoolShape,
+    pilots_to_release,
+    pilots_wanted,
+)
+from snakemake_executor_context.server.pilot import PILOT_ENV, pilot_gpus, pilot_settings
+
+OPTIONS = dict(
+    queue="gpuq",
+    account="proj7",
+    walltime="02:00:00",
+    gpus=2,
+    gpu_types=("a100",),
+    cores=4,
+    memory="32GB",
+    prologue=("source /shared/venv/bin/activate",),
+)
+
+#: The GPU request in each batch system's own syntax.
+GPU_SYNTAX = {
+    "slurm": "#SBATCH --gres=gpu:a100:2",
+    "htcondor": "request_gpus = 2",
+    "pbs": ":ngpus=2",
+    "sge": "#$ -l gpu=2",
+    "lsf": '#BSUB -gpu "num=2:gmodel=a100"',
+}
+WALLTIME_SYNTAX = {
+    "slurm": "#SBATCH -t 02:00:00",
+    "htcondor": "time() - EnteredCurrentStatus > 7200",
+    "pbs": "#PBS -l walltime=02:00:00",
+    "sge": "#$ -l h_rt=02:00:00",
+    "lsf": "#BSUB -W 02:00",
+}
+SUBMIT = {
+    "slurm": "sbatch",
+    "htcondor": "condor_submit",
+    "pbs": "qsub",
+    "sge": "qsub",
+    "lsf": "bsub",
+}
+
+
+def _job_script(backend: str, security=None, **changes) -> tuple[str, str]:
+    import dask_jobqueue
+
+    options = PilotOptions(backend=backend, **{**OPTIONS, **changes})
+    name, kwargs = jobqueue_arguments(options, security, python="/shared/venv/bin/python")
+    cluster = getattr(dask_jobqueue, name)(
+        scheduler_options={"port": 0, "dashboard_address": ":0", "host": "127.0.0.1"},
+        **kwargs,
+    )
+    try:
+        return cluster.job_script(), cluster._dummy_job.submit_command
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_job_scripts_carry_gpus_walltime_lifetime_and_prologue(backend: str) -> None:
+    script, submit = _job_script(backend)
+    assert GPU_SYNTAX[backend] in script, script
+    assert WALLTIME_SYNTAX[backend] in script, script
+    assert submit.split()[0] == SUBMIT[backend]
+    # The server retires before the walltime: 7200 s - 300 s margin - 60 s stagger.
+    assert "--lifetime 6840s --lifetime-stagger 60s" in script
+    assert "--preload snakemake_executor_context.server.pilot" in script
+    assert "source /shared/venv/bin/activate" in script
+    assert "/shared/venv/bin/python -m distributed.cli.dask_worker" in script
+    # Dask's memory thresholds are off in the pilot as in local servers.
+    assert "DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE=False" in script
+    assert PILOT_ENV in script
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_job_scripts_carry_the_credentials(backend: str, tmp_path) -> None:
+    from distributed.security import Security
+
+    # Files on a shared filesystem, as pilots read them.
+    temporary = Security.temporary()
+    paths = {}
+    for part, pem in (
+        ("ca", temporary.tls_ca_file),
+        ("cert", temporary.tls_worker_cert),
+        ("key", temporary.tls_worker_key),
+    ):
+        paths[part] = tmp_path / f"{part}.pem"
+        paths[part].write_text(pem)
+    security = Security(
+        tls_ca_file=str(paths["ca"]),
+        tls_worker_cert=str(paths["cert"]),
+        tls_worker_key=str(paths["key"]),
+        tls_scheduler_cert=str(paths["cert"]),
+        tls_scheduler_key=str(paths["key"]),
+        tls_client_cert=str(paths["cert"]),
+        tls_client_key=str(paths["key"]),
+        require_encryption=True,
+    )
+    script, _ = _job_script(backend, security=security)
+    assert f"--tls-ca-file {paths['ca']}" in script
+    assert f"--tls-cert {paths['cert']}" in script
+    assert f"--tls-key {paths['key']}" in script
+    assert "tls://" in script
+
+
+def test_slurm_qos_type_free_gpus_and_extra_directives() -> None:
+    script, _ = _job_script(
+        "slurm", qos="high", gpu_types=(), extra_directives=("--constraint=ib",)
+    )
+    assert "#SBATCH --qos=high" in script
+    assert "#SBATCH --gres=gpu:2" in script
+    assert "#SBATCH --constraint=ib" in script
+    assert "#SBATCH -p gpuq" in script and "#SBATCH -A proj7" in script
+
+
+def test_pilot_settings_travel_in_the_job_script() -> None:
+    script, _ = _job_script("slurm")
+    line = next(line for line in script.splitlines() if line.startswith(f"export {PILOT_ENV}="))
+    value = shlex.split(line.split("=", 1)[1])[0]
+    settings = pilot_settings({PILOT_ENV: value})
+    assert settings["gpus"] == 2 and settings["gpu_type"] == "a100"
+    assert settings["walltime_seconds"] == 7200
+    assert json.loads(value) == settings
+
+
+def test_bad_pilot_options_are_one_clear_error() -> None:
+    with pytest.raises(
+        ClusterError, match=r"--backend \(--context-backend\) 'torque'.*choose one of"
+    ):
+        jobqueue_arguments(PilotOptions(backend="torque"))
+    with pytest.raises(ClusterError, match=r"--walltime \(--context-pilot-walltime\) '2h'"):
+        jobqueue_arguments(PilotOptions(backend="slurm", walltime="2h"))
+    assert parse_walltime("1-00:30") == 86400 + 1800
+
+
+def test_a_pilot_without_nvml_advertises_its_gpu_type(monkeypatch) -> None:
+    # NVML cannot see the fake GRES GPUs of a test node: the pilot's GPU type names them.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    gpus = pilot_gpus({"gpus": 2, "gpu_type": "fakeb"}, [])
+    assert [(g.name, g.uuid) for g in gpus] == [("fakeb", "2"), ("fakeb", "3")]
+    assert pilot_gpus({"gpus": 1}, []) == []
+
+
+def test_pool_follows_ready_work_within_bounds() -> None:
+    shape = PoolShape(minimum=1, maximum=6)
+    assert pilots_wanted(PoolDemand(), shape) == 1
+    assert pilots_wanted(PoolDemand(ready=3, remaining=3), shape) == 3
+    assert pilots_wanted(PoolDemand(ready=40, remaining=400), shape) == 6
+    assert pilots_wanted(PoolDemand(ready=8, remaining=8), PoolShape(0, 6, slots=4)) == 2
+
+
+def test_pool_adds_a_pilot_only_for_a_load_worth_of_work() -> None:
+    shape = PoolShape(minimum=0, maximum=10)
+    # 10 jobs of 2 s left: 20 s of work, a load costs 10 s: two pilots, not ten.
+    demand = PoolDemand(ready=10, remaining=10, job_seconds=2.0, load_seconds=10.0)
+    assert pilots_wanted(demand, shape) == 2
+    # Unknown times: the ready jobs decide.
+    assert pilots_wanted(PoolDemand(ready=10, remaining=10), shape) == 10
+
+
+def test_idle_pilots_are_released_longest_idle_first_keeping_the_minimum() -> None:
+    idle = {"a": 100.0, "b": 50.0, "c": 190.0}
+    assert pilots_to_release(idle, now=200.0, idle_timeout=60, count=3, minimum=0) == ["b", "a"]
+    assert pilots_to_release(idle, now=200.0, idle_timeout=60, count=3, minimum=2) == ["b"]
+    assert pilots_to_release(idle, now=200.0, idle_timeout=0, count=3, minimum=0) == []
+
+
+def test_a_mixed_pool_adds_the_kind_the_ready_jobs_need() -> None:
+    from snakemake_executor_context.fleet.pool import next_kind
+
+    assert next_kind([0, 0], [0, 0]) == 0
+    assert next_kind([0, 0], [1, 0]) == 1  # no demand per type: balance the kinds
+    assert next_kind([0, 5], [0, 0]) == 1
+    assert next_kind([7, 2], [2, 0]) == 0  # 7/3 ready per pilot beats 2/1
+    assert next_kind([4, 4], [3, 0]) == 1
+
+
+def test_the_books_count_pilot_seconds_and_endings() -> None:
+    from snakemake_executor_context.fleet.pilotbook import PilotRecord, account, ending_of
+
+    assert ending_of("CANCELLED by 0") == "preempted"
+    assert ending_of("PREEMPTED") == "preempted" and ending_of("NODE_FAIL") == "preempted"
+    assert ending_of("OUT_OF_MEMORY") == "crashed" and ending_of(None) == "unknown"
+    records = [
+        PilotRecord("a", registered=10.0, ended=110.0, busy_seconds=60.0, batch_state="PREEMPTED"),
+        PilotRecord("b", registered=20.0, busy_seconds=30.0),
+        PilotRecord("c", ended=5.0, released=True, batch_state="CANCELLED"),
+        PilotRecord("d"),
+    ]
+    books = account(records, now=120.0)
+    assert books["submitted"] == 4 and books["started"] == 2 and books["running"] == 1
+    assert books["preempted"] == 1 and books["retired"] == 1
+    assert books["pilot_seconds"] == 200.0  # 100 + 100
+    assert books["busy_seconds"] == 90.0 and books["idle_seconds"] == 110.0
+
+
+def test_the_pool_grows_one_pilot_beyond_those_proving_useful() -> None:
+    from snakemake_executor_context.fleet.pool import growth_limit
+
+    shape = PoolShape(minimum=1, maximum=6)
+    assert growth_limit(useful=1, pending=0, shape=shape) == 2
+    assert growth_limit(useful=3, pending=2, shape=shape) == 6
+    # Two pilots idled out while jobs were ready: the pool does not keep or replace them.
+    assert growth_limit(useful=2, pending=0, shape=shape) == 3
+    assert growth_limit(useful=0, pending=0, shape=PoolShape(minimum=2, maximum=6)) == 2
