@@ -76,6 +76,8 @@ class ContextJobSpec:
     #: Whether the script's copy under .snakemake/scripts/ goes after the job
     #: (False with --skip-script-cleanup).
     cleanup_scripts: bool = True
+    #: The rule's ``runtime`` resource (minutes): the job is stopped after it.
+    runtime_minutes: float | None = None
 
 
 @dataclass
@@ -90,6 +92,10 @@ class PlainJobSpec:
     outputs: list[str] = field(default_factory=list)
     #: The run that submitted it (recorded in the catalog).
     run_id: str = ""
+    #: The rule's name, for messages about its limits.
+    rule: str = ""
+    #: The rule's ``runtime`` resource (minutes): the job is stopped after it.
+    runtime_minutes: float | None = None
 
 
 @dataclass(frozen=True)

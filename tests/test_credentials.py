@@ -41,7 +41,7 @@ def test_private_dir_refuses_a_symlink_and_tightens_or_refuses_an_open_one(tmp_p
     elsewhere = tmp_path / "attacker"
     elsewhere.mkdir()
     (tmp_path / "link").symlink_to(elsewhere)
-    with pytest.raises(ClusterError, match="is a symlink or not a directory"):
+    with pytest.raises(ClusterError, match="is a symlink"):
         private_dir(tmp_path / "link")
     open_dir = tmp_path / "open"
     open_dir.mkdir(mode=0o777)
@@ -57,7 +57,7 @@ def test_private_dir_refuses_another_users_directory(tmp_path):
     theirs = tmp_path / "theirs"
     theirs.mkdir(mode=0o700)
     os.chown(theirs, 65534, 65534)
-    with pytest.raises(ClusterError, match="belongs to uid 65534, not to you"):
+    with pytest.raises(ClusterError, match="belongs to uid 65534, not to this user"):
         private_dir(theirs)
 
 

@@ -19,9 +19,9 @@ def _cluster_processes(workdir: Path | None = None) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if "snakemake_executor_context.cluster.serve serve" in cmdline:
-            if workdir is None or str(workdir) in cmdline:
-                found.append(proc)
+        ours = workdir is None or str(workdir) in cmdline
+        if "snakemake_executor_context.cluster.serve serve" in cmdline and ours:
+            found.append(proc)
     return found
 
 
@@ -316,7 +316,7 @@ def test_what_a_job_changes_does_not_outlive_it(make_workflow):
         "path": False,
         "argv": [],
         "main_marker": None,
-        "stdout_is_default": "TextIOWrapper",
+        "stdout_is_default": "ThreadRoutedStream",
         "omp": "2",
         "scriptdir_on_path": True,
     }

@@ -40,12 +40,15 @@ class RunRow:
 
 
 def runs(session: Session, limit: int = 10, now: float | None = None) -> list[RunRow]:
-    """The latest runs, newest first; ``state`` is running, finished, failed or
-    stale (no heartbeat for :data:`STALE_SECONDS`, never ended)."""
+    """The latest runs, newest first; ``state`` is running, finished, failed,
+    stale (no heartbeat for :data:`STALE_SECONDS`, never ended) or abandoned (marked
+    so by a later writer: see :func:`.record.mark_abandoned`)."""
     now = time.time() if now is None else now
     out = []
     for row in session.scalars(select(Run).order_by(Run.started.desc()).limit(limit)):
-        if row.finished is not None:
+        if row.finished is not None and row.ok is None:
+            state = "abandoned"
+        elif row.finished is not None:
             state = "failed" if row.ok is False else "finished"
         elif row.heartbeat is not None and now - row.heartbeat > STALE_SECONDS:
             state = "stale"

@@ -20,7 +20,7 @@ from ..fleet import events as ev
 from ..fleet.state import model_of
 from .models import Attempt, Context, EventRecord, Job, Placement, Run, Server, ServerLoss
 
-__all__ = ["Recorder"]
+__all__ = ["Recorder", "mark_abandoned"]
 
 K = TypeVar("K")
 OPEN_STATES = ("loading", "ready")
@@ -34,6 +34,41 @@ class _Lru(OrderedDict[K, int]):
         if len(self) > CACHE_SIZE:
             self.popitem(last=False)
         return value
+
+
+def mark_abandoned(
+    session: Session,
+    now: float,
+    host: str,
+    alive: Callable[[int], bool] | None = None,
+    stale_seconds: float = 60.0,
+) -> list[str]:
+    """End the runs whose writer stopped without ending them: no heartbeat for
+    ``stale_seconds``, or their process on this host is gone. An abandoned run has
+    ``finished`` set and ``ok`` left NULL (a run that ended itself always sets ``ok``),
+    and a ``run-abandoned`` note. Returns their run ids."""
+    if alive is None:
+        from .lease import _pid_alive
+
+        alive = _pid_alive
+    marked = []
+    for row in session.scalars(select(Run).where(Run.finished.is_(None))):
+        beat = row.heartbeat if row.heartbeat is not None else row.started
+        dead = row.host == host and bool(row.pid) and not alive(row.pid)
+        if now - beat <= stale_seconds and not dead:
+            continue
+        row.finished = beat
+        row.ok = None
+        session.add(
+            EventRecord(
+                at=now,
+                kind="run-abandoned",
+                text=f"run {row.run_id} abandoned: its writer stopped without ending it",
+                run_pk=row.id,
+            )
+        )
+        marked.append(row.run_id)
+    return marked
 
 
 class Recorder:

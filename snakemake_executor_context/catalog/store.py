@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..errors import ContextExecutorError
+from ..privacy import private_dir as _private_dir
 from .models import SCHEMA_VERSION, Base, Meta
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "is_network_fs",
     "open_reader",
     "open_store",
+    "private_dir",
     "publish_snapshot",
     "resolve_location",
 ]
@@ -118,8 +120,25 @@ def is_network_fs(path: str | os.PathLike[str]) -> bool:
 
 
 def _local_dir() -> Path:
-    base = os.environ.get("SNAKEMAKE_CONTEXT_LOCAL_DIR") or tempfile.gettempdir()
-    return Path(base) / f"snakemake-context-{os.getuid()}"
+    """Where live copies of network catalogs go: $SNAKEMAKE_CONTEXT_LOCAL_DIR, else
+    $XDG_RUNTIME_DIR (private to the user), else the temporary directory."""
+    base = os.environ.get("SNAKEMAKE_CONTEXT_LOCAL_DIR") or ""
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
+    if not base and runtime and os.path.isdir(runtime):
+        base = runtime
+    return Path(base or tempfile.gettempdir()) / f"snakemake-context-{os.getuid()}"
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` 0700, or check the one there (:mod:`..privacy`): another user
+    could otherwise plant it to read or redirect what is written inside."""
+    return _private_dir(
+        path,
+        CatalogError,
+        "remove it (another user may have planted it), or set SNAKEMAKE_CONTEXT_LOCAL_DIR "
+        "to a directory of your own; it must be yours and mode 0700.",
+        tighten=False,
+    )
 
 
 def resolve_location(spec: str | os.PathLike[str]) -> CatalogLocation:
@@ -190,11 +209,13 @@ def open_store(spec: str | os.PathLike[str], *, create: bool = True) -> CatalogS
     location = resolve_location(spec)
     try:
         if location.path is not None:
+            if location.snapshot is not None:
+                private_dir(location.path.parent.parent)
+                private_dir(location.path.parent)
             location.path.parent.mkdir(parents=True, exist_ok=True)
             if location.snapshot is not None:
                 location.snapshot.parent.mkdir(parents=True, exist_ok=True)
-                if not location.path.exists() and location.snapshot.exists():
-                    shutil.copyfile(location.snapshot, location.path)
+                _start_from_snapshot(location.path, location.snapshot)
             engine = create_engine(location.url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
             event.listen(engine, "connect", _sqlite_pragmas)
         else:
@@ -210,6 +231,21 @@ def open_store(spec: str | os.PathLike[str], *, create: bool = True) -> CatalogS
             "(--context-catalog, or `snakemake-context up --catalog`)."
         ) from error
     return store
+
+
+def _start_from_snapshot(live: Path, snapshot: Path) -> None:
+    """Take the published snapshot as the live copy unless the local copy is newer
+    (this node's own writer stopped before it published its last events): another
+    node may have written the catalog since this node last did."""
+    if not snapshot.exists():
+        return
+    sidecars = [Path(f"{live}{suffix}") for suffix in ("-wal", "-shm")]
+    local = [p.stat().st_mtime for p in (live, sidecars[0]) if p.exists()]
+    if local and max(local) > snapshot.stat().st_mtime:
+        return
+    for path in sidecars:
+        path.unlink(missing_ok=True)
+    shutil.copyfile(snapshot, live)
 
 
 def open_reader(spec: str | os.PathLike[str]) -> CatalogStore:

@@ -1,11 +1,16 @@
 """The catalog's one writer: a thread that drains a bounded queue into the database.
 
 :meth:`CatalogWriter.submit` never blocks: when the queue is full the event is
-dropped. A database error (locked past the busy timeout, disk full, a schema
-mismatch) warns once through the ``warn`` callback and the writer degrades: it
-keeps draining the queue, retries after a pause, and never fails or stalls the
-process it runs in. Each batch is one transaction, so the catalog holds whole
-batches only.
+dropped, and counted. A database error (locked past the busy timeout, disk full, a
+schema mismatch) warns once through the ``warn`` callback and the writer degrades:
+it keeps the failed batch and retries it after a pause, keeps draining the queue,
+and never fails or stalls the process it runs in. Each batch (at most
+:data:`BATCH_SIZE` events) is one transaction, so the catalog holds whole batches
+only. What was not recorded by the end is counted in :attr:`_Worker.dropped`, which
+the run reports.
+
+A SQLite catalog has one writer, which holds its lease (:mod:`.lease`) and renews it
+from this thread.
 
 The same thread publishes snapshots of a SQLite catalog whose requested location is
 on a network filesystem (see :mod:`.store`).
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING
 from ..fleet.events import Event, RunHeartbeat
 
 if TYPE_CHECKING:
+    from .lease import WriterLease
     from .record import Recorder
     from .store import CatalogStore
 
@@ -32,14 +38,17 @@ logger = logging.getLogger(__name__)
 
 #: Events a writer holds before it drops new ones.
 QUEUE_SIZE = 20_000
-#: Events written in one transaction at most.
-BATCH_SIZE = 1_000
+#: Events written in one transaction at most (small: a transaction holds SQLite's
+#: write lock, which readers checkpointing the WAL also want).
+BATCH_SIZE = 200
 #: Seconds between two snapshots of a catalog on a network filesystem.
 SNAPSHOT_SECONDS = 3.0
 #: Seconds between two heartbeats of the run a writer records.
 HEARTBEAT_SECONDS = 5.0
 #: Seconds a failing writer pauses before it tries the database again.
 RETRY_SECONDS = 2.0
+#: Events a failing writer keeps back for its retries, at most.
+BACKLOG_SIZE = 100_000
 
 
 class EventSink:
@@ -49,8 +58,9 @@ class EventSink:
         """Queue one event; False if it was dropped. Never blocks."""
         raise NotImplementedError
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Write (or send) what is queued, for at most ``timeout`` seconds, and stop."""
+    def close(self, timeout: float = 5.0, patience: float = 60.0) -> None:
+        """Write (or send) what is queued, and stop: give up after ``timeout`` seconds
+        without progress, or ``patience`` seconds in all."""
         raise NotImplementedError
 
 
@@ -115,21 +125,37 @@ class _Worker(EventSink):
             return False
         return True
 
+    def unwritten(self) -> int:
+        """Events queued or kept back for a retry."""
+        return self._pending
+
     def flush(self, timeout: float) -> bool:
-        """Wait until every queued event is handled; False on timeout."""
+        """Wait until every queued event is handled (written, or sent); False on
+        timeout."""
         deadline = time.monotonic() + timeout
         with self._idle:
-            while self._pending > 0:
+            while self.unwritten() > 0:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
                     return False
                 self._idle.wait(min(left, 0.1))
         return True
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Handle what is queued (at most ``timeout`` seconds), then stop the thread."""
+    def close(self, timeout: float = 5.0, patience: float = 60.0) -> None:
+        """Handle what is queued, then stop the thread: wait while the writer makes
+        progress (for at most ``patience`` seconds), and give up when it made none for
+        ``timeout`` seconds; what is left is counted in :attr:`dropped`."""
         if self._thread.is_alive():
-            self.flush(timeout)
+            deadline = time.monotonic() + max(timeout, patience)
+            while True:
+                with self._idle:
+                    before = self.unwritten()
+                if self.flush(min(timeout, max(0.0, deadline - time.monotonic()))):
+                    break
+                with self._idle:
+                    stalled = self.unwritten() >= before
+                if stalled or time.monotonic() >= deadline or not self._thread.is_alive():
+                    break
             self._stop.set()
             try:
                 self._queue.put_nowait(None)
@@ -137,6 +163,9 @@ class _Worker(EventSink):
                 pass
             self._thread.join(max(0.1, min(timeout, 2.0)))
         self.finish()
+        with self._idle:
+            # Still queued when the thread gave up: not recorded, and counted.
+            self.dropped += self._pending
 
     def _loop(self) -> None:
         while True:
@@ -192,57 +221,76 @@ class CatalogWriter(_Worker):
         warn: Callable[[str], None],
         heartbeat_run: str | None = None,
         queue_size: int = QUEUE_SIZE,
+        lease: WriterLease | None = None,
     ) -> None:
         from .record import Recorder
 
         super().__init__(warn=warn, queue_size=queue_size, heartbeat_run=heartbeat_run)
         self.store = store
+        self.lease = lease
+        self._last_beat = time.monotonic()
         self.recorder: Recorder = Recorder()
         self._last_snapshot = 0.0
         self._dirty = False
         self._failing_since: float | None = None
         self._backlog: list[Event] = []
-        self._tries = 0
         self.start()
 
     def handle(self, batch: list[Event]) -> None:
-        """One transaction per batch. On failure: warn once, keep the batch (up to
-        the queue's size) and try again after a pause; a batch that fails three
-        times is dropped."""
+        """One transaction per :data:`BATCH_SIZE` events. On failure: warn once, keep
+        the batch (up to :data:`BACKLOG_SIZE` events, the rest counted as dropped)
+        and try it again after a pause, for as long as the writer lives."""
         now = time.monotonic()
-        if self._backlog:
-            if self._failing_since is not None and now - self._failing_since < RETRY_SECONDS:
-                room = self._queue.maxsize - len(self._backlog)
-                self._backlog.extend(batch[: max(0, room)])
-                self.dropped += max(0, len(batch) - max(0, room))
-                return
-            batch, self._backlog = self._backlog + batch, []
-        if batch:
+        self._renew_lease(now)
+        # Events stay in the backlog until written, so a flush sees them meanwhile.
+        room = max(0, BACKLOG_SIZE - len(self._backlog))
+        self._backlog.extend(batch[:room])
+        self.dropped += max(0, len(batch) - room)
+        if self._failing_since is not None and now - self._failing_since < RETRY_SECONDS:
+            return
+        while self._backlog:
+            chunk = self._backlog[:BATCH_SIZE]
             try:
-                self._write(batch)
+                self._write(chunk)
             except Exception as error:
                 self.recorder.reset()
                 self.failures += 1
-                self._tries += 1
                 self._failing_since = now
-                if self._tries >= 3:
-                    self.dropped += len(batch)
-                    self._tries = 0
-                else:
-                    self._backlog = batch[: self._queue.maxsize]
-                    self.dropped += len(batch) - len(self._backlog)
                 self.warn_once(
                     "write",
                     f"The context catalog {self.store.location.describe()} cannot be "
                     f"written ({type(error).__name__}: {_first_line(error)}); events are "
-                    "not recorded while this lasts. The workflow is not affected.",
+                    "kept and retried while this lasts. The workflow is not affected.",
                 )
                 return
-            self._tries = 0
+            del self._backlog[: len(chunk)]
             self._failing_since = None
-            self.written += len(batch)
+            self.written += len(chunk)
             self._dirty = True
         self._maybe_snapshot(now)
+
+    def unwritten(self) -> int:
+        """Events queued, or kept back after a failed write for the next retry."""
+        return self._pending + len(self._backlog)
+
+    def _renew_lease(self, now: float) -> None:
+        from .lease import LEASE_HEARTBEAT_SECONDS
+
+        if self.lease is None or now - self._last_beat < LEASE_HEARTBEAT_SECONDS:
+            return
+        self._last_beat = now
+        try:
+            kept = self.lease.beat()
+        except OSError as error:
+            kept = True
+            logger.debug("renewing the catalog lease: %r", error)
+        if not kept:
+            self.warn_once(
+                "lease",
+                f"The writer lease of the context catalog {self.store.location.describe()} "
+                "was taken over by another run (this writer stalled for a minute); both "
+                "now write it.",
+            )
 
     def _write(self, batch: list[Event]) -> None:
         """One transaction; a unique-key race with another writer (PostgreSQL may
@@ -288,7 +336,11 @@ class CatalogWriter(_Worker):
                 self.handle([])
             self._maybe_snapshot(time.monotonic(), force=True)
         finally:
+            self.dropped += len(self._backlog)
+            self._backlog = []
             self.store.close()
+            if self.lease is not None:
+                self.lease.release()
 
 
 def _first_line(error: BaseException) -> str:

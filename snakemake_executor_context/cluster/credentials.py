@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ClusterError
+from ..privacy import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
+from ..privacy import private_dir as _private_dir
 
 if TYPE_CHECKING:
     from distributed import Security
@@ -35,50 +37,16 @@ __all__ = [
     "write_private",
 ]
 
-PRIVATE_DIR_MODE = 0o700
-PRIVATE_FILE_MODE = 0o600
 #: Long enough for a persistent cluster; it is made anew at every start.
 VALIDITY = datetime.timedelta(days=365)
 
 
 def private_dir(path: Path, *, tighten: bool = True) -> Path:
-    """Create ``path`` 0700 (missing parents follow the umask), or check the one there:
-    a directory, not a symlink, owned by this user; with ``tighten``, one open to other
-    users is made 0700 (else refused). Returns ``path``."""
-    if not path.parent.exists():
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise ClusterError(f"Cannot create the directory {path.parent}: {error}.") from error
-    try:
-        path.mkdir(mode=PRIVATE_DIR_MODE)
-    except FileExistsError:
-        pass  # checked below like any other
-    except OSError as error:
-        raise ClusterError(f"Cannot create the directory {path}: {error}.") from error
-    try:
-        info = os.lstat(path)
-    except OSError as error:
-        raise ClusterError(f"Cannot use the directory {path}: {error}.") from error
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise ClusterError(
-            f"{path} is a symlink or not a directory; refusing to keep private files there. "
-            "Fix: remove it, or choose another --scheduler-file."
-        )
-    if info.st_uid != os.geteuid():
-        raise ClusterError(
-            f"The directory {path} belongs to uid {info.st_uid}, not to you "
-            f"(uid {os.geteuid()}); refusing to keep private files there. Fix: remove it, "
-            "or choose another --scheduler-file."
-        )
-    if info.st_mode & 0o077:
-        if not tighten:
-            raise ClusterError(
-                f"The directory {path} is open to other users "
-                f"(mode {stat.S_IMODE(info.st_mode):o}). Fix: chmod 700 {path}."
-            )
-        os.chmod(path, PRIVATE_DIR_MODE)
-    return path
+    """Create ``path`` 0700, or check the one there (:mod:`..privacy`); with
+    ``tighten``, one of this user open to others is made 0700 (else refused)."""
+    return _private_dir(
+        path, ClusterError, "remove it, or choose another --scheduler-file.", tighten=tighten
+    )
 
 
 def write_private(path: Path, data: str | bytes) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import threading
 import time
@@ -73,14 +74,18 @@ class FleetHub(SchedulerPlugin):
         self.scheduler = scheduler
         if self.catalog:
             try:
+                from ..catalog.lease import open_writer
                 from ..catalog.seed import placement_measurements
-                from ..catalog.store import open_store
-                from ..catalog.writer import CatalogWriter
 
-                store = open_store(self.catalog)
+                self.writer = open_writer(
+                    self.catalog,
+                    owner=f"cluster-{os.getpid()}",
+                    warn=logger.warning,
+                    say=logger.warning,
+                )
+                store = self.writer.store
                 with store.session() as session:
                     self.view.measure.merge_wire(placement_measurements(session))
-                self.writer = CatalogWriter(store, warn=logger.warning)
                 logger.info("context catalog: %s", store.location.describe())
             except Exception as error:
                 self.error = str(error)

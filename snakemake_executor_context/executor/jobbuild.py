@@ -31,6 +31,7 @@ __all__ = [
     "output_specs",
     "priority",
     "rule_name",
+    "runtime_minutes",
     "ticket",
     "title",
 ]
@@ -96,6 +97,8 @@ class SpecBuilder:
             log_path=self.log_path(job, key),
             outputs=[str(f) for f in job.output],
             run_id=self.run_id,
+            rule=rule_name(job),
+            runtime_minutes=runtime_minutes(job),
         )
 
     def context(self, job: Any, key: str, declaration: ContextDeclaration) -> ContextJobSpec:
@@ -158,6 +161,7 @@ class SpecBuilder:
             run_id=self.run_id,
             reuse=not getattr(self.workflow.executor_settings, "agnostic", False),
             cleanup_scripts=bool(self.workflow.execution_settings.cleanup_scripts),
+            runtime_minutes=runtime_minutes(job),
         )
 
     def _script_source(self, job: Any) -> tuple[Any, ...]:
@@ -239,3 +243,11 @@ def priority(job: Any) -> int:
     """Snakemake's job priority, clamped for Dask."""
     priority = getattr(job, "priority", 0) or 0
     return int(max(-(10**9), min(10**9, priority)))
+
+
+def runtime_minutes(job: Any) -> float | None:
+    """The job's ``runtime`` resource in minutes (Snakemake's unit), or None."""
+    value = job.resources.get("runtime") if hasattr(job.resources, "get") else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None

@@ -99,7 +99,7 @@ class Recording:
 
     def _open_sink(self, snapshot: dict[str, Any] | None, fleet: FleetState) -> EventSink | None:
         """A relay to the cluster's writer, or this process's own writer."""
-        from ..catalog.writer import CatalogWriter, DaskRelay
+        from ..catalog.writer import DaskRelay
 
         if snapshot and snapshot.get("writer"):
             self.location = (snapshot.get("catalog") or {}).get("requested")
@@ -112,20 +112,30 @@ class Recording:
         spec = self.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
         if catalog_disabled(spec):
             return None
+        writer = None
         try:
+            from ..catalog.lease import open_writer
             from ..catalog.seed import placement_measurements
-            from ..catalog.store import open_store
             from ..cluster.credentials import private_dir
 
             private = _outside(spec, self.workdir)
             if private is not None and not private.parent.exists():
                 private_dir(private.parent)
-            store = open_store(spec)
+            writer = open_writer(
+                spec,
+                owner=f"run {self.run_id}",
+                warn=self.warn_once,
+                say=self._warn,
+                heartbeat_run=self.run_id,
+            )
             if private is not None:
-                _make_private(private)
-            with store.session() as session:
+                where = writer.store.location
+                _make_private(Path(where.snapshot or where.path or private))
+            with writer.store.session() as session:
                 fleet.measure.merge_wire(placement_measurements(session))
         except Exception as error:
+            if writer is not None:
+                writer.close(timeout=0.1)
             self.warn_once(
                 f"{error} The run goes on without recording into the catalog."
                 if isinstance(error, ContextExecutorError)
@@ -134,8 +144,8 @@ class Recording:
             )
             return None
         self.writes = True
-        self.location = store.location.describe()
-        return CatalogWriter(store, warn=self.warn_once, heartbeat_run=self.run_id)
+        self.location = writer.store.location.describe()
+        return writer
 
     def _started(self, fleet: FleetState, jobs_total: int | None) -> None:
         """Record the run's start, and (as the writer) the servers it found."""
@@ -198,7 +208,17 @@ class Recording:
             logger.debug("unsubscribing from the fleet's events: %r", error)
         sink, self.sink = self.sink, None
         if sink is not None:
-            sink.close(timeout=5.0)
+            # Waits while the writer makes progress (two minutes at most: a loaded node
+            # writes a few hundred events a second), and gives up after 10 s without any
+            # (a starved thread on a loaded node can pause 5 s).
+            sink.close(timeout=10.0, patience=120.0)
+            dropped = getattr(sink, "dropped", 0)
+            if dropped:
+                self._warn(
+                    f"The context catalog {self.location} did not record {dropped} "
+                    f"event(s) of run {self.run_id} (see the warning above for why). The "
+                    "workflow's results are not affected."
+                )
 
 
 def versions() -> dict[str, str]:
@@ -226,7 +246,8 @@ def _outside(spec: str, workdir: str) -> Path | None:
 
 def _make_private(path: Path) -> None:
     """Make an SQLite catalog and its journal files 0600 (those of this user)."""
-    for candidate in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))):
+    suffixes = ("-wal", "-shm", "-journal", ".writer")  # .writer: its lease (catalog.lease)
+    for candidate in (path, *(path.with_name(path.name + s) for s in suffixes)):
         try:
             if candidate.is_file() and candidate.stat().st_uid == os.geteuid():
                 os.chmod(candidate, 0o600)

@@ -21,10 +21,16 @@ def attempt_ended(
     """The end of attempt ``key`` from its done future, and its entry in the run
     summary (None without a result). (None, None): the task had finished but its
     result died with its server before it could be fetched; the server's loss
-    sends the job back to the queue."""
+    sends the job back to the queue. What the server warns about the job (threads or
+    files it left behind) goes to the run's log."""
     ended, result = _ended(key, future, ticket.title)
     if ended is None or result is None:
         return ended, None
+    if result.extra.get("warnings"):
+        from snakemake.logging import logger  # the run's log, as the executor's own
+
+        for warning in result.extra["warnings"]:
+            logger.warning(warning)
     return ended, summary_entry(result, placed_by=placed_by, submitted=ticket.submitted)
 
 
@@ -122,4 +128,6 @@ def summary_entry(result: JobResult, *, placed_by: str, submitted: float) -> dic
         "reused": result.reused,
         "reported": time.time(),
         "submitted": submitted,
+        # What the server warns about the job (threads or files it left behind).
+        "warnings": list(result.extra.get("warnings", ())),
     }

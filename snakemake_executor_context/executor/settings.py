@@ -310,3 +310,28 @@ class ExecutorSettings(ExecutorSettingsBase):
             "choices": ["local", "servers"],
         },
     )
+    memory_cap: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Memory cap of each server of the embedded cluster, its child "
+            "processes included ('8GB'; default: none). A watchdog samples it every "
+            "0.5 s; above the cap it stops the running job, which fails naming the "
+            "cap and the memory seen, and restarts the server if the job does not "
+            "stop. Separate from --context-memory-budget (contexts) and from Dask's "
+            "memory thresholds (off). For `snakemake-context up`, export "
+            "SNAKEMAKE_CONTEXT_MEMORY_CAP before starting it.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    recycle_after_leaks: int = field(
+        default=3,
+        metadata={
+            "help": "Restart a server of the embedded cluster once this many of its "
+            "jobs left threads running (0: never). Leaked threads and open files are "
+            "reported either way. For `snakemake-context up`, export "
+            "SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS before starting it.",
+            "env_var": False,
+            "required": False,
+        },
+    )

@@ -113,6 +113,9 @@ def _connect(
             credentials=Path(settings.credentials) if settings.credentials else None,
             allow_plaintext=bool(settings.allow_plaintext),
         )
+    from .serverlimits import export_server_limits
+
+    export_server_limits(settings)
     tls = os.environ.get(NO_TLS_VARIABLE, "") != "1"
     if not tls:
         say(f"{NO_TLS_VARIABLE}=1: the embedded cluster runs WITHOUT TLS (benchmarks only).")

@@ -61,6 +61,8 @@ class LoadedContext:
     hits: int = 0
     pins: int = 0
     conversions: int = 0
+    #: Workflow modules first imported while it loaded: they go when it goes.
+    modules: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -172,7 +174,11 @@ class ContextCache:
         return entry.obj
 
     def _load(self, declaration: ContextDeclaration) -> tuple[Any, float, bool]:
+        from .isolation import new_local_modules
+        from .output import context_loading
+
         record = LoadRecord()
+        modules_before = set(sys.modules)  # before the probe, which imports the loader
         self._emit(
             ev.ContextLoading(
                 address=self.address,
@@ -186,7 +192,8 @@ class ContextCache:
         before = self._memory_in_use()
         started = time.perf_counter()
         try:
-            obj = contexts.call_loader(declaration, record)
+            with context_loading():
+                obj = contexts.call_loader(declaration, record)
         except (ContextLoadError, JobCancelled) as error:
             self._load_failed(declaration, error)
             raise
@@ -215,6 +222,7 @@ class ContextCache:
             loaded_at=now,
             last_used=now,
             conversions=record.conversions,
+            modules=new_local_modules(modules_before),
         )
         trace = getattr(self._local, "trace", None)
         if trace is not None:
@@ -276,8 +284,15 @@ class ContextCache:
             except Exception as error:
                 logger.debug("closing %s: %r", entry.identity, error)
         del close
+        for name in entry.modules:
+            sys.modules.pop(name, None)
         gc.collect()
         self._on_evict()
+
+    def owned_modules(self) -> set[str]:
+        """Modules that live as long as a loaded context (see :func:`.isolation.fresh_modules`)."""
+        with self._lock:
+            return {name for entry in self._contexts.values() for name in entry.modules}
 
     def bytes_loaded(self) -> int:
         """Bytes of every loaded context."""

@@ -16,14 +16,15 @@ import tempfile
 import time
 import traceback
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from ..errors import ContextExecutorError, ContextLoadError, JobCancelled
 from ..jobspec import ContextJobSpec, JobResult, ServerIdentity, remove_outputs, remove_path
-from .isolation import process_state, redirected_output, thread_limits
+from .isolation import fresh_modules, process_state, thread_limits
+from .output import Leaks, job_output
 from .running import RunningJob
 
 __all__ = ["run_context_job"]
@@ -40,11 +41,15 @@ def run_context_job(
     acquire: AcquireFn,
     job: RunningJob,
     set_torch_threads: Callable[[int], Callable[[], None] | None] | None = None,
+    owned_modules: Callable[[], Collection[str]] = frozenset,
 ) -> JobResult:
     """Run one context job in this process and report its outcome.
 
     ``acquire(declaration)`` returns the loaded context (loading it if needed); the
     server passes one that records loads and pins the context for this job.
+    ``owned_modules()`` names the modules loaded contexts keep. What the job left
+    behind (threads, open files) is in ``result.extra["leaks"]`` and
+    ``result.extra["warnings"]``, and at the end of its log.
     """
     started = time.time()
     workdir = Path(spec.workdir)
@@ -58,47 +63,75 @@ def run_context_job(
         finished=started,
         log_path=str(log_path),
     )
-    with open(log_path, "wb", buffering=0) as log_file, ExitStack() as stack:
-        stack.enter_context(redirected_output(log_file.fileno()))
-        stack.enter_context(process_state(spec))
-        try:
-            _prepare(spec)
-            with job.interruptible_phase():
-                acquire(spec.declaration)
-            with thread_limits(spec.threads, set_torch_threads):
-                records = _run_script(spec, job)
-            _check_outputs(spec)
-            if spec.benchmark:
-                _write_benchmark(spec, records)
-            result.ok = True
-        except JobCancelled:
-            result.cancelled = True
-            result.message = f"{spec.title}: cancelled on {server.describe()}."
-            os.chdir(spec.workdir)
-            remove_outputs(spec.outputs)
-            print(f"\n[snakemake-context] {result.message}", file=sys.stderr)
-        except _ScriptExit as exit_:
-            result.message = (
-                f"{spec.title}: the script called sys.exit({exit_.code!r}) on "
-                f"{server.describe()}. See the job's log {log_path}."
-            )
-        except ContextExecutorError as error:
-            if error.__cause__ is not None:
-                traceback.print_exception(error.__cause__, file=sys.stderr)
-            print(f"[snakemake-context] {error}", file=sys.stderr)
-            result.message = f"{spec.title}: {error} (log: {log_path})"
-        except BaseException as error:
-            _print_script_traceback(error, spec.script_path)
-            result.message = (
-                f"{spec.title} (context '{spec.declaration.name}') failed on "
-                f"{server.describe()}: {type(error).__name__}: {error}. The traceback "
-                f"ends the job's log {log_path}."
-            )
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+    roots = [spec.workdir, os.path.dirname(spec.script_path), *spec.search_paths]
+    with open(log_path, "wb", buffering=0) as log_file:
+        with ExitStack() as stack:
+            leaks = stack.enter_context(job_output(spec.title, log_file.fileno()))
+            stack.enter_context(fresh_modules(roots, owned_modules))
+            stack.enter_context(process_state(spec))
+            _run_guarded(spec, server, acquire, job, set_torch_threads, result, log_path)
+        _report_leaks(leaks, spec, server, result, log_file)
     result.finished = time.time()
     return result
+
+
+def _report_leaks(
+    leaks: Leaks, spec: ContextJobSpec, server: ServerIdentity, result: JobResult, log: Any
+) -> None:
+    if not leaks:
+        return
+    message = leaks.describe(spec.title, server.describe())
+    log.write(f"\n[snakemake-context] warning: {message}\n".encode())
+    result.extra["leaks"] = {"threads": leaks.threads, "fds": leaks.fds}
+    result.extra.setdefault("warnings", []).append(message)
+
+
+def _run_guarded(
+    spec: ContextJobSpec,
+    server: ServerIdentity,
+    acquire: AcquireFn,
+    job: RunningJob,
+    set_torch_threads: Callable[[int], Callable[[], None] | None] | None,
+    result: JobResult,
+    log_path: Path,
+) -> None:
+    """The job's steps; every failure becomes the result's message."""
+    try:
+        _prepare(spec)
+        with job.interruptible_phase():
+            acquire(spec.declaration)
+        with thread_limits(spec.threads, set_torch_threads):
+            records = _run_script(spec, job)
+        _check_outputs(spec)
+        if spec.benchmark:
+            _write_benchmark(spec, records)
+        result.ok = True
+    except JobCancelled:
+        result.cancelled = True
+        result.message = f"{spec.title}: cancelled on {server.describe()}."
+        os.chdir(spec.workdir)
+        remove_outputs(spec.outputs)
+        print(f"\n[snakemake-context] {result.message}", file=sys.stderr)
+    except _ScriptExit as exit_:
+        result.message = (
+            f"{spec.title}: the script called sys.exit({exit_.code!r}) on "
+            f"{server.describe()}. See the job's log {log_path}."
+        )
+    except ContextExecutorError as error:
+        if error.__cause__ is not None:
+            traceback.print_exception(error.__cause__, file=sys.stderr)
+        print(f"[snakemake-context] {error}", file=sys.stderr)
+        result.message = f"{spec.title}: {error} (log: {log_path})"
+    except BaseException as error:
+        _print_script_traceback(error, spec.script_path)
+        result.message = (
+            f"{spec.title} (context '{spec.declaration.name}') failed on "
+            f"{server.describe()}: {type(error).__name__}: {error}. The traceback "
+            f"ends the job's log {log_path}."
+        )
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
 
 
 class _ScriptExit(Exception):

@@ -3,26 +3,39 @@
 A job sees what Snakemake's script preamble gives it in a fresh interpreter; nothing
 it changes in the process (cwd, environment, ``sys.path``, ``sys.modules['__main__']``,
 ``sys.argv``, stdout/stderr, thread pools, tempfile's directory, the ``shell()``
-defaults) outlives it. What is *not* isolated: globals of imported modules (like the
-loaded context itself), threads the job leaves running, open files.
+defaults) outlives it, and modules imported from the workflow's own files (its
+script directory, workdir and the preamble's search paths) are forgotten after the
+job (:func:`fresh_modules`), so each job imports the helper it sees on disk. Modules
+first imported while a context was loading live as long as that context (a loaded
+model keeps its own classes). What is *not* isolated: globals of installed modules
+(site-packages, the standard library), like the loaded context itself; threads and
+open files a job leaves behind are reported and kept out of other jobs' logs
+(:mod:`.output`), not stopped.
 """
 
 from __future__ import annotations
 
-import io
+import importlib
 import os
+import site
 import sys
+import sysconfig
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 
 from ..jobspec import ContextJobSpec
 
 __all__ = [
     "THREAD_VARIABLES",
     "TMPDIR_VARIABLES",
+    "forget_modules_since",
+    "fresh_modules",
+    "is_installed",
+    "is_workflow_module",
+    "new_local_modules",
     "process_state",
-    "redirected_output",
     "thread_limits",
     "torch_threads",
 ]
@@ -37,35 +50,6 @@ THREAD_VARIABLES = (
     "NUMEXPR_NUM_THREADS",
 )
 TMPDIR_VARIABLES = ("TMPDIR", "TMP", "TEMPDIR", "TEMP")
-
-
-@contextmanager
-def redirected_output(fd: int) -> Iterator[None]:
-    """Send fd 1 and 2 (and Python's sys.stdout/sys.stderr) to the job's log."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved_fds = (os.dup(1), os.dup(2))
-    saved_streams = (sys.stdout, sys.stderr)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    stdout = io.TextIOWrapper(open(os.dup(fd), "wb", buffering=0), write_through=True)
-    stderr = io.TextIOWrapper(open(os.dup(fd), "wb", buffering=0), write_through=True)
-    sys.stdout, sys.stderr = stdout, stderr
-    try:
-        yield
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        sys.stdout, sys.stderr = saved_streams
-        stdout.close()
-        stderr.close()
-        os.dup2(saved_fds[0], 1)
-        os.dup2(saved_fds[1], 2)
-        os.close(saved_fds[0])
-        os.close(saved_fds[1])
 
 
 @contextmanager
@@ -128,3 +112,97 @@ def torch_threads(threads: int) -> Callable[[], None] | None:
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     return lambda: torch.set_num_threads(previous)
+
+
+#: Modules of loader files (``loaders._import_file``): they live with their context.
+LOADER_PREFIX = "_snakemake_context_loader_"
+#: Packages never forgotten, wherever they lie (this plugin, Snakemake).
+_KEEP_PACKAGES = ("snakemake", "snakemake_executor_context", "snakemake_executor_plugin_context")
+
+
+def _installed_roots() -> list[str]:
+    roots = {
+        os.path.realpath(path)
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (path := sysconfig.get_paths().get(key))
+    }
+    try:
+        roots.update(os.path.realpath(p) for p in site.getsitepackages())
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    roots.add(os.path.realpath(sys.prefix) + os.sep + "lib")
+    return sorted(roots)
+
+
+_INSTALLED = _installed_roots()
+
+
+def _under(path: str, roots: Collection[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def _module_file(module: ModuleType | None) -> str | None:
+    filename = getattr(module, "__file__", None)
+    return os.path.realpath(filename) if isinstance(filename, str) else None
+
+
+def is_installed(path: str) -> bool:
+    """Whether a file belongs to the Python installation (stdlib, site-packages)."""
+    return "site-packages" in path or "dist-packages" in path or _under(path, _INSTALLED)
+
+
+def is_workflow_module(name: str, module: ModuleType | None, roots: Collection[str]) -> bool:
+    """Whether a module was imported from the workflow's own files: under one of
+    ``roots`` and not part of the installation, a loader file or this plugin."""
+    if name.startswith(LOADER_PREFIX) or name.split(".")[0] in _KEEP_PACKAGES:
+        return False
+    path = _module_file(module)
+    return path is not None and _under(path, roots) and not is_installed(path)
+
+
+def new_local_modules(before: Collection[str]) -> list[str]:
+    """Modules imported since ``before`` from files outside the installation (what
+    a context's load brought in from the workflow), loaders excepted."""
+    return [
+        name
+        for name, module in list(sys.modules.items())
+        if name not in before
+        and not name.startswith(LOADER_PREFIX)
+        and name.split(".")[0] not in _KEEP_PACKAGES
+        and (path := _module_file(module)) is not None
+        and not is_installed(path)
+    ]
+
+
+def forget_modules_since(before: Collection[str]) -> list[str]:
+    """Forget the modules imported since ``before`` from outside the installation,
+    loader modules included (a cache probe's imports: the load imports them again,
+    and then they belong to the context)."""
+    names = new_local_modules(before)
+    names += [n for n in list(sys.modules) if n.startswith(LOADER_PREFIX) and n not in before]
+    for name in names:
+        sys.modules.pop(name, None)
+    return names
+
+
+@contextmanager
+def fresh_modules(
+    roots: Collection[str], keep: Callable[[], Collection[str]]
+) -> Iterator[list[str]]:
+    """Forget, at the end, the workflow modules the job imported, except those
+    ``keep()`` names (modules of loaded contexts). Yields the names forgotten."""
+    before = set(sys.modules)
+    real_roots = sorted({os.path.realpath(root) for root in roots if root})
+    forgotten: list[str] = []
+    try:
+        yield forgotten
+    finally:
+        kept = set(keep())
+        for name, module in list(sys.modules.items()):
+            if name in before or name in kept or name == "__main__":
+                continue
+            if is_workflow_module(name, module, real_roots):
+                sys.modules.pop(name, None)
+                forgotten.append(name)
+        if forgotten:
+            importlib.invalidate_caches()

@@ -20,6 +20,9 @@ import tempfile
 import threading
 from pathlib import Path
 
+from ..errors import ContextExecutorError
+from ..privacy import private_dir
+
 __all__ = ["GroupRecord", "with_parent_death_signal"]
 
 _lock = threading.Lock()
@@ -44,6 +47,9 @@ def with_parent_death_signal(command: str) -> list[str]:
     return [sys.executable, "-c", _LAUNCHER, command]
 
 
+_FIX = "remove it (another user may have planted it); it must be yours and mode 0700."
+
+
 class GroupRecord:
     """The process groups one server's running plain jobs own."""
 
@@ -66,7 +72,9 @@ class GroupRecord:
         return {int(line) for line in text.split() if line.isdigit()}
 
     def _write(self, groups: set[int]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # The nanny kills what this file names: nobody else may plant or edit it.
+        private_dir(self.path.parent.parent, ContextExecutorError, _FIX)
+        private_dir(self.path.parent, ContextExecutorError, _FIX)
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text("".join(f"{g}\n" for g in sorted(groups)))
         os.replace(tmp, self.path)
@@ -90,7 +98,8 @@ class GroupRecord:
         the job that ran (events may die unsent with the process)."""
         with _lock:
             keys = set(self.running()) | {key}
-            self._running_path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent.parent, ContextExecutorError, _FIX)
+            private_dir(self.path.parent, ContextExecutorError, _FIX)
             self._running_path.write_text("".join(f"{k}\n" for k in sorted(keys)))
 
     def finished(self, key: str) -> None:

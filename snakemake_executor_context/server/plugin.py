@@ -33,7 +33,7 @@ __all__ = [
 
 def execute_job(spec: ContextJobSpec | PlainJobSpec) -> JobResult:
     """Run a job on the server of the worker this task landed on."""
-    return ContextServer.current().run(spec)
+    return ContextServer.current().run_bounded(spec)
 
 
 async def cancel_jobs(keys: list[str], grace: float = 10.0) -> dict[str, str]:
@@ -48,8 +48,18 @@ async def cancel_jobs(keys: list[str], grace: float = 10.0) -> dict[str, str]:
 
 
 def probe_caches(declarations: list[ContextDeclaration]) -> list[str]:
-    """The identities whose weights this server's local disk holds (cache probes)."""
-    return [d.identity for d in declarations if probe(d)]
+    """The identities whose weights this server's local disk holds (cache probes).
+    What the probes import from the workflow is forgotten afterwards: the context's
+    load imports it again, and then it lives as long as the context."""
+    from .isolation import forget_modules_since
+
+    before = set(sys.modules)
+    try:
+        return [d.identity for d in declarations if probe(d)]
+    finally:
+        server = ContextServer._current
+        if server is None or not server.inventory()["running"]:
+            forget_modules_since(before)  # not under a running job's imports
 
 
 def server_inventory() -> dict[str, Any]:

@@ -29,6 +29,8 @@ class RunningJob:
     #: The job's context (None: a plain job) and when it started (wall clock).
     identity: str | None = None
     started: float = 0.0
+    #: Why a limit stopped the job (its runtime, the server's memory cap), if one did.
+    limit: str | None = None
 
     def request_cancel(self) -> None:
         """Stop the job: kill a plain job's process tree, or raise JobCancelled in
@@ -69,7 +71,9 @@ class RunningJob:
 
     @contextmanager
     def interruptible_phase(self) -> Iterator[None]:
-        """Code inside may be interrupted by a cancellation."""
+        """Code inside may be interrupted by a cancellation. A cancellation asked for
+        inside the phase ends it with JobCancelled, raised inside or at its end, never
+        later (see :meth:`leave_phase`)."""
         with self.lock:
             if self.cancel_requested:
                 raise JobCancelled()
@@ -77,5 +81,28 @@ class RunningJob:
         try:
             yield
         finally:
-            with self.lock:
-                self.interruptible = False
+            self.leave_phase()
+        if self.cancel_requested:
+            raise JobCancelled()
+
+    def leave_phase(self) -> None:
+        """End the interruptible phase and take back a cancellation exception not yet
+        raised: afterwards none can land in the server's own code. Idempotent; the
+        server calls it again before its bookkeeping, since an exception that lands
+        in the phase's own exit (contextlib's frames) skips the ``finally``."""
+        while True:
+            try:
+                with self.lock:
+                    if self.interruptible and self.cancel_requested:
+                        _take_back_async_exception(self.thread_id)
+                    self.interruptible = False
+                return
+            except JobCancelled:
+                continue  # delivered at the boundary: the cancellation is on record
+
+
+def _take_back_async_exception(thread_id: int) -> None:
+    import ctypes
+
+    # NULL clears an exception set by PyThreadState_SetAsyncExc and not yet raised.
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)

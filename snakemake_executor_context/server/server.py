@@ -26,6 +26,7 @@ from .blackhole import gpu_failure, recycle
 from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
 from .inprocess import run_context_job
 from .isolation import torch_threads
+from .limits import MemoryWatchdog, ServerLimits, run_limited
 from .pgroups import GroupRecord
 from .plain import run_plain_job
 from .running import RunningJob
@@ -53,6 +54,12 @@ class ServerConfig:
     #: Start the plain-job zygote at once (a persistent cluster), not at the first
     #: plain job (the embedded cluster, whose plain jobs mostly run locally).
     warm_zygote: bool = False
+    #: Memory cap of the server and its children ("8GB"); "" reads
+    #: SNAKEMAKE_CONTEXT_MEMORY_CAP; "none": no cap (see :mod:`.limits`).
+    memory_cap: str = ""
+    #: Restart after this many jobs left threads running (0: never); -1 reads
+    #: SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS (default 3).
+    recycle_after_leaks: int = -1
 
 
 class ContextServer:
@@ -91,6 +98,13 @@ class ContextServer:
         )
         self._lock = threading.RLock()
         self._running: dict[str, RunningJob] = {}
+        self.leaky_jobs = 0
+        self.limits = ServerLimits.of(config.memory_cap, config.recycle_after_leaks)
+        self._watchdog = (
+            MemoryWatchdog(self.limits.memory_cap, self._memory_exceeded)
+            if self.limits.memory_cap
+            else None
+        )
         #: Set on SIGTERM (:mod:`.drain`): no new job starts.
         self.draining = False
         self._durations: dict[str | None, tuple[int, float]] = {}
@@ -173,6 +187,31 @@ class ContextServer:
 
     # -- jobs ----------------------------------------------------------------------
 
+    def run_bounded(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
+        """Run one job under its limits (runtime, memory cap), if it has any."""
+        if spec.runtime_minutes is None and self.limits.memory_cap is None:
+            return self.run(spec)
+        return run_limited(self, spec)
+
+    def running_job(self, key: str) -> RunningJob | None:
+        """The running job of that key, if it runs here."""
+        with self._lock:
+            return self._running.get(key)
+
+    def _memory_exceeded(self, rss: int) -> None:
+        with self._lock:
+            jobs = [job for job in self._running.values() if not job.limit]
+        for job in jobs:
+            job.limit = self.limits.memory_message(rss)
+
+    def restart_after(self, key: str, why: str) -> None:
+        """Take no new job, and end this process once the executor has the result of
+        ``key``; its nanny starts a fresh one (:func:`.blackhole.recycle`)."""
+        if self._worker is None:
+            logger.warning("cannot restart %s (%s): no worker", self.identity.describe(), why)
+            return
+        recycle(self._worker, self, key, why)
+
     def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
         """Run one job and report its outcome; never raises for a job's own failure."""
         identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
@@ -198,6 +237,7 @@ class ContextServer:
             result.evicted = list(trace.evicted)
             result.conversions, result.reload_seconds = trace.conversions, trace.reload_seconds
         finally:
+            running.leave_phase()
             self.cache.stop_tracking()
             with self._lock:
                 self._running.pop(spec.key, None)
@@ -219,6 +259,16 @@ class ContextServer:
                 gpu_model=self.gpu_model,
             )
         )
+        for warning in result.extra.get("warnings", ()):
+            logger.warning("%s", warning)
+        if result.extra.get("leaks", {}).get("threads"):
+            self.leaky_jobs += 1
+            if self.limits.recycle_after and self.leaky_jobs >= self.limits.recycle_after:
+                result.extra.setdefault("warnings", []).append(
+                    f"{self.identity.describe()} restarts: {self.leaky_jobs} jobs left "
+                    "threads running (--context-recycle-after-leaks)."
+                )
+                self.restart_after(spec.key, f"{self.leaky_jobs} jobs left threads running")
         self.stats.jobs += 1
         if result.ok:
             count, total = self._durations.get(identity, (0, 0.0))
@@ -259,7 +309,9 @@ class ContextServer:
         hooks = JobHooks(provider=_Provider(acquire))
         contexts.set_current_job(hooks)
         try:
-            result = run_context_job(spec, self.identity, acquire, running, torch_threads)
+            result = run_context_job(
+                spec, self.identity, acquire, running, torch_threads, self.cache.owned_modules
+            )
         finally:
             contexts.set_current_job(None)
             for identity in held:
@@ -284,7 +336,9 @@ class ContextServer:
         return outcome
 
     def shutdown(self) -> None:
-        """Stop every running job (the worker is closing)."""
+        """Stop every running job and the memory watchdog (the worker is closing)."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
         with self._lock:
             keys = list(self._running)
         if keys:

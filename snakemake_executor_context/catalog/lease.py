@@ -1,0 +1,287 @@
+"""One writer per SQLite catalog: a lease file beside it, and what a second run does.
+
+The lease is ``<catalog>.writer``, created 0600 with ``O_EXCL`` (no fcntl locks: they
+are unreliable on Lustre and some NFS set-ups) and holding the writer's host, pid and
+a heartbeat its writer thread renews every :data:`LEASE_HEARTBEAT_SECONDS` (a lease
+another user cannot read is judged by its modification time). For a
+catalog on a network filesystem the lease lies beside the published snapshot, on
+the shared path, so two nodes cannot overwrite each other's snapshot. A lease whose
+heartbeat is older than :data:`LEASE_STALE_SECONDS` (or whose process on this host is
+gone) is taken over, and the run says so.
+
+A run that finds the lease held writes its own catalog beside the shared one
+(``catalog.<run>.db``, see :func:`sibling_path`) and says so: nothing is merged and
+nothing is lost; ``snakemake-context status --catalog`` and the monitor read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .store import CatalogError, CatalogLocation, open_store, resolve_location
+
+if TYPE_CHECKING:
+    from .writer import CatalogWriter
+
+__all__ = [
+    "LEASE_HEARTBEAT_SECONDS",
+    "LEASE_STALE_SECONDS",
+    "LeaseHeld",
+    "LeaseHolder",
+    "WriterLease",
+    "is_stale",
+    "lease_path",
+    "open_writer",
+    "sibling_path",
+]
+
+#: Seconds between two renewals of a writer's lease.
+LEASE_HEARTBEAT_SECONDS = 3.0
+#: A lease not renewed for this long may be taken over.
+LEASE_STALE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who holds a catalog's lease, as its file says."""
+
+    host: str
+    pid: int
+    owner: str
+    heartbeat: float
+    token: str
+
+    def describe(self, now: float | None = None) -> str:
+        """'run X on host (pid 12), heartbeat 3 s ago'."""
+        age = (time.time() if now is None else now) - self.heartbeat
+        return f"{self.owner} on {self.host} (pid {self.pid}), heartbeat {age:.0f} s ago"
+
+
+class LeaseHeld(CatalogError):
+    """Another live writer holds the catalog's lease."""
+
+    def __init__(self, path: Path, holder: LeaseHolder | None) -> None:
+        who = holder.describe() if holder else "a writer whose lease is being written"
+        super().__init__(f"The catalog's writer lease {path} is held by {who}.")
+        self.holder = holder
+
+
+def lease_path(location: CatalogLocation) -> Path | None:
+    """The lease file of a SQLite catalog (beside the shared snapshot on a network
+    filesystem); None for a database server, which takes many writers."""
+    target = location.snapshot or location.path
+    return None if target is None else target.with_name(target.name + ".writer")
+
+
+def sibling_path(requested: str, run_id: str) -> str:
+    """Where a run writes its own catalog when the shared one has another writer:
+    ``catalog.db`` becomes ``catalog.<run_id>.db`` beside it."""
+    path = Path(requested)
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in run_id)
+    return str(path.with_name(f"{path.stem}.{safe}{path.suffix or '.db'}"))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_stale(
+    holder: LeaseHolder,
+    now: float,
+    host: str,
+    alive: Callable[[int], bool] = _pid_alive,
+) -> bool:
+    """Whether a lease may be taken over: no heartbeat for LEASE_STALE_SECONDS, or
+    its process on this host is gone."""
+    if now - holder.heartbeat > LEASE_STALE_SECONDS:
+        return True
+    return holder.host == host and not alive(holder.pid)
+
+
+def _read(path: Path) -> LeaseHolder | None:
+    try:
+        data = json.loads(path.read_text())
+        return LeaseHolder(
+            host=str(data["host"]),
+            pid=int(data["pid"]),
+            owner=str(data.get("owner", "")),
+            heartbeat=float(data["heartbeat"]),
+            token=str(data["token"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class WriterLease:
+    """This process's claim on a catalog's lease file."""
+
+    def __init__(self, path: Path, owner: str) -> None:
+        self.path = path
+        self.owner = owner
+        self.token = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.held = False
+
+    def _content(self) -> str:
+        return json.dumps(
+            {
+                "host": self.host,
+                "pid": os.getpid(),
+                "owner": self.owner,
+                "heartbeat": time.time(),
+                "token": self.token,
+            }
+        )
+
+    def acquire(self) -> LeaseHolder | None:
+        """Take the lease; return the stale holder it took over from, if any.
+        Raises :class:`LeaseHeld` when a live writer holds it."""
+        taken: LeaseHolder | None = None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(5):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                holder = _read(self.path)
+                if holder is None:
+                    # Being written this instant, or garbage: judge by its age.
+                    try:
+                        age = time.time() - self.path.stat().st_mtime
+                    except FileNotFoundError:
+                        continue
+                    if age <= LEASE_STALE_SECONDS:
+                        raise LeaseHeld(self.path, None) from None
+                elif not is_stale(holder, time.time(), self.host):
+                    raise LeaseHeld(self.path, holder) from None
+                if self._take_over(holder):
+                    taken = holder
+                continue
+            with os.fdopen(fd, "w") as handle:
+                handle.write(self._content())
+            self.held = True
+            return taken
+        raise LeaseHeld(self.path, _read(self.path))
+
+    def _take_over(self, judged: LeaseHolder | None) -> bool:
+        """Move the stale lease aside; put it back if it changed meanwhile (another
+        run took it over first)."""
+        aside = self.path.with_name(f"{self.path.name}.stale-{self.token}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return False
+        moved = _read(aside)
+        if judged is not None and moved != judged:
+            try:
+                os.link(aside, self.path)
+            except OSError:
+                pass
+            os.unlink(aside)
+            return False
+        os.unlink(aside)
+        return True
+
+    def beat(self) -> bool:
+        """Renew the heartbeat; False if the lease is no longer this process's."""
+        if not self.held:
+            return False
+        current = _read(self.path)
+        if current is None or current.token != self.token:
+            self.held = False
+            return False
+        temporary = self.path.with_name(f"{self.path.name}.{self.token}")
+        fd = os.open(temporary, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self._content())
+        os.replace(temporary, self.path)
+        return True
+
+    def release(self) -> None:
+        """Give the lease up (only if it is still this process's)."""
+        if not self.held:
+            return
+        self.held = False
+        current = _read(self.path)
+        if current is not None and current.token == self.token:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def open_writer(
+    spec: str,
+    *,
+    owner: str,
+    warn: Callable[[str], None],
+    say: Callable[[str], None],
+    heartbeat_run: str | None = None,
+    fallback: bool = True,
+) -> CatalogWriter:
+    """The writer of a catalog, as a run or a cluster opens it: take the lease (or
+    take over a stale one, and ``say`` so), mark abandoned runs, and when another
+    live writer holds the lease, write a catalog of this run's own beside it and
+    ``say`` where. Raises :class:`CatalogError` when no catalog can be opened."""
+    from .record import mark_abandoned
+    from .writer import CatalogWriter
+
+    location = resolve_location(spec)
+    lease: WriterLease | None = None
+    path = lease_path(location)
+    if path is not None:
+        lease = WriterLease(path, owner)
+        try:
+            taken = lease.acquire()
+        except LeaseHeld as held:
+            if not fallback:
+                raise
+            own = sibling_path(location.requested, owner)
+            say(
+                f"The context catalog {location.requested} is being written by "
+                f"{held.holder.describe() if held.holder else 'another run'}; this run "
+                f"records into its own catalog {own} instead (read it with "
+                f"`snakemake-context status --catalog {own}`)."
+            )
+            return open_writer(
+                own, owner=owner, warn=warn, say=say, heartbeat_run=heartbeat_run, fallback=False
+            )
+        except OSError as error:
+            raise CatalogError(
+                f"Cannot open the catalog {location.describe()}: {type(error).__name__}: "
+                f"{error}. Fix: give a writable path or a reachable database URL "
+                "(--context-catalog, or `snakemake-context up --catalog`)."
+            ) from error
+        if taken is not None:
+            say(
+                f"The context catalog {location.requested} had a writer lease without a "
+                f"heartbeat ({taken.describe()}); this run took it over."
+            )
+    try:
+        store = open_store(spec)
+        with store.session() as session, session.begin():
+            abandoned = mark_abandoned(session, time.time(), socket.gethostname())
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
+    if abandoned:
+        say(
+            f"The context catalog {store.location.describe()}: marked "
+            f"{len(abandoned)} run(s) abandoned (their writer stopped without ending "
+            f"them): {', '.join(abandoned[:5])}{' ...' if len(abandoned) > 5 else ''}."
+        )
+    return CatalogWriter(store, warn=warn, heartbeat_run=heartbeat_run, lease=lease)

@@ -1,0 +1,283 @@
+"""Where a server's output goes: each job's to its own log, never to another's.
+
+``sys.stdout`` and ``sys.stderr`` of a server are :class:`ThreadRoutedStream` s for
+good: a write goes to the log of the job whose thread (or a thread that thread
+started, at any depth) writes it, and anything else (the server's own threads, and
+threads a finished job left running) to the server's streams, which are the
+cluster log. File descriptors 1 and 2 point at the running job's log while no
+leaked thread lives; while one does they stay on the cluster log, since an fd
+cannot tell threads apart (the job's own fd-level output then goes there too,
+and its log says so).
+
+At a job's end, :func:`job_output` reports the threads the job left running and
+the file descriptors it left open (:class:`Leaks`). Threads a context's loader
+starts belong to the context (:func:`context_loading`), not to the job.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+__all__ = [
+    "JobOutput",
+    "Leaks",
+    "ThreadRoutedStream",
+    "context_loading",
+    "install",
+    "job_output",
+    "open_fds",
+]
+
+_OWNER = "_snakemake_context_job"
+_LOADING = "_snakemake_context_loading"
+_lock = threading.Lock()
+_installed: dict[str, ThreadRoutedStream] = {}
+#: Jobs that left threads running, whose threads may still be alive.
+_leakers: list[JobOutput] = []
+#: Files opened while a context loaded: the context's, not a job's leak.
+_context_fds: dict[int, str] = {}
+
+
+@dataclass(eq=False)
+class JobOutput:
+    """The streams of one running job, and whether it still runs."""
+
+    title: str
+    stdout: TextIO
+    stderr: TextIO
+    active: bool = True
+
+
+@dataclass
+class Leaks:
+    """What a job left behind in the server process."""
+
+    threads: list[str] = field(default_factory=list)
+    fds: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.threads or self.fds)
+
+    def describe(self, title: str, where: str) -> str:
+        """One line: what was left, and what happens to it."""
+        parts = []
+        if self.threads:
+            parts.append(
+                f"{len(self.threads)} thread(s) still running ({', '.join(self.threads[:5])}; "
+                "their output goes to the cluster log, not to another job's log)"
+            )
+        if self.fds:
+            parts.append(
+                f"{len(self.fds)} file descriptor(s) still open ({', '.join(self.fds[:5])})"
+            )
+        return (
+            f"{title} left {' and '.join(parts)} in {where}. Fix: join the threads and "
+            "close the files before the script ends (a `with` block)."
+        )
+
+
+def _owner() -> JobOutput | None:
+    owner = getattr(threading.current_thread(), _OWNER, None)
+    return owner if isinstance(owner, JobOutput) else None
+
+
+_original_start = threading.Thread.start
+
+
+def _start(self: threading.Thread) -> None:
+    """Thread.start, remembering which job's thread started the new one (not while
+    it loads a context: such threads belong to the context, like its modules)."""
+    owner = _owner()
+    if owner is not None and not getattr(threading.current_thread(), _LOADING, False):
+        setattr(self, _OWNER, owner)
+    _original_start(self)
+
+
+@contextmanager
+def context_loading() -> Iterator[None]:
+    """Threads started inside belong to the context being loaded, not to the job:
+    they are neither the job's leaks nor does their output go to its log."""
+    thread = threading.current_thread()
+    previous = getattr(thread, _LOADING, False)
+    setattr(thread, _LOADING, True)
+    before = open_fds()
+    try:
+        yield
+    finally:
+        setattr(thread, _LOADING, previous)
+        with _lock:
+            _context_fds.update(
+                (fd, target) for fd, target in open_fds().items() if before.get(fd) != target
+            )
+
+
+class ThreadRoutedStream(io.TextIOBase):
+    """A text stream that writes to the running job of the writing thread, else to
+    the server's own stream."""
+
+    def __init__(self, name: str, server: TextIO) -> None:
+        super().__init__()
+        self.name = name
+        self.server = server
+
+    def _target(self) -> TextIO:
+        owner = _owner()
+        if owner is not None and owner.active:
+            return owner.stdout if self.name == "stdout" else owner.stderr
+        return self.server
+
+    def write(self, text: str) -> int:
+        """Write to the writing thread's job log (or the server's stream)."""
+        target = self._target()
+        try:
+            return target.write(text)
+        except (OSError, ValueError):
+            if target is self.server:
+                raise
+            return self.server.write(text)  # the job's stream closed under a late writer
+
+    def flush(self) -> None:
+        """Flush the writing thread's stream."""
+        try:
+            self._target().flush()
+        except (OSError, ValueError):
+            pass
+
+    def fileno(self) -> int:
+        """The file descriptor of the writing thread's stream."""
+        return self._target().fileno()
+
+    def isatty(self) -> bool:
+        """Whether the writing thread's stream is a terminal."""
+        try:
+            return self._target().isatty()
+        except (OSError, ValueError):
+            return False
+
+    def writable(self) -> bool:
+        """Always: this is an output stream."""
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        """The target stream's encoding."""
+        return getattr(self._target(), "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        """The target stream's error handler."""
+        return getattr(self._target(), "errors", None)
+
+    @property
+    def buffer(self) -> Any:
+        """The target stream's binary buffer."""
+        return self._target().buffer
+
+
+def install() -> None:
+    """Route sys.stdout/sys.stderr by thread, for the life of the process (once)."""
+    with _lock:
+        if _installed:
+            return
+        threading.Thread.start = _start  # type: ignore[method-assign]
+        for name in ("stdout", "stderr"):
+            stream = ThreadRoutedStream(name, getattr(sys, name))
+            _installed[name] = stream
+            setattr(sys, name, stream)
+
+
+def open_fds() -> dict[int, str]:
+    """This process's open file descriptors and what they point at."""
+    found = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return {}
+    for name in names:
+        try:
+            found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+    return found
+
+
+def _leaked_fds(before: dict[int, str], after: dict[int, str]) -> list[str]:
+    # Sockets, pipes and event fds open and close all the time in the server's own
+    # threads (Dask's connections): only files count as a job's leak.
+    return [
+        f"{fd} -> {target}"
+        for fd, target in sorted(after.items())
+        if before.get(fd) != target
+        and _context_fds.get(fd) != target
+        and target.startswith("/")
+        and not target.startswith("/proc/")
+    ]
+
+
+@contextmanager
+def job_output(title: str, fd: int) -> Iterator[Leaks]:
+    """Send the calling thread's (and its descendants') output to the log ``fd``;
+    fds 1 and 2 too unless a leaked thread lives. Fills the yielded :class:`Leaks`
+    at the end."""
+    install()
+    leaks = Leaks()
+    fds_before = open_fds()
+    stdout = io.TextIOWrapper(open(os.dup(fd), "wb", buffering=0), write_through=True)
+    stderr = io.TextIOWrapper(open(os.dup(fd), "wb", buffering=0), write_through=True)
+    job = JobOutput(title, stdout, stderr)
+    thread = threading.current_thread()
+    with _lock:
+        _leakers[:] = [j for j in _leakers if any(getattr(t, _OWNER, None) is j for t in _live())]
+        lingering = bool(_leakers)
+    for stream in _installed.values():
+        stream.server.flush()
+    saved_fds = (os.dup(1), os.dup(2))
+    if lingering:
+        stderr.write(
+            "[snakemake-context] a thread an earlier job left running still lives: this "
+            "job's file-descriptor output (subprocesses, C libraries) goes to the cluster "
+            "log, not here.\n"
+        )
+    else:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    sys.stdout, sys.stderr = _installed["stdout"], _installed["stderr"]
+    setattr(thread, _OWNER, job)
+    try:
+        yield leaks
+    finally:
+        for own in (stdout, stderr):
+            try:
+                own.flush()
+            except (OSError, ValueError):
+                pass
+        leaked = [t for t in _live() if t is not thread and getattr(t, _OWNER, None) is job]
+        leaks.threads = [f"{t.name}" for t in leaked]
+        job.active = False
+        if leaked:
+            with _lock:
+                _leakers.append(job)
+        try:
+            delattr(thread, _OWNER)
+        except AttributeError:
+            pass
+        # The routers stay: whatever the job put in their place goes.
+        sys.stdout, sys.stderr = _installed["stdout"], _installed["stderr"]
+        os.dup2(saved_fds[0], 1)
+        os.dup2(saved_fds[1], 2)
+        os.close(saved_fds[0])
+        os.close(saved_fds[1])
+        stdout.close()
+        stderr.close()
+        leaks.fds = _leaked_fds(fds_before, open_fds())
+
+
+def _live() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.is_alive()]

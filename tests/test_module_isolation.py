@@ -1,0 +1,93 @@
+"""Which modules a job forgets and a context keeps, on the server's own code (no
+cluster): a real ContextCache loading real loader files from a temporary workflow."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+from snakemake_executor_context.contexts import make_declaration
+from snakemake_executor_context.server.cache import ContextCache, ServerStats
+from snakemake_executor_context.server.isolation import fresh_modules
+
+LOADER = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    import {module}
+    from snakemake_executor_context import declare_size
+
+    def load():
+        declare_size(100)
+        return {module}.Model()
+""")
+
+
+def _cache(budget: int) -> ContextCache:
+    return ContextCache(
+        address="tcp://test",
+        budget=budget,
+        stats=ServerStats(),
+        emit=lambda *events: None,
+        where="a test",
+        gpu_model="cpu",
+        memory_in_use=lambda: 0,
+    )
+
+
+def test_a_context_keeps_its_modules_until_evicted_and_a_job_forgets_its_own(tmp_path):
+    for name in ("model_a", "model_b", "helper_x"):
+        (tmp_path / f"{name}.py").write_text("class Model:\n    pass\n")
+    for name in ("a", "b"):
+        (tmp_path / f"loader_{name}.py").write_text(LOADER.format(module=f"model_{name}"))
+    cache = _cache(budget=150)  # room for one context of 100 bytes
+    first = make_declaration("a", "loader_a.py:load", {}, tmp_path)
+    second = make_declaration("b", "loader_b.py:load", {}, tmp_path)
+    saved_path = list(sys.path)
+    try:
+        with fresh_modules([str(tmp_path)], cache.owned_modules):
+            obj, _, _ = cache.acquire(first)
+            import helper_x  # noqa: F401  (imported by "the script": forgotten after the job)
+        cache.release(first.identity)
+        assert "helper_x" not in sys.modules
+        assert isinstance(obj, sys.modules["model_a"].Model)  # kept with its context
+        with fresh_modules([str(tmp_path)], cache.owned_modules):
+            cache.acquire(second)  # evicts the first context, and its modules with it
+        cache.release(second.identity)
+        assert "model_a" not in sys.modules and "model_b" in sys.modules
+        assert cache.owned_modules() == {"model_b"}
+    finally:
+        sys.path[:] = saved_path
+        for name in ("model_a", "model_b", "helper_x"):
+            sys.modules.pop(name, None)
+
+
+OUTPUT = textwrap.dedent("""
+    import os, sys, threading, time
+    from snakemake_executor_context.server.output import context_loading, job_output
+
+    log_path, kept = sys.argv[1], sys.argv[2]
+    with open(log_path, "wb") as log:
+        with job_output("the job", log.fileno()) as leaks:
+            with context_loading():  # what a loader starts belongs to its context
+                threading.Thread(target=time.sleep, args=(5,), name="model-pool").start()
+                model_file = os.open(kept + ".model", os.O_WRONLY | os.O_CREAT)
+            threading.Thread(target=time.sleep, args=(5,), name="script-thread").start()
+            script_file = os.open(kept + ".script", os.O_WRONLY | os.O_CREAT)
+            print("in the job's log")
+    print(leaks.threads, [fd.split(" -> ")[1] for fd in leaks.fds])
+    os._exit(0)
+""")
+
+
+def test_a_loaders_threads_and_files_are_the_contexts_not_the_jobs_leaks(tmp_path):
+    import subprocess
+
+    found = subprocess.run(
+        [sys.executable, "-c", OUTPUT, str(tmp_path / "job.log"), str(tmp_path / "kept")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == f"['script-thread'] ['{tmp_path / 'kept.script'}']"
+    assert (tmp_path / "job.log").read_text() == "in the job's log\n"
