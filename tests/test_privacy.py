@@ -27,7 +27,7 @@ def test_a_planted_process_group_record_is_refused(tmp_path):
     root.mkdir(mode=0o700)
     (root / "pgroups").symlink_to(elsewhere)
     record = GroupRecord(nanny_pid=1, name="cpu0", root=root)
-    with pytest.raises(ContextExecutorError, match="is a symlink .* Fix: remove it"):
+    with pytest.raises(ContextExecutorError, match=r"is a symlink .* Fix: remove it"):
         record.add(12345)
     assert not list(elsewhere.iterdir())
 
