@@ -80,8 +80,11 @@ def pool_run(
         str(scheduler_file),
         "--backend",
         "slurm",
+        # Two kinds of 4 fake GPUs each (tests/slurm/slurm-up.sh): room for 8 pilots.
         "--gpu-type",
         "fakea",
+        "--gpu-type",
+        "fakeb",
         "--min-pilots",
         str(minimum),
         "--max-pilots",
