@@ -221,3 +221,13 @@ def test_the_pool_grows_one_pilot_beyond_those_proving_useful() -> None:
     # Two pilots idled out while jobs were ready: the pool does not keep or replace them.
     assert growth_limit(useful=2, pending=0, shape=shape) == 3
     assert growth_limit(useful=0, pending=0, shape=PoolShape(minimum=2, maximum=6)) == 2
+
+
+def test_a_node_local_model_cache_is_exported_before_the_prologue() -> None:
+    script, _ = _job_script(
+        "slurm", model_cache="/local/$USER/models", prologue=("rsync -a /shared/m/ x/",)
+    )
+    lines = script.splitlines()
+    export = lines.index('export SNAKEMAKE_CONTEXT_MODEL_CACHE="/local/$USER/models"')
+    assert lines.index("rsync -a /shared/m/ x/") > export
+    assert 'mkdir -p "/local/$USER/models"' in lines

@@ -62,6 +62,11 @@ def add_pilot_arguments(parser: Any) -> None:
         default=120.0,
         help="seconds an idle pilot is kept before it is released",
     )
+    add(
+        "--model-cache",
+        help="node-local directory where loaders keep model weights on a "
+        "pilot ($SNAKEMAKE_CONTEXT_MODEL_CACHE; created; --prologue lines may stage into it)",
+    )
     add("--pilot-log-dir", help="where pilots write their batch logs")
     add(
         "--retire-margin",
@@ -99,6 +104,7 @@ def pilot_command_args(args: Any) -> list[str]:
         memory_budget=str(args.memory_budget),
         log_directory=args.pilot_log_dir,
         retire_margin=args.retire_margin,
+        model_cache=args.model_cache,
         lifetime_stagger=args.lifetime_stagger,
     )
     return serve_arguments(options, args.min_pilots, args.max_pilots, args.pilot_idle_timeout)
@@ -124,6 +130,7 @@ def pilot_settings_args(settings: Any, log_directory: str | None = None) -> list
         memory_budget=str(settings.memory_budget),
         log_directory=log_directory,
         retire_margin=settings.pilot_retire_margin,
+        model_cache=settings.pilot_model_cache,
     )
     return serve_arguments(
         options, settings.min_pilots, settings.max_pilots, settings.pilot_idle_timeout

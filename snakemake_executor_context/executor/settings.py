@@ -296,3 +296,14 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=120.0,
         metadata={"help": "Seconds an idle pilot is kept before it is released.", "env_var": False},
     )
+    pilot_model_cache: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Node-local directory where loaders keep model weights on a pilot "
+            "(exported as SNAKEMAKE_CONTEXT_MODEL_CACHE and created; "
+            "--context-pilot-prologue lines may stage weights into it, e.g. 'rsync -a "
+            "/shared/models/ $SNAKEMAKE_CONTEXT_MODEL_CACHE/').",
+            "env_var": False,
+            "required": False,
+        },
+    )
