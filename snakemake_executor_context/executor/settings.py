@@ -307,3 +307,13 @@ class ExecutorSettings(ExecutorSettingsBase):
             "required": False,
         },
     )
+    pilot_loads_per_source: int = field(
+        default=2,
+        metadata={
+            "help": "At most this many pilots load one context from its shared source "
+            "at once (a semaphore on the scheduler; 0: no limit). Loads from the "
+            "node-local model cache take no turn.",
+            "env_var": False,
+            "required": False,
+        },
+    )
