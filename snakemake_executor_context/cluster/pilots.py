@@ -132,6 +132,8 @@ class PilotOptions:
             "gpus": self.gpus,
             "gpu_type": self.gpu_type,
             "walltime_seconds": parse_walltime(self.walltime),
+            "lifetime_seconds": self.lifetime_seconds(),
+            "lifetime_stagger": self.lifetime_stagger,
             "model_cache": self.model_cache,
             "loads_per_source": self.loads_per_source,
         }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -70,7 +71,11 @@ async def dask_setup(worker: Any) -> None:
     for name, amount in resources.items():
         state.total_resources[name] = amount
         state.available_resources[name] = amount
+    lifetime = float(settings.get("lifetime_seconds") or 0)
+    stagger = float(settings.get("lifetime_stagger") or 0)
     config = ServerConfig(
+        # Dask's --lifetime-stagger moves the end by up to that much either way.
+        retires_at=time.time() + lifetime - stagger if lifetime else None,
         name=str(worker.name),
         memory_budget=str(settings.get("memory_budget") or "0.8"),
         gpu=asdict(gpus[0]) if len(gpus) == 1 else None,

@@ -50,6 +50,8 @@ class ServerConfig:
     lease: float = 30.0
     #: Seconds between SIGTERM and the server's exit (:mod:`.drain`).
     drain_grace: float = 30.0
+    #: When the server retires (a pilot, before its walltime); None: not planned.
+    retires_at: float | None = None
 
 
 class ContextServer:
@@ -149,6 +151,7 @@ class ContextServer:
             memory_bytes=self.memory_bytes,
             memory_budget=self.budget,
             gpu=self.config.gpu,
+            retires_at=self.config.retires_at,
         )
 
     def announce(self) -> None:
