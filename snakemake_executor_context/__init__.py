@@ -9,6 +9,7 @@ packages only): every Snakefile that declares a context imports it, in every job
 """
 
 from ._version import __version__
+from .batching import Batcher, batched
 from .contexts import (
     CONFIG_KEY,
     ContextDeclaration,
@@ -31,6 +32,7 @@ from .errors import (
 
 __all__ = [
     "CONFIG_KEY",
+    "Batcher",
     "ClusterError",
     "ContextDeclaration",
     "ContextDeclarationError",
@@ -40,6 +42,7 @@ __all__ = [
     "NoServerError",
     "VersionSkewError",
     "__version__",
+    "batched",
     "declare_context",
     "declare_size",
     "load_context",

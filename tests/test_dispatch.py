@@ -320,3 +320,11 @@ def test_a_conversion_asks_the_caches_again():
     assert A in dispatch.fleet.servers["tcp://s1"].cached
     plain = ev.ContextReady(at=3.0, address="tcp://s1", identity=A, load_seconds=1.0)
     assert not of(dispatch.handle(v.FleetEvent(plain, 3.0)), v.ProbeCaches)
+
+
+def test_a_server_that_joins_is_asked_what_its_disk_caches():
+    # A pilot joining a pool may have weights staged on its node-local disk.
+    dispatch = machine(servers=1)
+    assert of(join(dispatch, "tcp://s9", at=4.0), v.ProbeCaches)
+    dispatch.handle(v.CachesProbed({"tcp://s9": (A,)}, 5.0))
+    assert A in dispatch.fleet.servers["tcp://s9"].cached

@@ -221,3 +221,56 @@ def test_the_pool_grows_one_pilot_beyond_those_proving_useful() -> None:
     # Two pilots idled out while jobs were ready: the pool does not keep or replace them.
     assert growth_limit(useful=2, pending=0, shape=shape) == 3
     assert growth_limit(useful=0, pending=0, shape=PoolShape(minimum=2, maximum=6)) == 2
+
+
+def test_a_node_local_model_cache_is_exported_before_the_prologue() -> None:
+    script, _ = _job_script(
+        "slurm", model_cache="/local/$USER/models", prologue=("rsync -a /shared/m/ x/",)
+    )
+    lines = script.splitlines()
+    export = lines.index('export SNAKEMAKE_CONTEXT_MODEL_CACHE="/local/$USER/models"')
+    assert lines.index("rsync -a /shared/m/ x/") > export
+    assert 'mkdir -p "/local/$USER/models"' in lines
+
+
+def _overlap(spans: list[tuple[float, float]]) -> int:
+    """The most spans open at one moment."""
+    events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.parametrize(("limit", "cached", "most"), [(1, False, 1), (2, False, 2), (1, True, 4)])
+def test_pilots_take_turns_to_load_from_a_shared_source(limit, cached, most) -> None:
+    import time
+
+    from distributed import Client, LocalCluster
+
+    from snakemake_executor_context.server.pilot import LoadSlot
+
+    environ = {PILOT_ENV: json.dumps({"loads_per_source": limit})}
+
+    def load(_: int) -> tuple[float, float]:
+        slot = LoadSlot("f" * 64, cached=cached, environ=environ)
+        try:
+            began = time.time()
+            time.sleep(0.4)  # reading the weights
+            return began, time.time()
+        finally:
+            slot.release()
+
+    # A real scheduler and four workers (threads of this process): the semaphore
+    # lives on the scheduler, as it does for pilots on different nodes.
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        workers = list(client.scheduler_info()["workers"])
+        futures = [client.submit(load, i, workers=[w], pure=False) for i, w in enumerate(workers)]
+        spans = client.gather(futures)
+    assert _overlap(spans) == most, spans

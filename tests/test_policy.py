@@ -353,3 +353,18 @@ def test_demand_comes_from_the_plan_then_follows_the_jobs():
     demand.ready(A, "9")  # a job the plan did not know (a checkpoint's)
     demand.ready(A, "2")  # already counted
     assert demand.counts([]) == {A: 3}
+
+
+def test_a_pilot_that_retires_before_a_job_would_end_gets_none():
+    view = _fleet(models=("h200", "h200"), warm=(0, 1))
+    view.measure.add_job(A, "h200", 30.0)
+    view.apply(ev.ServerDescribed(address="tcp://s0", name="s0", retires_at=110.0))
+    # At t=100 a 30 s job would outlast s0 (it retires at 110): it goes to s1.
+    assert choose(view, GPU1, A, now=100.0).address == "tcp://s1"
+    view.dispatched("job-on-s1", "tcp://s1", A, at=100.0)
+    # s1 busy, s0 retiring first: the job waits rather than start there.
+    decision = choose(view, GPU1, A, now=100.0)
+    assert decision.address is None
+    # Early enough, s0 takes it; an unmeasured context is not held back.
+    assert choose(view, GPU1, A, now=70.0).address == "tcp://s0"
+    assert choose(view, GPU1, B, now=100.0).address != "tcp://s1"

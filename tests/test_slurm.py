@@ -411,3 +411,42 @@ def test_pilots_refuse_connections_without_the_credentials(tmp_path: Path, pool)
     ports = {a.rsplit(":", 1)[1] for a in addresses}
     assert {f"rpc-{p}-own" for p in ports} <= made, made
     assert not {m for m in made if not m.endswith("-own")}, made
+
+
+def test_a_real_preemption_is_classified_preempted(tmp_path: Path, pool) -> None:
+    # slurm-up.sh: PreemptType=preempt/partition_prio, PreemptMode=CANCEL, and the
+    # partition 'urgent' of a higher tier than the pilots' 'debug'.
+    scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "1", "--max-pilots", "1")
+    victim = _wait(_pilots, 60, "a pilot")[0]["id"]
+    _wait(
+        lambda: any(r["registered"] for r in _pool_books(scheduler_file).get("records", [])),
+        60,
+        "the pilot to register",
+    )
+    urgent = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "-p",
+            "urgent",
+            "--gres=gpu:fakea:4",
+            "-t",
+            "1",
+            "--wrap",
+            "sleep 3",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+
+        def preempted():
+            records = _pool_books(scheduler_file).get("records", [])
+            return [r for r in records if r["job_id"] == victim and r["batch_state"]]
+
+        (record,) = _wait(preempted, 90, "the pool to read the preempted pilot's state")
+    finally:
+        subprocess.run(["scancel", urgent], capture_output=True)
+    assert record["batch_state"] == "PREEMPTED", record
+    assert _pool_books(scheduler_file)["account"]["preempted"] >= 1

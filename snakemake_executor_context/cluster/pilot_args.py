@@ -62,6 +62,18 @@ def add_pilot_arguments(parser: Any) -> None:
         default=120.0,
         help="seconds an idle pilot is kept before it is released",
     )
+    add(
+        "--model-cache",
+        help="node-local directory where loaders keep model weights on a "
+        "pilot ($SNAKEMAKE_CONTEXT_MODEL_CACHE; created; --prologue lines may stage into it)",
+    )
+    add(
+        "--loads-per-source",
+        type=int,
+        default=2,
+        help="at most this many pilots load one context from its shared source at "
+        "once (0: no limit; loads from the node-local cache take no turn)",
+    )
     add("--pilot-log-dir", help="where pilots write their batch logs")
     add(
         "--retire-margin",
@@ -99,6 +111,8 @@ def pilot_command_args(args: Any) -> list[str]:
         memory_budget=str(args.memory_budget),
         log_directory=args.pilot_log_dir,
         retire_margin=args.retire_margin,
+        model_cache=args.model_cache,
+        loads_per_source=args.loads_per_source,
         lifetime_stagger=args.lifetime_stagger,
     )
     return serve_arguments(options, args.min_pilots, args.max_pilots, args.pilot_idle_timeout)
@@ -124,6 +138,8 @@ def pilot_settings_args(settings: Any, log_directory: str | None = None) -> list
         memory_budget=str(settings.memory_budget),
         log_directory=log_directory,
         retire_margin=settings.pilot_retire_margin,
+        model_cache=settings.pilot_model_cache,
+        loads_per_source=settings.pilot_loads_per_source,
     )
     return serve_arguments(
         options, settings.min_pilots, settings.max_pilots, settings.pilot_idle_timeout

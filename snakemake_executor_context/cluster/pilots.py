@@ -132,6 +132,8 @@ class PilotOptions:
             "gpus": self.gpus,
             "gpu_type": self.gpu_type,
             "walltime_seconds": parse_walltime(self.walltime),
+            "lifetime_seconds": self.lifetime_seconds(),
+            "lifetime_stagger": self.lifetime_stagger,
             "model_cache": self.model_cache,
             "loads_per_source": self.loads_per_source,
         }
@@ -224,6 +226,12 @@ def jobqueue_arguments(
     directives, gpu_kwargs = _gpu_directives(options)
     prologue = [f"export {PILOT_ENV}={shlex.quote(json.dumps(options.server_settings()))}"]
     prologue += [f"export {name}={shlex.quote(value)}" for name, value in _dask_environ()]
+    if options.model_cache:
+        # Loaders keep converted weights there (SmolLM2's does): node-local disk that
+        # the user's prologue lines, run next, may stage weights into.
+        # Double quotes: $USER, $TMPDIR and the like expand on the node.
+        cache = '"' + options.model_cache.replace('"', "") + '"'
+        prologue += [f"export SNAKEMAKE_CONTEXT_MODEL_CACHE={cache}", f"mkdir -p {cache}"]
     prologue += list(options.prologue)
     kwargs: dict[str, Any] = {
         "cores": options.cores,

@@ -325,8 +325,8 @@ class Dispatch:
             return
         if mine:
             return  # this run's own dispatches and reports, echoed by the scheduler
-        if isinstance(event, ev.ContextReady) and event.conversions:
-            out.append(ProbeCaches())  # the conversion may have filled other caches
+        if isinstance(event, ev.ServerJoined) or getattr(event, "conversions", None):
+            out.append(ProbeCaches())  # a new server's disk, or caches a conversion filled
         if isinstance(event, ev.ServerLeft):
             self._server_left(event, now, out)
         self.fleet.apply(event)

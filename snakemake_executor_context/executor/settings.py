@@ -335,3 +335,24 @@ class ExecutorSettings(ExecutorSettingsBase):
             "required": False,
         },
     )
+    pilot_model_cache: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Node-local directory where loaders keep model weights on a pilot "
+            "(exported as SNAKEMAKE_CONTEXT_MODEL_CACHE and created; "
+            "--context-pilot-prologue lines may stage weights into it, e.g. 'rsync -a "
+            "/shared/models/ $SNAKEMAKE_CONTEXT_MODEL_CACHE/').",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    pilot_loads_per_source: int = field(
+        default=2,
+        metadata={
+            "help": "At most this many pilots load one context from its shared source "
+            "at once (a semaphore on the scheduler; 0: no limit). Loads from the "
+            "node-local model cache take no turn.",
+            "env_var": False,
+            "required": False,
+        },
+    )

@@ -135,6 +135,8 @@ class ServerDescribed(Event):
     memory_bytes: int = 0
     memory_budget: int = 0
     gpu: dict[str, Any] | None = None
+    #: When the server retires (a pilot before its walltime); None: never planned.
+    retires_at: float | None = None
 
 
 @dataclass(kw_only=True)

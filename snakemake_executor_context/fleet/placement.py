@@ -138,6 +138,9 @@ def _choose(
     if not candidates:
         return Decision(None, PlacementStep.UNRUNNABLE, "no server has the resources")
     servers = view.servers
+    candidates = [a for a in candidates if not _retires_first(view, servers[a], identity, now)]
+    if not candidates:
+        return Decision(None, PlacementStep.BUSY, "its servers retire before it would end")
     free = [servers[a] for a in candidates if servers[a].free]
     if identity is None:
         if not free:
@@ -176,6 +179,17 @@ def _choose(
             best.address, PlacementStep.LOAD, f"warm slot in {wait:.1f} s > load {cost:.1f} s"
         )
     return Decision(None, PlacementStep.WAIT, f"warm slot in {wait:.1f} s <= load {cost:.1f} s")
+
+
+def _retires_first(
+    view: FleetState, server: ServerState, identity: str | None, now: float | None
+) -> bool:
+    """Whether a job of this context would outlast the server (a pilot retiring before
+    its walltime), by the job time measured for its context on the server's GPU model."""
+    if server.retires_at is None or now is None or identity is None:
+        return False
+    seconds = view.measure.job_seconds(identity, server.gpu_model)
+    return seconds is not None and now + seconds > server.retires_at
 
 
 def _best_cold(

@@ -67,6 +67,8 @@ class ServerState:
     started: dict[str, float] = field(default_factory=dict)
     #: When each context was last evicted (a late "ready" from before does not count).
     gone: dict[str, float] = field(default_factory=dict)
+    #: When it retires (a pilot, before its walltime); None: not planned.
+    retires_at: float | None = None
 
     @property
     def busy(self) -> int:

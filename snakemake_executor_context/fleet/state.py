@@ -161,6 +161,7 @@ class FleetState:
         described.gpu = event.gpu
         described.gpu_model = model_of(described.resources, event.gpu)
         described.budget = int(event.memory_budget) or None
+        described.retires_at = event.retires_at
 
     def set_context(
         self,

@@ -19,6 +19,7 @@ from ..contexts import ContextDeclaration, LoadRecord
 from ..errors import ContextLoadError, JobCancelled
 from ..fleet import events as ev
 from ..fleet.eviction import Held, to_evict
+from .pilot import LoadSlot
 
 __all__ = [
     "ContextCache",
@@ -179,6 +180,7 @@ class ContextCache:
 
         record = LoadRecord()
         modules_before = set(sys.modules)  # before the probe, which imports the loader
+        from_cache = probe(declaration)
         self._emit(
             ev.ContextLoading(
                 address=self.address,
@@ -186,9 +188,10 @@ class ContextCache:
                 name=declaration.name,
                 loader=declaration.loader,
                 arguments=dict(declaration.kwargs),
-                from_cache=probe(declaration),
+                from_cache=from_cache,
             )
         )
+        slot = LoadSlot(declaration.identity, cached=bool(from_cache))
         before = self._memory_in_use()
         started = time.perf_counter()
         try:
@@ -205,6 +208,8 @@ class ContextCache:
                 "needs this context tries the load again. Fix: see the loader's traceback "
                 "in this job's log."
             ) from error
+        finally:
+            slot.release()
         ended = time.perf_counter()
         seconds = ended - started
         reload = ended - record.converted_at if record.converted_at is not None else None

@@ -13,7 +13,9 @@ of the pilot's ``gpu_type`` setting, as the batch system granted them.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -21,7 +23,9 @@ from ..fleet.gpus import GpuInfo
 from ..fleet.resources import server_resources
 from .nvml import discover_gpus
 
-__all__ = ["PILOT_ENV", "dask_setup", "pilot_gpus", "pilot_settings"]
+__all__ = ["PILOT_ENV", "LoadSlot", "dask_setup", "pilot_gpus", "pilot_settings"]
+
+logger = logging.getLogger(__name__)
 
 #: Set in the pilot's job script by :mod:`..cluster.pilots` (kept equal there).
 PILOT_ENV = "SNAKEMAKE_CONTEXT_PILOT"
@@ -67,10 +71,49 @@ async def dask_setup(worker: Any) -> None:
     for name, amount in resources.items():
         state.total_resources[name] = amount
         state.available_resources[name] = amount
+    lifetime = float(settings.get("lifetime_seconds") or 0)
+    stagger = float(settings.get("lifetime_stagger") or 0)
     config = ServerConfig(
+        # Dask's --lifetime-stagger moves the end by up to that much either way.
+        retires_at=time.time() + lifetime - stagger if lifetime else None,
         name=str(worker.name),
         memory_budget=str(settings.get("memory_budget") or "0.8"),
         gpu=asdict(gpus[0]) if len(gpus) == 1 else None,
         memory_bytes=memory,
     )
     await worker.plugin_add(ContextServerPlugin(config))
+
+
+class LoadSlot:
+    """A pilot's turn to load a context from its shared source (a no-op elsewhere).
+
+    Many pilots starting together would all read the same weights from the shared
+    filesystem at once; a Dask semaphore on the scheduler, one per context, lets at
+    most the pilot's ``loads_per_source`` of them load at a time. A load from the
+    node-local cache reads nothing shared and takes no turn.
+    """
+
+    def __init__(self, identity: str, *, cached: bool, environ: dict[str, str] | None = None):
+        self._semaphore: Any = None
+        limit = int(pilot_settings(environ).get("loads_per_source") or 0)
+        if cached or limit <= 0:
+            return
+        from distributed import Semaphore, get_worker
+
+        try:
+            get_worker()
+        except ValueError:  # not in a Dask worker: nothing to coordinate with
+            return
+        self._semaphore = Semaphore(
+            max_leases=limit, name=f"snakemake-context-load-{identity[:16]}"
+        )
+        self._semaphore.acquire()
+
+    def release(self) -> None:
+        """End the turn (once)."""
+        semaphore, self._semaphore = self._semaphore, None
+        if semaphore is not None:
+            try:
+                semaphore.release()
+            except Exception as error:  # the lease expired meanwhile: nothing held
+                logger.debug("releasing a load slot: %r", error)

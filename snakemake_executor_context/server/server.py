@@ -51,15 +51,14 @@ class ServerConfig:
     lease: float = 30.0
     #: Seconds between SIGTERM and the server's exit (:mod:`.drain`).
     drain_grace: float = 30.0
-    #: Start the plain-job zygote at once (a persistent cluster), not at the first
-    #: plain job (the embedded cluster, whose plain jobs mostly run locally).
+    #: Start the plain-job zygote at once (a persistent cluster), not at a first job.
     warm_zygote: bool = False
-    #: Memory cap of the server and its children ("8GB"); "" reads
-    #: SNAKEMAKE_CONTEXT_MEMORY_CAP; "none": no cap (see :mod:`.limits`).
+    #: Cap of the server and its children ("8GB"; "": the environment's; see .limits).
     memory_cap: str = ""
-    #: Restart after this many jobs left threads running (0: never); -1 reads
-    #: SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS (default 3).
+    #: Restart after this many leaking jobs (0: never; -1: the environment's, or 3).
     recycle_after_leaks: int = -1
+    #: When the server retires (a pilot, before its walltime); None: not planned.
+    retires_at: float | None = None
 
 
 class ContextServer:
@@ -166,6 +165,7 @@ class ContextServer:
             memory_bytes=self.memory_bytes,
             memory_budget=self.budget,
             gpu=self.config.gpu,
+            retires_at=self.config.retires_at,
         )
 
     def announce(self) -> None:

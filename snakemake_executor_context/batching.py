@@ -1,0 +1,210 @@
+"""Batching across jobs: concurrent calls of one function merged into one call.
+
+A context that scores items (claims, prompts, documents) does most of its work in
+forward passes whose cost hardly grows with the batch on a GPU. When several jobs run
+at once against one loaded context (slots), :func:`batched` merges the items they pass
+into calls of up to ``max_batch`` items and hands each job back its own results, in
+order::
+
+    class Scorer:
+        def __init__(self, model):
+            self.model = model
+            self.score = batched(self._score_many, max_batch=32)
+
+        def _score_many(self, claims: list[str]) -> list[float]:
+            ...  # one forward pass over all of them
+
+    # in a job: scores = scorer.score(my_claims)
+
+There is no background thread: the first caller to find no batch running leads, runs
+the function on its own thread over everything queued (waiting at most ``max_wait``
+seconds for more, 0 by default, so a lone call is not delayed), and wakes the others
+with their results; calls that arrive meanwhile form the next batch. An exception of a
+merged call is traced to its job by calling the function again on each job's items
+alone: only the job whose items raise sees the error. A leader interrupted (its job
+cancelled) hands its batch back: the other jobs' items run in the next batch.
+
+A context that batches internally (a generation engine such as vLLM) simply does not
+wrap its functions: concurrent jobs then call it directly. Importing this module loads
+nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+__all__ = ["Batcher", "batched"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class _Request(Generic[T, R]):
+    items: Sequence[T]
+    done: threading.Event = field(default_factory=threading.Event)
+    results: list[R] | None = None
+    error: BaseException | None = None
+    #: Set when its caller gave up (interrupted while waiting): its results are dropped.
+    abandoned: bool = False
+
+
+class Batcher(Generic[T, R]):
+    """Merges the items of concurrent calls into calls of ``fn`` (see the module)."""
+
+    def __init__(
+        self, fn: Callable[[list[T]], Sequence[R]], *, max_batch: int = 32, max_wait: float = 0.0
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if max_wait < 0:
+            raise ValueError(f"max_wait must be >= 0 seconds, got {max_wait}")
+        self.fn = fn
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        #: How many calls of ``fn`` merged how many items (the batch-size histogram).
+        self.sizes: Counter[int] = Counter()
+        self._cond = threading.Condition()
+        self._queue: list[_Request[T, R]] = []
+        self._leading = False
+
+    def __call__(self, items: Sequence[T]) -> list[R]:
+        """The results of ``fn`` for ``items``, in order, computed with others' items."""
+        items = list(items)
+        if not items:
+            return []
+        request: _Request[T, R] = _Request(items)
+        with self._cond:
+            self._queue.append(request)
+        try:
+            while True:
+                with self._cond:
+                    # Bounded waits: a job's cancellation (an asynchronous exception)
+                    # is delivered only between bytecodes, never inside a lock wait.
+                    while not request.done.is_set() and self._leading:
+                        self._cond.wait(0.1)
+                    if request.done.is_set():
+                        break
+                    self._leading = True
+                self._lead()
+        except BaseException:
+            with self._cond:
+                request.abandoned = True
+                if request in self._queue:
+                    self._queue.remove(request)
+            raise
+        if request.error is not None:
+            raise request.error
+        assert request.results is not None
+        return request.results
+
+    def histogram(self) -> dict[int, int]:
+        """Calls of the function by the number of items merged into them."""
+        with self._cond:
+            return dict(sorted(self.sizes.items()))
+
+    # -- the leader ----------------------------------------------------------------------
+
+    def _lead(self) -> None:
+        """Run one batch of what is queued, then let the next caller lead."""
+        try:
+            if self.max_wait > 0:
+                self._gather()
+            batch = self._next_batch()
+            if batch:
+                self._run(batch)
+        finally:
+            with self._cond:
+                self._leading = False
+                self._cond.notify_all()
+
+    def _gather(self) -> None:
+        deadline = time.monotonic() + self.max_wait
+        while time.monotonic() < deadline:
+            with self._cond:
+                if sum(len(r.items) for r in self._queue) >= self.max_batch:
+                    return
+            time.sleep(min(0.0005, max(0.0, deadline - time.monotonic())))
+
+    def _next_batch(self) -> list[_Request[T, R]]:
+        """Whole requests up to ``max_batch`` items (a larger first request alone)."""
+        with self._cond:
+            batch: list[_Request[T, R]] = []
+            size = 0
+            while self._queue:
+                request = self._queue[0]
+                if batch and size + len(request.items) > self.max_batch:
+                    break
+                batch.append(self._queue.pop(0))
+                size += len(request.items)
+            return batch
+
+    def _run(self, batch: list[_Request[T, R]]) -> None:
+        items = [item for request in batch for item in request.items]
+        try:
+            results = self._call(items)
+        except Exception:
+            if len(batch) == 1:
+                self._finish(batch[0], None, _current_error())
+                return
+            # Whose items raised? Each request alone: the error goes to its job only.
+            for request in batch:
+                try:
+                    self._finish(request, list(self._call(list(request.items))), None)
+                except Exception as error:
+                    self._finish(request, None, error)
+            return
+        except BaseException:
+            # The leader was interrupted (its job cancelled): the others run next.
+            with self._cond:
+                self._queue[0:0] = [r for r in batch if not r.abandoned and not r.done.is_set()]
+            raise
+        start = 0
+        for request in batch:
+            end = start + len(request.items)
+            self._finish(request, list(results[start:end]), None)
+            start = end
+
+    def _call(self, items: list[T]) -> Sequence[R]:
+        chunks = [items[i : i + self.max_batch] for i in range(0, len(items), self.max_batch)]
+        results: list[R] = []
+        for chunk in chunks:
+            out = self.fn(chunk)
+            if len(out) != len(chunk):
+                raise ValueError(
+                    f"a batched function must return one result per item: "
+                    f"{getattr(self.fn, '__name__', self.fn)!r} returned {len(out)} for "
+                    f"{len(chunk)} items"
+                )
+            with self._cond:
+                self.sizes[len(chunk)] += 1
+            results.extend(out)
+        return results
+
+    @staticmethod
+    def _finish(
+        request: _Request[T, R], results: list[R] | None, error: BaseException | None
+    ) -> None:
+        request.results = results
+        request.error = error
+        request.done.set()
+
+
+def _current_error() -> BaseException:
+    import sys
+
+    error = sys.exc_info()[1]
+    assert error is not None
+    return error
+
+
+def batched(
+    fn: Callable[[list[T]], Sequence[R]], *, max_batch: int = 32, max_wait: float = 0.0
+) -> Batcher[T, R]:
+    """Wrap a function of a list of items so that concurrent calls share its calls."""
+    return Batcher(fn, max_batch=max_batch, max_wait=max_wait)
