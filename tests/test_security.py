@@ -379,23 +379,36 @@ def test_second_user_cannot_use_an_embedded_cluster(attacker, embedded):
     _second_user_attack(attacker, embedded.local.files.scheduler_file, [])
 
 
-@pytest.mark.skip(
-    reason="TODO(issue 10 part B): wire to the network-catalog live-copy directory check "
-    "(catalog/store.py); the hook below plants the directory as the second user"
-)
-def test_second_user_cannot_plant_the_live_catalog_directory(attacker):  # pragma: no cover
-    """The coordinator wires this: ``plant`` (as ctxattacker) pre-creates the live
-    copy's directory as a symlink to a directory the attacker owns; then a run with a
-    network-filesystem catalog must refuse that directory (or use another one), and
-    nothing may appear in the attacker's directory."""
-    command, env, _base = attacker
+def test_second_user_cannot_plant_the_live_catalog_directory(attacker, tmp_path, monkeypatch):
+    """``ctxattacker`` pre-creates the live copy's directory of a network-filesystem
+    catalog, in a shared sticky directory such as /tmp, as a symlink to a directory it
+    owns: the victim's run refuses it, and nothing appears in the attacker's
+    directory (before, the victim created the live catalog there, readable and
+    writable by the attacker)."""
+    from snakemake_executor_context.catalog import store
+    from snakemake_executor_context.catalog.store import CatalogError
+
+    from .test_catalog import MOUNTS
+
+    command, env, base = attacker
     python = command[:-1]
-
-    def plant(live_dir: Path, target: Path) -> None:
-        code = (
-            "import os, sys; os.makedirs(sys.argv[2], exist_ok=True); "
-            "os.symlink(sys.argv[2], sys.argv[1])"
-        )
-        subprocess.run([*python, "-c", code, str(live_dir), str(target)], check=True, env=env)
-
-    raise NotImplementedError(plant)
+    shared_tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=base))
+    os.chmod(shared_tmp, 0o1777)  # like /tmp: anyone creates, nobody removes others'
+    target = shared_tmp / "attacker-owned"
+    planted = shared_tmp / f"snakemake-context-{os.getuid()}"
+    code = (
+        "import os, sys; os.makedirs(sys.argv[2], exist_ok=True); "
+        "os.symlink(sys.argv[2], sys.argv[1])"
+    )
+    subprocess.run([*python, "-c", code, str(planted), str(target)], check=True, env=env)
+    assert planted.is_symlink() and planted.lstat().st_uid != os.getuid()
+    # tmp_path/nfs counts as an NFS mount (no real one exists here).
+    nfs = tmp_path / "nfs"
+    nfs.mkdir()
+    table = tmp_path / "mounts"
+    table.write_text(MOUNTS.format(nfs=nfs, lustre=tmp_path / "l", fuse=tmp_path / "f"))
+    monkeypatch.setattr(store, "MOUNT_TABLE", table)
+    monkeypatch.setenv("SNAKEMAKE_CONTEXT_LOCAL_DIR", str(shared_tmp))
+    with pytest.raises(CatalogError, match=r"Refusing .* is a symlink"):
+        store.open_store(nfs / "catalog.db")
+    assert not list(target.iterdir())
