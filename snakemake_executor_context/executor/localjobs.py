@@ -59,11 +59,12 @@ def _asks_for(rule: Any, name: str) -> bool:
 
 
 def local_plain_rules(workflow: Any) -> list[str]:
-    """Rules whose jobs can run locally: no context, no GPU, no group (a ``group:``,
-    ``--groups``, or the pipe groups found in the DAG), not local already, and neither
-    ``shadow:`` nor ``run:``. Under a remote executor Snakemake runs local jobs in
-    threads of its own process, where a shadow job's chdir would move them all and a
-    ``run:`` block's Python cannot be stopped (Ctrl-C would wait for it)."""
+    """Rules whose jobs can run locally: no context, no GPU, no ``runtime`` limit, no
+    group (a ``group:``, ``--groups``, or the pipe groups found in the DAG), not local
+    already, and neither ``shadow:`` nor ``run:``. Under a remote executor Snakemake runs
+    local jobs in threads of its own process, where a shadow job's chdir would move them
+    all and a ``run:`` block's Python cannot be stopped (Ctrl-C would wait for it); and
+    its local execution does not enforce ``runtime``, which servers do."""
     from snakemake.io import is_flagged
 
     dag = getattr(workflow, "dag", None)
@@ -78,6 +79,7 @@ def local_plain_rules(workflow: Any) -> list[str]:
             or rule.name in grouped
             or _asks_for(rule, "context")
             or _asks_for(rule, "gpu")
+            or _asks_for(rule, "runtime")
             or any(is_flagged(f, "pipe") or is_flagged(f, "service") for f in rule.output)
         ):
             continue
