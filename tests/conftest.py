@@ -22,6 +22,12 @@ REPO = TESTS.parent
 BIN = Path(sys.executable).parent
 
 
+def default_sigint() -> None:
+    """In a child, before exec: SIGINT does what it does in a terminal (a background
+    job of a non-interactive shell, such as CI's, starts with SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @dataclass
 class Run:
     """The outcome of one snakemake command line."""

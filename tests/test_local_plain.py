@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .conftest import BIN, HEADER, TOY_LOADER, context_run, snakemake
+from .conftest import BIN, HEADER, TOY_LOADER, context_run, default_sigint, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -141,6 +141,7 @@ def test_ctrl_c_stops_a_run_job_at_once(make_workflow):
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )
     deadline = time.monotonic() + 120
     while not (workdir / "a.txt").exists():
@@ -175,6 +176,7 @@ def test_a_signal_to_snakemake_leaves_no_local_job_process(make_workflow, how):
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )
     outputs = [workdir / "a.txt", workdir / "b.txt"]
     deadline = time.monotonic() + 120

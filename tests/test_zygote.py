@@ -17,7 +17,7 @@ import pytest
 
 from snakemake_executor_context.server.zygote import Zygote, parse_command
 
-from .conftest import BIN
+from .conftest import BIN, default_sigint
 
 PY = sys.executable
 
@@ -88,6 +88,7 @@ def _interrupt_when_running(workdir: Path, marker: str, *args: str) -> str:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )
     deadline = time.monotonic() + 120
     while not _sleepers(marker):

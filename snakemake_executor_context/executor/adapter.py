@@ -225,12 +225,13 @@ class Executor(RemoteExecutor):
     # -- cancel and shutdown -------------------------------------------------------------
 
     def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]) -> None:
-        """Ctrl-C: drop queued jobs, stop running ones, then remove their outputs."""
+        """Ctrl-C: drop queued jobs, stop running ones, remove the outputs named before."""
+        outputs = [output_specs(info.job) for info in active_jobs]
         self._inbox.put(v.CancelAll(time.time()))
         self._handle_inbox()
         self.local_jobs.stop()
-        for info in active_jobs:
-            remove_outputs(output_specs(info.job))
+        for specs in outputs:
+            remove_outputs(specs)
 
     def shutdown(self) -> None:
         """Stop the status loop, summarise the servers, stop an embedded cluster."""
@@ -238,10 +239,9 @@ class Executor(RemoteExecutor):
             self.wait = False
         self._waker.set()
         super().shutdown()
-        say = self.logger.info
         try:
             run = (self.workdir, self.run_id, self.started, self.connection, self._summary)
-            write_summary(*run, say, self._loads.lost)
+            write_summary(*run, self.logger.info, self._loads.lost)
         finally:
             try:
                 self.recording.finished(ok=self.dispatch.failures == 0)
