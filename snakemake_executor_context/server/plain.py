@@ -3,7 +3,9 @@ zygote (:mod:`.zygote`) or, for a command it cannot run the same way, a subproce
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 from typing import Any
@@ -51,6 +53,12 @@ def run_plain_job(
     try:
         returncode = _wait(process, running)
     finally:
+        # What the job left in its group dies with it, as a batch system's job end
+        # kills its processes: a failing pipe group left its reader blocked on the
+        # FIFO forever (an orphan per run of Snakemake's test_pipes_fail).
+        if process.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
         if groups is not None and process.pid:
             groups.remove(process.pid)
     result = JobResult(
