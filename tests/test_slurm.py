@@ -427,6 +427,8 @@ def test_a_real_preemption_is_classified_preempted(tmp_path: Path, pool) -> None
         [
             "sbatch",
             "--parsable",
+            "-o",
+            str(tmp_path / "urgent.out"),
             "-p",
             "urgent",
             "--gres=gpu:fakea:4",
