@@ -92,7 +92,9 @@ def _parser() -> argparse.ArgumentParser:
         "URL, or 'none' (default: the scheduler file with the suffix .db)",
     )
     from .cluster.pilot_args import add_pilot_arguments
+    from .cluster.triples import Shape
 
+    Shape.add_arguments(up)
     add_pilot_arguments(up)
     up.set_defaults(func=_up)
 
@@ -159,9 +161,11 @@ def _up(args: argparse.Namespace) -> int:
     from .cluster.pilot_args import pilot_command_args
     from .cluster.plan import check_memory_budget, check_servers
     from .cluster.process import LocalClusterProcess
+    from .cluster.triples import Shape
 
     check_servers(args.servers, "--servers")
     check_memory_budget(args.memory_budget, "--memory-budget")
+    shape = Shape.from_args(args).check("--")
 
     running = LocalClusterProcess.find(args.scheduler_file)
     if running is not None:
@@ -192,7 +196,7 @@ def _up(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         idle_timeout=args.idle_timeout,
         catalog=catalog,
-        extra_args=pilot_command_args(args),
+        extra_args=[*shape.serve_args(), *pilot_command_args(args)],
         own_directory=args.scheduler_file.resolve() == DEFAULT_SCHEDULER_FILE.resolve(),
     )
     info = local.files.read_info() or {}
@@ -265,12 +269,17 @@ def _status(args: argparse.Namespace) -> int:
             from .fleet.pilotbook import describe_pool
 
             print("  " + describe_pool(pool))
+        for line in _slot_lines(inventories):
+            print("  " + line)
         for address, inventory in sorted(inventories.items()):
             print("  " + _describe(address, inventory))
+            limits = inventory.get("slots", {}).get("limits", {})
             for context in inventory["contexts"]:
+                at_once = limits.get(context["identity"])
                 print(
                     f"      {'/'.join(context['names'])}: {context['bytes'] / 1e6:.0f} MB, "
                     f"loaded in {context['load_seconds']:.1f} s, {context['hits']} reuse(s)"
+                    + (f", up to {at_once} job(s) at once" if at_once else "")
                 )
     if report:
         from .catalog.overview_text import format_overview
@@ -318,12 +327,33 @@ def _default_catalog(scheduler_file: Path) -> str | None:
     return None
 
 
+def _slot_lines(inventories: dict[str, Any]) -> list[str]:
+    """Busy and free slots per GPU model ("the shape": servers x slots)."""
+    by_model: dict[str, list[int]] = {}
+    for inventory in inventories.values():
+        gpu = inventory.get("gpu")
+        slots = inventory.get("slots", {})
+        row = by_model.setdefault(gpu["name"] if gpu else "CPU", [0, 0, 0])
+        row[0] += 1
+        row[1] += int(slots.get("slots", 1))
+        row[2] += len(slots.get("running", inventory.get("running", ())))
+    return [
+        f"{model}: {servers} server(s) x {total // max(1, servers)} slot(s): {busy} busy, "
+        f"{max(0, total - busy)} free"
+        for model, (servers, total, busy) in sorted(by_model.items())
+    ]
+
+
 def _describe(address: str, inventory: dict[str, Any]) -> str:
     server = inventory["server"]
     gpu = inventory.get("gpu")
     kind = gpu["name"] if gpu else "CPU"
+    slots = inventory.get("slots", {})
+    busy = len(slots.get("running", inventory.get("running", ())))
     return (
-        f"{server['name']} {address} ({kind}, pid {server['pid']}): {inventory['jobs']} job(s), "
+        f"{server['name']} {address} ({kind}, pid {server['pid']}): "
+        f"{busy}/{slots.get('slots', 1)} slot(s) busy, {len(slots.get('waiting', ()))} "
+        f"waiting; {inventory['jobs']} job(s), "
         f"{inventory['loads']} load(s), {inventory['evictions']} eviction(s), "
         f"{len(inventory['contexts'])} context(s) loaded"
     )

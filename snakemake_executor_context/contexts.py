@@ -32,6 +32,7 @@ Snakemake spawns: it imports nothing beyond the standard library at import time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -50,6 +51,7 @@ __all__ = [
     "ContextDeclaration",
     "LoadRecord",
     "declare_context",
+    "declare_job_memory",
     "declare_size",
     "load_context",
     "loader",
@@ -77,6 +79,8 @@ class ContextDeclaration:
     identity: str
     #: Absolute path of a file loader (``path/to/file.py:function``); None for modules.
     loader_path: str | None = None
+    #: False: its jobs get a whole server, never running beside another job.
+    shareable: bool = True
 
     def to_config(self) -> dict[str, Any]:
         """The plain-data form stored in the workflow's config."""
@@ -85,6 +89,7 @@ class ContextDeclaration:
             "kwargs": dict(self.kwargs),
             "identity": self.identity,
             "loader_path": self.loader_path,
+            "shareable": self.shareable,
         }
 
     @classmethod
@@ -96,18 +101,21 @@ class ContextDeclaration:
             kwargs=dict(data.get("kwargs", {})),
             identity=data["identity"],
             loader_path=data.get("loader_path"),
+            shareable=bool(data.get("shareable", True)),
         )
 
 
 def declare_context(
-    config: dict[str, Any], name: str, loader: str, /, **kwargs: Any
+    config: dict[str, Any], name: str, loader: str, /, *, shareable: bool = True, **kwargs: Any
 ) -> ContextDeclaration:
     """Declare a context named ``name`` in the workflow's ``config``.
 
     ``loader`` is ``package.module:function`` (an importable module) or
     ``path/to/file.py:function`` (relative to the Snakefile that declares it). The
     keyword arguments are passed to the loader; they must be JSON values (``Path``
-    objects are turned into strings). Returns the declaration.
+    objects are turned into strings). ``shareable=False`` (not passed to the loader):
+    the loaded object cannot serve two jobs at once, so each of its jobs gets a whole
+    server (see also :func:`loader`). Returns the declaration.
     """
     if not isinstance(config, dict):
         raise ContextDeclarationError(
@@ -121,6 +129,8 @@ def declare_context(
         )
     basedir = _caller_basedir()
     decl = make_declaration(name, loader, kwargs, basedir)
+    if not shareable:
+        decl = dataclasses.replace(decl, shareable=False)
     existing = config.setdefault(CONFIG_KEY, {})
     previous = existing.get(name)
     if previous is not None and previous.get("identity") != decl.identity:
@@ -165,7 +175,7 @@ class ContextProvider(Protocol):
         ...
 
 
-@dataclass
+@dataclass(eq=False)
 class JobHooks:
     """Per-job state a running script reports into (see :func:`report_items`)."""
 
@@ -178,6 +188,10 @@ class LoadRecord:
     """What a loader reported about one load (see :func:`declare_size`)."""
 
     declared_bytes: int | None = None
+    #: Working memory one job of it needs beside the loaded object (declared).
+    job_bytes: int | None = None
+    #: False when the loader says its object cannot serve two jobs at once.
+    shareable: bool = True
     conversions: int = 0
     started: float = field(default_factory=time.time)
     #: ``time.perf_counter()`` when the loader last reported a conversion done: what
@@ -188,6 +202,8 @@ class LoadRecord:
 _state = threading.local()
 #: Fallback for threads a job starts itself: the single job running in this process.
 _process_job: JobHooks | None = None
+_running_jobs: list[JobHooks] = []
+_jobs_lock = threading.Lock()
 #: Contexts loaded in this process when no server runs the job (the baseline).
 _local_objects: dict[str, Any] = {}
 _local_lock = threading.Lock()
@@ -259,6 +275,16 @@ def declare_size(nbytes: int) -> None:
         record.declared_bytes = int(nbytes)
 
 
+def declare_job_memory(nbytes: int) -> None:
+    """Called by a loader: each job of this context needs ``nbytes`` of working
+    memory (activations, buffers) beside the loaded object. A server with slots runs
+    as many of its jobs at once as its memory holds; without this, it measures the
+    first job's peak and runs one job at a time until then."""
+    record = getattr(_state, "load", None)
+    if record is not None:
+        record.job_bytes = int(nbytes)
+
+
 def note_conversion() -> None:
     """Called by a loader when it has converted weights (for example GGUF to
     safetensors), right after the conversion: the rest of the load then measures what
@@ -270,17 +296,25 @@ def note_conversion() -> None:
 
 
 def loader(
-    *, cache_probe: Callable[..., bool] | None = None
+    *,
+    cache_probe: Callable[..., bool] | None = None,
+    shareable: bool = True,
+    job_memory: int | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorate a loader function, optionally with a cache probe.
+    """Decorate a loader function: a cache probe, and how its object may be shared.
 
     ``cache_probe`` is called with the loader's keyword arguments and answers whether
     the weights are already on this machine's local disk (so a load would be cheap).
     Placement uses it to prefer servers whose cache holds a context.
+    ``shareable=False``: the object cannot serve two jobs at once (not thread-safe),
+    so a server runs its jobs alone. ``job_memory``: bytes of working memory one job
+    needs beside the object (see :func:`declare_job_memory`).
     """
 
     def wrap(function: Callable[..., Any]) -> Callable[..., Any]:
         function.cache_probe = cache_probe  # type: ignore[attr-defined]
+        function.shareable = shareable  # type: ignore[attr-defined]
+        function.job_memory = job_memory  # type: ignore[attr-defined]
         return function
 
     return wrap
@@ -298,15 +332,26 @@ def current_job() -> JobHooks | None:
 
 def set_current_job(hooks: JobHooks | None) -> None:
     """Install (or clear) the hooks of the job running in this thread; threads the
-    job starts itself see them too (a server runs one job at a time)."""
+    job starts itself see them too while it is the only job running (slots: with
+    several, only the job's own thread reports)."""
     global _process_job
+    previous = getattr(_state, "job", None)
     _state.job = hooks
-    _process_job = hooks
+    with _jobs_lock:
+        if hooks is not None:
+            _running_jobs.append(hooks)
+        elif previous is not None and previous in _running_jobs:
+            _running_jobs.remove(previous)
+        _process_job = _running_jobs[0] if len(_running_jobs) == 1 else None
 
 
 def call_loader(declaration: ContextDeclaration, record: LoadRecord) -> Any:
     """Import the loader and call it with the declared arguments."""
     function = import_loader(declaration)
+    record.shareable = bool(getattr(function, "shareable", True))
+    declared = getattr(function, "job_memory", None)
+    if declared is not None:
+        record.job_bytes = int(declared)
     _state.load = record
     try:
         return function(**declaration.kwargs)

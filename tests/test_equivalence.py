@@ -101,3 +101,51 @@ def test_script_sees_the_same_job_under_both_executors(workflow):
     assert context["benchmark_rows"] == 1
     assert context["benchmark_header"].split("\t")[:3] == ["s", "h:m:s", "max_rss"]
     assert dict(context["thread_pools"]).get("openblas", 2) == 2
+
+
+def _run_four(workflow, executor: str) -> dict[str, dict]:
+    workdir = workflow("equivalence", dest=f"{executor}-four")
+    for sample in "abcd":
+        (workdir / f"data/{sample}.txt").touch()
+    args = ["--config", "scale=5", "fixed=from-cli", "samples=abcd", "barrier=4"]
+    env = {"EQUIV_TOKEN": "secret-42"}
+    if executor == "local":
+        snakemake(workdir, "--executor", "local", "--cores", "8", *args, env=env).check()
+    else:
+        context_run(
+            workdir, "--context-servers", "1", "--context-slots", "4", *args, env=env
+        ).check()
+    dumps = {}
+    for sample in "abcd":
+        dump = json.loads((workdir / f"results/{sample}/nested/deep/dump.json").read_text())
+        dumps[sample] = _relative(dump, workdir)
+    return dumps
+
+
+def test_four_concurrent_jobs_on_one_server_each_see_what_local_jobs_see(workflow):
+    """Slots: four jobs in one server process at once (a barrier holds each until all
+    four have started) see cwd, environment, sys.path, __main__, thread pools and
+    their own snakemake object exactly as four concurrent local jobs do."""
+    local = _run_four(workflow, "local")
+    context = _run_four(workflow, "context")
+    differences = []
+    for sample in "abcd":
+        a, b = local[sample], context[sample]
+        assert a["barrier_reached"] and b["barrier_reached"], (sample, a, b)
+        for section in sorted(set(a) | set(b)):
+            x, y = a.get(section), b.get(section)
+            if isinstance(x, dict) and isinstance(y, dict):
+                differences += [
+                    f"{sample}: {section}.{key}: local={x.get(key)!r} context={y.get(key)!r}"
+                    for key in sorted(set(x) | set(y))
+                    if x.get(key) != y.get(key) and (section, key) not in ALLOWED
+                ]
+            elif x != y:
+                differences.append(f"{sample}: {section}: local={x!r} context={y!r}")
+    assert not differences, "\n".join(differences)
+    # Each job saw its own job, not another's (equal-but-wrong on both sides fails).
+    for sample in "abcd":
+        assert context[sample]["wildcards"] == {"sample": sample}
+        assert context[sample]["main_snakemake_output"].endswith(f"{sample}/nested/deep/dump.json")
+        assert context[sample]["main_is_this_module"] is True
+        assert context[sample]["env"]["OMP_NUM_THREADS"] == "2"

@@ -25,6 +25,7 @@ from .credentials import PRIVATE_FILE_MODE, Credentials
 from .files import ClusterFiles
 from .plan import SERVER_DASK_CONFIG, plan_servers
 from .process import SERVE_MODULE
+from .triples import Shape
 
 __all__ = ["HEARTBEAT_TIMEOUT", "loss_config", "serve"]
 
@@ -61,7 +62,13 @@ def serve(argv: Sequence[str] | None = None) -> int:
     # Benchmarks and tests only (TLS off against on, in one run): a plaintext cluster.
     parser.add_argument("--no-tls", action="store_true")
     parser.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT)
+    Shape.add_arguments(parser)
     args = parser.parse_args(argv)
+    shape = Shape.from_args(args).check("--")
+    # `python -m` put the directory it started in first on sys.path; the servers'
+    # jobs must not import from there (a job in a fresh interpreter would not).
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        sys.path.pop(0)
 
     import dask
     import psutil
@@ -108,7 +115,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
             "options": {
                 "name": plan.name,
                 "host": args.host,
-                "nthreads": 1,
+                "nthreads": shape.slots,
                 "memory_limit": plan.memory_bytes,
                 "resources": plan.resources,
                 "env": plan.env,
@@ -122,6 +129,9 @@ def serve(argv: Sequence[str] | None = None) -> int:
                             gpu=asdict(plan.gpu) if plan.gpu else None,
                             memory_bytes=plan.memory_bytes,
                             warm_zygote=not args.parent_pid,
+                            threads_per_slot=shape.threads_per_slot,
+                            batch_max=shape.batch_max,
+                            batch_wait=shape.batch_wait,
                         )
                     ),
                 ),
@@ -159,6 +169,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
         "catalog": args.catalog,
         "pilots": json.loads(args.pilots) if args.pilots else None,
         "tls": security is not None,
+        "slots": shape.slots,
+        "threads_per_slot": shape.threads_per_slot,
     }
     files.write_info(info)
     logging.info("context cluster up at %s with %d servers", info["address"], len(plans))

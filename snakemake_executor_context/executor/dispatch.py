@@ -107,8 +107,7 @@ class Dispatch:
         lease_wait: float = 0.0,
     ) -> None:
         self.run_id, self.embedded, self.placement = run_id, embedded, placement
-        self.wait_for_server = wait_for_server
-        self.budgets = budgets or Budgets()
+        self.wait_for_server, self.budgets = wait_for_server, budgets or Budgets()
         self.planned, self.lease_wait = planned, lease_wait
         self.fleet = fleet if fleet is not None else FleetState()
         #: Whether fleet membership comes from the hub's events (else from polls).
@@ -161,6 +160,7 @@ class Dispatch:
         self._seq += 1
         job = self._jobs[ticket.key] = _Job(ticket, self._seq)
         self.demand.ready(ticket.identity, ticket.jobid)
+        self.fleet.note_context(ticket.identity, shareable=ticket.shareable)
         if not self.fleet.runnable(ticket.wanted):
             job.waiting_since = stimulus.now
             if self._fixed_fleet:

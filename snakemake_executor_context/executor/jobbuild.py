@@ -197,6 +197,7 @@ def ticket(job: Any, *, kind: str, declaration: ContextDeclaration | None = None
         wanted=job_resources(requirements),
         identity=declaration.identity if declaration else None,
         context=declaration.name if declaration else None,
+        shareable=declaration.shareable if declaration else True,
         priority=priority(job),
         submitted=time.time(),
     )

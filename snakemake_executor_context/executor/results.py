@@ -26,11 +26,13 @@ def attempt_ended(
     ended, result = _ended(key, future, ticket.title)
     if ended is None or result is None:
         return ended, None
-    if result.extra.get("warnings"):
+    if result.extra.get("warnings") or result.extra.get("notes"):
         from snakemake.logging import logger  # the run's log, as the executor's own
 
-        for warning in result.extra["warnings"]:
+        for warning in result.extra.get("warnings", ()):
             logger.warning(warning)
+        for note in result.extra.get("notes", ()):
+            logger.info(note)
     return ended, summary_entry(result, placed_by=placed_by, submitted=ticket.submitted)
 
 

@@ -66,8 +66,8 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=None,
         metadata={
             "help": "Number of context servers the embedded cluster starts when "
-            "the machine has no GPU (each runs one job at a time and stands in "
-            "for gpu=1). Default: the number of CPU cores, at most 4. With GPUs "
+            "the machine has no GPU (each runs --context-slots jobs at a time and "
+            "stands in for gpu=1). Default: the number of CPU cores, at most 4. With GPUs "
             "the embedded cluster starts one server per GPU instead.",
             "env_var": False,
             "required": False,
@@ -352,6 +352,47 @@ class ExecutorSettings(ExecutorSettingsBase):
             "help": "At most this many pilots load one context from its shared source "
             "at once (a semaphore on the scheduler; 0: no limit). Loads from the "
             "node-local model cache take no turn.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    slots: int = field(
+        default=1,
+        metadata={
+            "help": "Jobs each server of the embedded cluster or of --context-backend "
+            "runs at once, as threads sharing one loaded copy of the context (and its "
+            "batched() calls). Only jobs of one workflow directory, script, threads, "
+            "environment and search paths overlap; a shareable=False context gets a "
+            "whole server; a context runs one job at a time until its per-job memory "
+            "is declared or measured, then what fits. `up --slots N` likewise.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    threads_per_slot: int = field(
+        default=0,
+        metadata={
+            "help": "Threads of each in-process job's pools (torch, BLAS, OpenMP, "
+            "OMP_NUM_THREADS...); 0: the rule's threads. The fleet's shape: servers per "
+            "node (--context-servers) x slots per server x threads per slot.",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    batch_max: int = field(
+        default=0,
+        metadata={
+            "help": "Most items a batched() call merges into one call of its function "
+            "across the jobs of a server (0: each function's own max_batch).",
+            "env_var": False,
+            "required": False,
+        },
+    )
+    batch_wait: float = field(
+        default=0.0,
+        metadata={
+            "help": "Seconds a batched() call waits for other jobs' items (default 0: "
+            "a lone call is not delayed; items arriving meanwhile form the next batch).",
             "env_var": False,
             "required": False,
         },

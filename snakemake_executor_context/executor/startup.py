@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..cluster.triples import Shape
 from ..contexts import ContextDeclaration, declarations_from_config
 from ..defaults import CONTEXT_DIR
 from ..errors import ContextExecutorError
@@ -62,6 +63,7 @@ def check_settings(settings: ExecutorSettings) -> None:
     from ..errors import ClusterError
 
     check_servers(settings.servers, "--context-servers")
+    shape_of(settings).check()
     check_memory_budget(settings.memory_budget, "--context-memory-budget")
     if settings.scheduler_address is not None:
         parse_address(settings.scheduler_address, "--context-scheduler-address")
@@ -70,6 +72,11 @@ def check_settings(settings: ExecutorSettings) -> None:
             f"--context-connect-timeout {settings.connect_timeout} is not allowed: "
             "a number of seconds above 0."
         )
+
+
+def shape_of(settings: ExecutorSettings) -> Shape:
+    """The servers' shape and batching defaults the settings ask for."""
+    return Shape(settings.slots, settings.threads_per_slot, settings.batch_max, settings.batch_wait)
 
 
 def connect(
@@ -124,7 +131,7 @@ def _connect(
         servers=settings.servers,
         memory_budget=settings.memory_budget,
         timeout=max(settings.connect_timeout, 60.0),
-        extra_args=pool,
+        extra_args=[*shape_of(settings).serve_args(), *pool],
         tls=tls,
     )
 

@@ -51,7 +51,9 @@ class Tasks:
                 dataclasses.replace(spec, key=command.key, log_path=log_path),
                 key=command.key,
                 pure=False,
-                resources=dict(command.ticket.wanted) or None,
+                # Pinned, placement counted the slots; Dask would count a gpu=1 job
+                # as the whole server's gpu and run one at a time whatever its slots.
+                resources=None if pin else (dict(command.ticket.wanted) or None),
                 priority=command.ticket.priority,
                 **pin,
             )

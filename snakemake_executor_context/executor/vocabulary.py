@@ -66,6 +66,8 @@ class JobTicket:
     #: The context's identity and name (None for a plain job).
     identity: str | None = None
     context: str | None = None
+    #: False: its context cannot serve two jobs at once (each takes a whole server).
+    shareable: bool = True
     priority: int = 0
     #: When Snakemake handed the job to the executor.
     submitted: float = 0.0

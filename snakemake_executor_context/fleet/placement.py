@@ -142,6 +142,8 @@ def _choose(
     if not candidates:
         return Decision(None, PlacementStep.BUSY, "its servers retire before it would end")
     free = [servers[a] for a in candidates if servers[a].free]
+    if identity in view.unshareable:  # its job takes a whole server: an idle one
+        free = [s for s in free if s.busy == 0]
     if identity is None:
         if not free:
             return Decision(None, PlacementStep.BUSY, "no free slot")
@@ -150,7 +152,7 @@ def _choose(
         return Decision(best.address, PlacementStep.PLAIN)
     holders = view.warm.get(identity, set())
     warm = [servers[a] for a in candidates if a in holders]
-    warm_free = [s for s in warm if s.free]
+    warm_free = [s for s in warm if s in free]
     if warm_free:
         measure = view.measure
 

@@ -65,6 +65,8 @@ class ServerState:
     #: when each started (absent until it has).
     holding: dict[str, str | None] = field(default_factory=dict)
     started: dict[str, float] = field(default_factory=dict)
+    #: Held keys whose context cannot be shared: each holds every slot.
+    exclusive: set[str] = field(default_factory=set)
     #: When each context was last evicted (a late "ready" from before does not count).
     gone: dict[str, float] = field(default_factory=dict)
     #: When it retires (a pilot, before its walltime); None: not planned.
@@ -72,8 +74,9 @@ class ServerState:
 
     @property
     def busy(self) -> int:
-        """Slots in use (jobs running or dispatched there)."""
-        return len(self.holding)
+        """Slots in use (jobs running or dispatched there; all of them while a job
+        of an unshareable context holds one)."""
+        return max(self.slots, len(self.holding)) if self.exclusive else len(self.holding)
 
     @property
     def free(self) -> bool:

@@ -49,6 +49,9 @@ class FleetState:
         self._runnable: dict[frozenset[tuple[str, float]], list[str]] = {}
         #: key -> the address whose slot it holds.
         self._where: dict[str, str] = {}
+        #: Contexts that cannot serve two jobs at once: each of their jobs holds
+        #: every slot of its server.
+        self.unshareable: set[str] = set()
         self._left: OrderedDict[str, None] = OrderedDict()
 
     # -- servers -------------------------------------------------------------------
@@ -213,6 +216,11 @@ class FleetState:
 
     # -- slots -----------------------------------------------------------------------
 
+    def note_context(self, identity: str | None, *, shareable: bool) -> None:
+        """Learn whether a context may run beside other jobs on one server."""
+        if identity is not None and not shareable:
+            self.unshareable.add(identity)
+
     def hold(self, key: str, address: str, identity: str | None) -> None:
         """``key`` holds a slot of ``address`` (dispatched there, or seen starting)."""
         server = self.servers.get(address)
@@ -221,6 +229,8 @@ class FleetState:
         if self._where.get(key) not in (None, address):
             self.release(key)
         server.holding[key] = identity
+        if identity in self.unshareable:
+            server.exclusive.add(key)
         self._where[key] = address
 
     def mark_started(self, key: str, at: float) -> None:
@@ -236,6 +246,7 @@ class FleetState:
         if server is not None:
             server.holding.pop(key, None)
             server.started.pop(key, None)
+            server.exclusive.discard(key)
 
     def where(self, key: str) -> str | None:
         """The server whose slot ``key`` holds."""

@@ -64,6 +64,10 @@ class LoadedContext:
     conversions: int = 0
     #: Workflow modules first imported while it loaded: they go when it goes.
     modules: list[str] = field(default_factory=list)
+    #: Whether its loader lets two jobs use it at once, and the working memory one
+    #: job needs beside it (declared by the loader; None: not declared).
+    shareable: bool = True
+    job_bytes: int | None = None
 
 
 @dataclass
@@ -228,6 +232,8 @@ class ContextCache:
             last_used=now,
             conversions=record.conversions,
             modules=new_local_modules(modules_before),
+            shareable=record.shareable,
+            job_bytes=record.job_bytes,
         )
         trace = getattr(self._local, "trace", None)
         if trace is not None:
@@ -298,6 +304,13 @@ class ContextCache:
         """Modules that live as long as a loaded context (see :func:`.isolation.fresh_modules`)."""
         with self._lock:
             return {name for entry in self._contexts.values() for name in entry.modules}
+
+    def traits(self, identity: str) -> tuple[bool, int | None] | None:
+        """Whether a loaded context may be shared, and its declared working memory
+        per job (None: not loaded here)."""
+        with self._lock:
+            entry = self._contexts.get(identity)
+            return None if entry is None else (entry.shareable, entry.job_bytes)
 
     def bytes_loaded(self) -> int:
         """Bytes of every loaded context."""

@@ -23,9 +23,9 @@ from typing import Any
 
 from ..errors import ContextExecutorError, ContextLoadError, JobCancelled
 from ..jobspec import ContextJobSpec, JobResult, ServerIdentity, remove_outputs, remove_path
-from .isolation import fresh_modules, process_state, thread_limits
 from .output import Leaks, job_output
 from .running import RunningJob
+from .sharing import SharedGroup, job_main
 
 __all__ = ["run_context_job"]
 
@@ -42,6 +42,7 @@ def run_context_job(
     job: RunningJob,
     set_torch_threads: Callable[[int], Callable[[], None] | None] | None = None,
     owned_modules: Callable[[], Collection[str]] = frozenset,
+    group: SharedGroup | None = None,
 ) -> JobResult:
     """Run one context job in this process and report its outcome.
 
@@ -49,7 +50,9 @@ def run_context_job(
     server passes one that records loads and pins the context for this job.
     ``owned_modules()`` names the modules loaded contexts keep. What the job left
     behind (threads, open files) is in ``result.extra["leaks"]`` and
-    ``result.extra["warnings"]``, and at the end of its log.
+    ``result.extra["warnings"]``, and at the end of its log. ``group`` holds the
+    process state of the jobs running beside it (:mod:`.sharing`); without one, the
+    job has the process to itself.
     """
     started = time.time()
     workdir = Path(spec.workdir)
@@ -63,13 +66,12 @@ def run_context_job(
         finished=started,
         log_path=str(log_path),
     )
-    roots = [spec.workdir, os.path.dirname(spec.script_path), *spec.search_paths]
+    shared = group if group is not None else SharedGroup()
     with open(log_path, "wb", buffering=0) as log_file:
         with ExitStack() as stack:
             leaks = stack.enter_context(job_output(spec.title, log_file.fileno()))
-            stack.enter_context(fresh_modules(roots, owned_modules))
-            stack.enter_context(process_state(spec))
-            _run_guarded(spec, server, acquire, job, set_torch_threads, result, log_path)
+            stack.enter_context(shared.job(spec, set_torch_threads, owned_modules))
+            _run_guarded(spec, server, acquire, job, result, log_path)
         _report_leaks(leaks, spec, server, result, log_file)
     result.finished = time.time()
     return result
@@ -91,7 +93,6 @@ def _run_guarded(
     server: ServerIdentity,
     acquire: AcquireFn,
     job: RunningJob,
-    set_torch_threads: Callable[[int], Callable[[], None] | None] | None,
     result: JobResult,
     log_path: Path,
 ) -> None:
@@ -100,8 +101,7 @@ def _run_guarded(
         _prepare(spec)
         with job.interruptible_phase():
             acquire(spec.declaration)
-        with thread_limits(spec.threads, set_torch_threads):
-            records = _run_script(spec, job)
+        records = _run_script(spec, job)
         _check_outputs(spec)
         if spec.benchmark:
             _write_benchmark(spec, records)
@@ -191,8 +191,6 @@ def _check_outputs(spec: ContextJobSpec) -> None:
 def _run_script(spec: ContextJobSpec, job: RunningJob) -> list[Any]:
     code = _compile(spec)
     repeats = spec.benchmark_repeats if spec.benchmark else 1
-    sys.path.extend(spec.search_paths)
-    sys.argv[:] = [spec.script_path]
     records = []
     with _script_copy(spec) as real_file:
         for iteration in range(repeats):
@@ -235,9 +233,8 @@ def _script_copy(spec: ContextJobSpec) -> Iterator[str]:
 def _exec(code: types.CodeType, namespace: dict[str, Any], job: RunningJob) -> None:
     module = types.ModuleType("__main__")
     module.__dict__.update(namespace)
-    sys.modules["__main__"] = module
     try:
-        with job.interruptible_phase():
+        with job_main(module), job.interruptible_phase():
             exec(code, module.__dict__)
     except SystemExit as exit_:
         if exit_.code not in (None, 0):

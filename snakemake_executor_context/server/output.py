@@ -30,6 +30,7 @@ __all__ = [
     "Leaks",
     "ThreadRoutedStream",
     "context_loading",
+    "current_job_output",
     "install",
     "job_output",
     "open_fds",
@@ -43,6 +44,11 @@ _installed: dict[str, ThreadRoutedStream] = {}
 _leakers: list[JobOutput] = []
 #: Files opened while a context loaded: the context's, not a job's leak.
 _context_fds: dict[int, str] = {}
+#: Jobs running now, the one whose log fds 1 and 2 point at, and the server's own
+#: fds 1 and 2 (duplicates, to point them back).
+_active: list[JobOutput] = []
+_fd_holder: JobOutput | None = None
+_server_fds: list[int] = []
 
 
 @dataclass(eq=False)
@@ -53,6 +59,8 @@ class JobOutput:
     stdout: TextIO
     stderr: TextIO
     active: bool = True
+    #: Whether another job ran beside it at some time (slots).
+    overlapped: bool = False
 
 
 @dataclass
@@ -224,8 +232,8 @@ def _leaked_fds(before: dict[int, str], after: dict[int, str]) -> list[str]:
 @contextmanager
 def job_output(title: str, fd: int) -> Iterator[Leaks]:
     """Send the calling thread's (and its descendants') output to the log ``fd``;
-    fds 1 and 2 too unless a leaked thread lives. Fills the yielded :class:`Leaks`
-    at the end."""
+    fds 1 and 2 too while it is the only job and no leaked thread lives. Fills the
+    yielded :class:`Leaks` at the end."""
     install()
     leaks = Leaks()
     fds_before = open_fds()
@@ -233,21 +241,11 @@ def job_output(title: str, fd: int) -> Iterator[Leaks]:
     stderr = io.TextIOWrapper(open(os.dup(fd), "wb", buffering=0), write_through=True)
     job = JobOutput(title, stdout, stderr)
     thread = threading.current_thread()
-    with _lock:
-        _leakers[:] = [j for j in _leakers if any(getattr(t, _OWNER, None) is j for t in _live())]
-        lingering = bool(_leakers)
     for stream in _installed.values():
         stream.server.flush()
-    saved_fds = (os.dup(1), os.dup(2))
-    if lingering:
-        stderr.write(
-            "[snakemake-context] a thread an earlier job left running still lives: this "
-            "job's file-descriptor output (subprocesses, C libraries) goes to the cluster "
-            "log, not here.\n"
-        )
-    else:
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
+    with _lock:
+        _leakers[:] = [j for j in _leakers if any(getattr(t, _OWNER, None) is j for t in _live())]
+        _take_fds(job, fd, lingering=bool(_leakers))
     sys.stdout, sys.stderr = _installed["stdout"], _installed["stderr"]
     setattr(thread, _OWNER, job)
     try:
@@ -261,22 +259,82 @@ def job_output(title: str, fd: int) -> Iterator[Leaks]:
         leaked = [t for t in _live() if t is not thread and getattr(t, _OWNER, None) is job]
         leaks.threads = [f"{t.name}" for t in leaked]
         job.active = False
-        if leaked:
-            with _lock:
+        with _lock:
+            if leaked:
                 _leakers.append(job)
+            _give_back_fds(job)
         try:
             delattr(thread, _OWNER)
         except AttributeError:
             pass
         # The routers stay: whatever the job put in their place goes.
         sys.stdout, sys.stderr = _installed["stdout"], _installed["stderr"]
-        os.dup2(saved_fds[0], 1)
-        os.dup2(saved_fds[1], 2)
-        os.close(saved_fds[0])
-        os.close(saved_fds[1])
         stdout.close()
         stderr.close()
-        leaks.fds = _leaked_fds(fds_before, open_fds())
+        # Files another job opened meanwhile cannot be told from this one's.
+        leaks.fds = [] if job.overlapped else _leaked_fds(fds_before, open_fds())
+
+
+def _take_fds(job: JobOutput, fd: int, *, lingering: bool) -> None:
+    """Point fds 1 and 2 at the job's log if it runs alone; with another job beside
+    it, at the server's (the cluster log), and say so in both logs. Under ``_lock``."""
+    global _fd_holder
+    if not _server_fds:
+        _server_fds.extend((os.dup(1), os.dup(2)))
+    for other in _active:
+        other.overlapped = True
+    job.overlapped = bool(_active)
+    if lingering:
+        job.stderr.write(
+            "[snakemake-context] a thread an earlier job left running still lives: this "
+            "job's file-descriptor output (subprocesses, C libraries) goes to the cluster "
+            "log, not here.\n"
+        )
+    elif _active:
+        job.stderr.write(
+            f"[snakemake-context] {len(_active)} other job(s) run beside this one on this "
+            "server (slots): file-descriptor output (subprocesses, C libraries) goes to "
+            "the cluster log, not here; print() and logging still come here.\n"
+        )
+        holder = _fd_holder
+        if holder is not None:
+            _restore_server_fds()
+            _note(holder, f"{job.title} started beside this job")
+    else:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        _fd_holder = job
+    _active.append(job)
+
+
+def _give_back_fds(job: JobOutput) -> None:
+    if job in _active:
+        _active.remove(job)
+    if _fd_holder is job:
+        _restore_server_fds()
+
+
+def _restore_server_fds() -> None:
+    global _fd_holder
+    os.dup2(_server_fds[0], 1)
+    os.dup2(_server_fds[1], 2)
+    _fd_holder = None
+
+
+def _note(job: JobOutput, why: str) -> None:
+    try:
+        job.stderr.write(
+            f"[snakemake-context] {why} (slots): from here on this job's file-descriptor "
+            "output goes to the cluster log, not here.\n"
+        )
+    except (OSError, ValueError):
+        pass
+
+
+def current_job_output() -> JobOutput | None:
+    """The running job whose thread (or a thread it started) calls this, if any."""
+    owner = _owner()
+    return owner if owner is not None and owner.active else None
 
 
 def _live() -> list[threading.Thread]:

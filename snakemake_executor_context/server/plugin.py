@@ -94,6 +94,7 @@ class ContextServerPlugin(WorkerPlugin):
         config.name = config.name or str(worker.name)
         if not config.memory_bytes:
             config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
+        config.slots = worker_slots(worker)
         server = ContextServer.install(config, worker.address, worker)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -124,6 +125,12 @@ class ContextServerPlugin(WorkerPlugin):
         server = ContextServer._current
         if server is not None:
             server.shutdown()
+
+
+def worker_slots(worker: Any) -> int:
+    """A server's slots: the jobs its Dask worker runs at once (its threads)."""
+    state = getattr(worker, "state", None)
+    return max(1, int(getattr(state, "nthreads", 1) or 1))
 
 
 def _hold_lease(worker: Any, server: ContextServer, lease: float) -> None:

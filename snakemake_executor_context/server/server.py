@@ -16,16 +16,14 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-from .. import contexts
-from ..contexts import ContextDeclaration, JobHooks
 from ..defaults import DEFAULT_MEMORY_BUDGET
 from ..fleet import events as ev
 from ..fleet.state import CPU_MODEL, model_of
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec, ServerIdentity
 from .blackhole import gpu_failure, recycle
 from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
-from .inprocess import run_context_job
-from .isolation import torch_threads
+from .concurrency import ServerSlots
+from .contextjob import run_context
 from .limits import MemoryWatchdog, ServerLimits, run_limited
 from .pgroups import GroupRecord
 from .plain import run_plain_job
@@ -59,6 +57,13 @@ class ServerConfig:
     recycle_after_leaks: int = -1
     #: When the server retires (a pilot, before its walltime); None: not planned.
     retires_at: float | None = None
+    #: Jobs it runs at once (Dask's threads), and the thread pools' size of each
+    #: in-process job (0: the rule's threads).
+    slots: int = 1
+    threads_per_slot: int = 0
+    #: Defaults of the contexts' batched() functions (0: each function's own).
+    batch_max: int = 0
+    batch_wait: float = 0.0
 
 
 class ContextServer:
@@ -95,6 +100,13 @@ class ContextServer:
             memory_in_use=self._memory_in_use,
             on_evict=free_gpu_cache if config.gpu else lambda: None,
         )
+        self.slots = ServerSlots(
+            config.slots,
+            capacity=memory,
+            gpu=bool(config.gpu),
+            where=self.identity.describe(),
+            loaded_bytes=self.cache.bytes_loaded,
+        )
         self._lock = threading.RLock()
         self._running: dict[str, RunningJob] = {}
         self.leaky_jobs = 0
@@ -128,16 +140,17 @@ class ContextServer:
         """This process's server; made with defaults on a worker without the plugin."""
         with cls._current_lock:
             if cls._current is None:
-                name, address, memory, worker = "", "", 0, None
+                name, address, memory, worker, slots = "", "", 0, None, 1
                 try:
                     from distributed import get_worker
 
                     worker = get_worker()
                     name, address = str(worker.name), worker.address
                     memory = int(worker.memory_manager.memory_limit or 0)
+                    slots = max(1, int(getattr(worker.state, "nthreads", 1) or 1))
                 except ValueError:
-                    pass
-                config = ServerConfig(name=name, memory_bytes=memory)
+                    slots = 1
+                config = ServerConfig(name=name, memory_bytes=memory, slots=slots)
                 cls._current = cls(config, address, worker)
                 cls._current.announce()
             return cls._current
@@ -231,7 +244,14 @@ class ContextServer:
         trace = self.cache.track()
         try:
             if isinstance(spec, ContextJobSpec):
-                result = self._run_context(spec, running)
+                result = run_context(
+                    spec,
+                    running,
+                    cache=self.cache,
+                    slots=self.slots,
+                    identity=self.identity,
+                    threads_per_slot=self.config.threads_per_slot,
+                )
             else:
                 result = run_plain_job(spec, self.identity, running, self.groups)
             result.evicted = list(trace.evicted)
@@ -289,38 +309,6 @@ class ContextServer:
         elif failure == "oom":
             self.stats.cuda_ooms += 1
             free_gpu_cache()
-
-    def _run_context(self, spec: ContextJobSpec, running: RunningJob) -> JobResult:
-        held: dict[str, Any] = {}  # identity -> object, pinned for this job
-        loaded: list[str] = []
-        reused: list[str] = []
-        load_seconds = 0.0
-
-        def acquire(declaration: ContextDeclaration) -> Any:
-            nonlocal load_seconds
-            if declaration.identity in held:
-                return held[declaration.identity]
-            obj, seconds, cold = self.cache.acquire(declaration)
-            held[declaration.identity] = obj
-            (loaded if cold else reused).append(declaration.identity)
-            load_seconds += seconds
-            return obj
-
-        hooks = JobHooks(provider=_Provider(acquire))
-        contexts.set_current_job(hooks)
-        try:
-            result = run_context_job(
-                spec, self.identity, acquire, running, torch_threads, self.cache.owned_modules
-            )
-        finally:
-            contexts.set_current_job(None)
-            for identity in held:
-                self.cache.release(identity, drop=not spec.reuse)
-            held.clear()
-        result.items = hooks.items
-        result.loaded, result.reused = loaded, reused
-        result.load_seconds = load_seconds
-        return result
 
     def cancel(self, keys: list[str], grace: float = 10.0) -> dict[str, str]:
         """Stop the named jobs if they run here: 'stopped', 'running' (stuck) or absent."""
@@ -382,16 +370,9 @@ class ContextServer:
             "bytes_loaded": sum(item["bytes"] for item in loaded),
             "contexts": loaded,
             "running": running,
+            "slots": self.slots.snapshot(),
             **asdict(self.stats),
         }
-
-
-class _Provider:
-    def __init__(self, acquire: Any) -> None:
-        self._acquire = acquire
-
-    def acquire(self, declaration: ContextDeclaration) -> Any:
-        return self._acquire(declaration)
 
 
 def _total_memory() -> int:

@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+import time
 
 import numpy  # noqa: F401  (so that its BLAS pool is loaded and counted)
 import threadpoolctl
@@ -11,6 +12,16 @@ from snakemake_executor_context import load_context
 
 toy = load_context(snakemake)
 output = snakemake.output[0]
+
+# With a barrier, every job waits here until all have started: they dump what they see
+# while the others run (slots: in one server process at once).
+barrier = int(snakemake.config.get("barrier", 0))
+if barrier:
+    os.makedirs("barrier", exist_ok=True)
+    open(os.path.join("barrier", snakemake.wildcards.sample), "w").close()
+    deadline = time.time() + 60
+    while len(os.listdir("barrier")) < barrier and time.time() < deadline:
+        time.sleep(0.05)
 
 
 def named(namedlist):
@@ -34,6 +45,16 @@ dump = {
     "name": __name__,
     "file": __file__,
     "main_is_this_module": sys.modules["__main__"].__dict__ is globals(),
+    "main_file": sys.modules["__main__"].__file__,
+    "main_snakemake_output": str(sys.modules["__main__"].snakemake.output[0]),
+    "barrier_reached": not barrier or len(os.listdir("barrier")) >= barrier,
+    # What the preamble put on sys.path from the workflow (not the interpreter's own,
+    # nor Snakemake's script-copy directory, which only a subprocess has first).
+    "sys_path_workflow": [
+        p.replace(os.getcwd(), "<CWD>")
+        for p in sys.path
+        if p.startswith(os.getcwd()) and ".snakemake/scripts" not in p
+    ],
     "argv_len": len(sys.argv),
     "env": {
         name: os.environ.get(name)
