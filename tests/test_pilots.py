@@ -274,3 +274,17 @@ def test_pilots_take_turns_to_load_from_a_shared_source(limit, cached, most) -> 
         futures = [client.submit(load, i, workers=[w], pure=False) for i, w in enumerate(workers)]
         spans = client.gather(futures)
     assert _overlap(spans) == most, spans
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_pilot_runs_its_slots_not_its_cores_as_dask_threads(backend: str) -> None:
+    import re
+
+    script, _ = _job_script(backend, slots=4, threads_per_slot=2)
+    counts = re.findall(r"--nthreads (\d+)", script)
+    assert counts and counts[-1] == "4", script  # the last one counts (click)
+    from distributed.cli.dask_worker import main
+
+    # Dask's own command line keeps the last of two --nthreads.
+    option = next(p for p in main.params if p.name == "nthreads")
+    assert not option.multiple

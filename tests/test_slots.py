@@ -91,11 +91,11 @@ LOADER = """
 import os
 from snakemake_executor_context import declare_job_memory, loader
 
-def load(declared=True):
+def load(declared=True, job_bytes=10_000_000):
     with open("loads.log", "a") as log:
         log.write(f"{os.getpid()}\\n")
     if declared:
-        declare_job_memory(10_000_000)
+        declare_job_memory(job_bytes)
     return {"pid": os.getpid()}
 
 @loader(shareable=False)
@@ -134,7 +134,10 @@ def _snakefile(rules: str, *, declared: bool = True) -> str:
     return textwrap.dedent(f"""
         from snakemake_executor_context import declare_context
 
-        declare_context(config, "toy", "loader.py:load", declared={declared})
+        declare_context(
+            config, "toy", "loader.py:load", declared={declared},
+            job_bytes=int(config.get("job_bytes", 10_000_000)),
+        )
         declare_context(config, "solo", "loader.py:load_solo")
         declare_context(config, "solo-declared", "loader.py:load", shareable=False, declared=True)
         N = int(config.get("count", 4))
@@ -212,6 +215,30 @@ def test_without_declared_memory_a_context_runs_alone_until_measured(make_workfl
     assert any(_overlap(a, b) for a in rest for b in rest if a is not b), records
     assert "runs up to 4 jobs of context 'toy' at once" in run.output, run.output
     assert "per job (measured)" in run.output
+
+
+def _most_at_once(records: list[dict]) -> int:
+    moments = sorted([(r["start"], 1) for r in records] + [(r["end"], -1) for r in records])
+    level = most = 0
+    for _, step in moments:
+        level += step
+        most = max(most, level)
+    return most
+
+
+@pytest.mark.slow
+def test_a_slot_count_memory_cannot_hold_is_refused_naming_both_numbers(make_workflow):
+    import psutil
+
+    # Each job declares 40% of the server's memory: 2 fit, not the 4 slots.
+    third = psutil.virtual_memory().total * 2 // 5
+    workdir = _workflow(make_workflow)
+    run = context_run(
+        workdir, *ONE_SERVER_FOUR_SLOTS, "--config", f"job_bytes={third}", "hold=1.0"
+    ).check()
+    assert "refuses 4 slots for context 'toy'" in run.output, run.output
+    assert "per job (declared)" in run.output and "it runs 2 of its jobs at once" in run.output
+    assert _most_at_once(list(_records(workdir).values())) == 2
 
 
 @pytest.mark.slow

@@ -93,6 +93,12 @@ class PilotOptions:
     model_cache: str | None = None
     #: At most this many pilots load the same context from the shared source at once.
     loads_per_source: int = 2
+    #: Jobs a pilot's server runs at once (its Dask threads, not its cores), the
+    #: thread pools' size of each (0: the rule's threads) and the batching defaults.
+    slots: int = 1
+    threads_per_slot: int = 0
+    batch_max: int = 0
+    batch_wait: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -136,6 +142,9 @@ class PilotOptions:
             "lifetime_stagger": self.lifetime_stagger,
             "model_cache": self.model_cache,
             "loads_per_source": self.loads_per_source,
+            "threads_per_slot": self.threads_per_slot,
+            "batch_max": self.batch_max,
+            "batch_wait": self.batch_wait,
         }
 
     def to_json(self) -> str:
@@ -248,6 +257,9 @@ def jobqueue_arguments(
             "--lifetime-stagger",
             f"{int(options.lifetime_stagger)}s",
             "--no-dashboard",
+            # After dask-jobqueue's own --nthreads (its cores): the last one counts.
+            "--nthreads",
+            str(max(1, options.slots)),
         ],
         "python": options.python or python or None,
         "security": security,

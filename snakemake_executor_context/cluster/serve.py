@@ -196,11 +196,20 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], sec
     """A batch system's pool of pilots, scaled by the run's demand. Pilots present the
     cluster's credentials, read from beside the scheduler file: that directory must be
     on a filesystem the compute nodes share."""
+    from dataclasses import replace
+
     from ..fleet.pool import PoolShape
     from .pilots import PilotOptions, start_pilot_cluster
     from .pool import DemandAdaptive
 
-    options = PilotOptions.from_json(args.pilots)
+    shape = Shape.from_args(args)
+    options = replace(
+        PilotOptions.from_json(args.pilots),
+        slots=shape.slots,
+        threads_per_slot=shape.threads_per_slot,
+        batch_max=shape.batch_max,
+        batch_wait=shape.batch_wait,
+    )
     scheduler_options.pop("host", None)
     if not options.interface:
         from distributed.utils import get_ip

@@ -71,7 +71,7 @@ def run_context_job(
         with ExitStack() as stack:
             leaks = stack.enter_context(job_output(spec.title, log_file.fileno()))
             stack.enter_context(shared.job(spec, set_torch_threads, owned_modules))
-            _run_guarded(spec, server, acquire, job, result, log_path)
+            _run_guarded(spec, server, acquire, job, result, log_path, shared)
         _report_leaks(leaks, spec, server, result, log_file)
     result.finished = time.time()
     return result
@@ -95,12 +95,14 @@ def _run_guarded(
     job: RunningJob,
     result: JobResult,
     log_path: Path,
+    shared: SharedGroup,
 ) -> None:
     """The job's steps; every failure becomes the result's message."""
     try:
         _prepare(spec)
         with job.interruptible_phase():
             acquire(spec.declaration)
+        shared.add_search_paths(spec)
         records = _run_script(spec, job)
         _check_outputs(spec)
         if spec.benchmark:

@@ -195,6 +195,9 @@ def install() -> None:
         if _installed:
             return
         threading.Thread.start = _start  # type: ignore[method-assign]
+        # The server's own fds 1 and 2, to point them back after a job (kept open for
+        # the life of the process, so never a job's leak).
+        _server_fds.extend((os.dup(1), os.dup(2)))
         for name in ("stdout", "stderr"):
             stream = ThreadRoutedStream(name, getattr(sys, name))
             _installed[name] = stream
@@ -279,8 +282,6 @@ def _take_fds(job: JobOutput, fd: int, *, lingering: bool) -> None:
     """Point fds 1 and 2 at the job's log if it runs alone; with another job beside
     it, at the server's (the cluster log), and say so in both logs. Under ``_lock``."""
     global _fd_holder
-    if not _server_fds:
-        _server_fds.extend((os.dup(1), os.dup(2)))
     for other in _active:
         other.overlapped = True
     job.overlapped = bool(_active)

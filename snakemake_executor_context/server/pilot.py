@@ -80,6 +80,9 @@ async def dask_setup(worker: Any) -> None:
         memory_budget=str(settings.get("memory_budget") or "0.8"),
         gpu=asdict(gpus[0]) if len(gpus) == 1 else None,
         memory_bytes=memory,
+        threads_per_slot=int(settings.get("threads_per_slot") or 0),
+        batch_max=int(settings.get("batch_max") or 0),
+        batch_wait=float(settings.get("batch_wait") or 0.0),
     )
     await worker.plugin_add(ContextServerPlugin(config))
 

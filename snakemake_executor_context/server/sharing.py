@@ -52,6 +52,7 @@ class SharedGroup:
         self._jobs = 0
         self._stack: ExitStack | None = None
         self._group: Hashable | None = None
+        self._paths = False
 
     @contextmanager
     def job(
@@ -70,15 +71,13 @@ class SharedGroup:
                 try:
                     stack.enter_context(fresh_modules(roots, owned_modules))
                     stack.enter_context(process_state(spec))
-                    # What the script preamble appends, once for the group.
-                    sys.path.extend(spec.search_paths)
                     sys.argv[:] = [spec.script_path]
                     stack.enter_context(thread_limits(spec.threads, set_torch_threads))
                     stack.enter_context(_main_proxy())
                 except BaseException:
                     stack.close()
                     raise
-                self._stack, self._group = stack, group
+                self._stack, self._group, self._paths = stack, group, False
             elif group != self._group:  # the gate never lets this happen
                 raise RuntimeError("jobs of two groups in one server process at once")
             self._jobs += 1
@@ -90,6 +89,15 @@ class SharedGroup:
                 if self._jobs == 0 and self._stack is not None:
                     stack, self._stack, self._group = self._stack, None, None
                     stack.close()
+
+    def add_search_paths(self, spec: ContextJobSpec) -> None:
+        """What the script preamble appends to ``sys.path``, once for the group, when
+        its first script is about to run (after its context loaded: a loader imports
+        from the server's environment, not from the submitting process's paths)."""
+        with self._lock:
+            if not self._paths:
+                sys.path.extend(spec.search_paths)
+                self._paths = True
 
 
 # --------------------------------------------------------------------------------------
