@@ -37,11 +37,13 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import batching
 from .errors import ContextDeclarationError
 from .loaders import declaration_identity, import_loader
 
@@ -171,6 +173,15 @@ class JobHooks:
 
     provider: ContextProvider | None = None
     items: int = 0
+    #: Calls of batched functions (:mod:`.batching`) this job's thread led, by size.
+    batches: Counter[int] = field(default_factory=Counter)
+
+    def report_into(self, result: Any) -> None:
+        """Copy what the job reported into its result (a :class:`~.jobspec.JobResult`):
+        ``items``, and ``extra["batches"]`` (size -> calls) when it led any batch."""
+        result.items = self.items
+        if self.batches:
+            result.extra["batches"] = dict(sorted(self.batches.items()))
 
 
 @dataclass
@@ -246,6 +257,16 @@ def report_items(n: int) -> None:
     hooks = current_job()
     if hooks is not None:
         hooks.items += int(n)
+
+
+def _count_batch(size: int) -> None:
+    """Batching observer: a batched call of ``size`` items, in the job that led it."""
+    hooks = current_job()
+    if hooks is not None:
+        hooks.batches[size] += 1
+
+
+batching.observe(_count_batch, name=f"{__name__}.batches")
 
 
 def declare_size(nbytes: int) -> None:

@@ -317,7 +317,7 @@ class ContextServer:
             for identity in held:
                 self.cache.release(identity, drop=not spec.reuse)
             held.clear()
-        result.items = hooks.items
+        hooks.report_into(result)  # items, and forward batches (extra["batches"])
         result.loaded, result.reused = loaded, reused
         result.load_seconds = load_seconds
         return result
