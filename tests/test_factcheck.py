@@ -337,6 +337,10 @@ def test_small_config_runs_the_whole_dag(tmp_path):
     (summary,) = run.summaries()
     assert sum(job["items"] for job in summary["jobs"]) == 2 * 24
     assert sum(s["loads"] for s in summary["servers"].values()) <= 2
+    # Scored through the batcher (config batching: true): 6 jobs of one pass of 8, and
+    # each template's content-free input; each pass counted once, shown at the end.
+    assert summary["forward_batches"]["all"] == {"1": 2, "8": 6}
+    assert "forward batches: 1 x 2, 8 x 6 (mean 6.2 items per call)" in run.output
 
 
 @pytest.mark.slow
