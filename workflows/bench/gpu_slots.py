@@ -195,7 +195,9 @@ def build_model(layers: int, device: str, dtype: torch.dtype, seed: int) -> Tiny
         for name, param in model.named_parameters():
             if "norm" not in name:
                 param.normal_(0.0, c["initializer_range"])
-    return model.to(device=device, dtype=dtype).eval()
+    model = model.to(device=device, dtype=dtype).eval()
+    model.inv_freq = model.inv_freq.float()  # rotary frequencies stay fp32, as in transformers
+    return model
 
 
 # ------------------------------------------------------------------------------------
