@@ -38,11 +38,13 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import batching
 from .errors import ContextDeclarationError
 from .loaders import declaration_identity, import_loader
 
@@ -181,6 +183,15 @@ class JobHooks:
 
     provider: ContextProvider | None = None
     items: int = 0
+    #: Calls of batched functions (:mod:`.batching`) this job's thread led, by size.
+    batches: Counter[int] = field(default_factory=Counter)
+
+    def report_into(self, result: Any) -> None:
+        """Copy what the job reported into its result (a :class:`~.jobspec.JobResult`):
+        ``items``, and ``extra["batches"]`` (size -> calls) when it led any batch."""
+        result.items = self.items
+        if self.batches:
+            result.extra["batches"] = dict(sorted(self.batches.items()))
 
 
 @dataclass
@@ -264,6 +275,16 @@ def report_items(n: int) -> None:
         hooks.items += int(n)
 
 
+def _count_batch(size: int) -> None:
+    """Batching observer: a batched call of ``size`` items, in the job that led it."""
+    hooks = current_job()
+    if hooks is not None:
+        hooks.batches[size] += 1
+
+
+batching.observe(_count_batch, name=f"{__name__}.batches")
+
+
 def declare_size(nbytes: int) -> None:
     """Called by a loader: the loaded context takes ``nbytes`` of memory.
 
@@ -276,10 +297,9 @@ def declare_size(nbytes: int) -> None:
 
 
 def declare_job_memory(nbytes: int) -> None:
-    """Called by a loader: each job of this context needs ``nbytes`` of working
-    memory (activations, buffers) beside the loaded object. A server with slots runs
-    as many of its jobs at once as its memory holds; without this, it measures the
-    first job's peak and runs one job at a time until then."""
+    """Called by a loader: each job needs ``nbytes`` of working memory beside the
+    loaded object (a server with slots runs as many jobs at once as its memory holds;
+    without this, it measures the first job's peak and runs one at a time until then)."""
     record = getattr(_state, "load", None)
     if record is not None:
         record.job_bytes = int(nbytes)

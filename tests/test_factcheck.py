@@ -249,6 +249,50 @@ def test_pipeline_scores_equal_unbatched_model_calls(model):
     assert swapped == pytest.approx([-s for s in batched], abs=1e-6)
 
 
+@pytest.mark.model
+def test_scores_through_the_batcher_from_concurrent_jobs_equal_unbatched_scores(model):
+    """Four threads, as four concurrent jobs on one server's slots, each with its own
+    template (own answer ids), hand their claims one at a time to the shared batcher:
+    the forward passes merge items of different jobs and templates, and every job gets
+    the scores it gets alone (config `batching: false`), within 1e-4."""
+    import threading
+
+    names = ["two_shot_yes_no", "claim_true_false", "chat_yes_no", "right_wrong"]
+    templates = [factcheck.load_template(FACTCHECK / f"templates/{n}.yaml") for n in names]
+    claims = [r["claim"] for r in claimgen.generate(16, seed=5)]
+    jobs = []
+    for index, template in enumerate(templates):
+        ids = model.answer_ids(template.true_word, template.false_word, template.name)
+        prompts = [template.render(c, model.tokenizer) for c in claims[index * 4 : index * 4 + 4]]
+        jobs.append((prompts, *ids))
+    assert len({(yes, no) for _, yes, no in jobs}) > 1  # different answer ids merge
+    alone = [model.score(prompts, yes, no, batch_size=8) for prompts, yes, no in jobs]
+
+    out: list[list[float] | BaseException] = [[] for _ in jobs]
+    barrier = threading.Barrier(len(jobs))
+
+    def job(index: int) -> None:
+        prompts, yes, no = jobs[index]
+        barrier.wait(10)
+        try:
+            for prompt in prompts:  # as verify.py hands its chunks
+                out[index] += model.score_batched([(prompt, yes, no)], forward_batch=8)
+        except BaseException as error:
+            out[index] = error
+
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+        assert not thread.is_alive()
+    for scores, expected in zip(out, alone, strict=True):
+        assert scores == pytest.approx(expected, abs=1e-4)
+    histogram = model.batchers[8].histogram()
+    assert sum(size * n for size, n in histogram.items()) == 16
+    assert max(histogram) >= 2, histogram  # requests of one item: a batch of 2 spans jobs
+
+
 def _workflow_copy(tmp_path):
     target = tmp_path / "factcheck"
     shutil.copytree(FACTCHECK, target, ignore=shutil.ignore_patterns("results", ".snakemake"))
@@ -293,6 +337,10 @@ def test_small_config_runs_the_whole_dag(tmp_path):
     (summary,) = run.summaries()
     assert sum(job["items"] for job in summary["jobs"]) == 2 * 24
     assert sum(s["loads"] for s in summary["servers"].values()) <= 2
+    # Scored through the batcher (config batching: true): 6 jobs of one pass of 8, and
+    # each template's content-free input; each pass counted once, shown at the end.
+    assert summary["forward_batches"]["all"] == {"1": 2, "8": 6}
+    assert "forward batches: 1 x 2, 8 x 6 (mean 6.2 items per call)" in run.output
 
 
 @pytest.mark.slow

@@ -202,13 +202,13 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], sec
     from .pilots import PilotOptions, start_pilot_cluster
     from .pool import DemandAdaptive
 
-    shape = Shape.from_args(args)
+    triple = Shape.from_args(args)
     options = replace(
         PilotOptions.from_json(args.pilots),
-        slots=shape.slots,
-        threads_per_slot=shape.threads_per_slot,
-        batch_max=shape.batch_max,
-        batch_wait=shape.batch_wait,
+        slots=triple.slots,
+        threads_per_slot=triple.threads_per_slot,
+        batch_max=triple.batch_max,
+        batch_wait=triple.batch_wait,
     )
     scheduler_options.pop("host", None)
     if not options.interface:

@@ -132,4 +132,6 @@ def summary_entry(result: JobResult, *, placed_by: str, submitted: float) -> dic
         "submitted": submitted,
         # What the server warns about the job (threads or files it left behind).
         "warnings": list(result.extra.get("warnings", ())),
+        # Calls of batched functions the job led, by size (batching across jobs).
+        "batches": dict(result.extra.get("batches", {})),
     }

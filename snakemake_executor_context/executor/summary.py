@@ -14,7 +14,7 @@ from ..defaults import CONTEXT_DIR
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
 
-__all__ = ["LoadTally", "write_summary"]
+__all__ = ["LoadTally", "batch_histogram", "describe_batches", "write_summary"]
 
 
 class LoadTally:
@@ -49,6 +49,7 @@ def write_summary(
     its busy and idle time, and every job's result) and log what the servers did."""
     inventories = connection.inventories()
     use = server_use(jobs)
+    batches = batch_histogram(jobs)
     summary = {
         "run_id": run_id,
         "started": started,
@@ -58,6 +59,7 @@ def write_summary(
         "server_use": use,
         "jobs": list(jobs),
         "loads_on_lost_servers": lost_loads,
+        "forward_batches": batches,
     }
     path = Path(workdir) / CONTEXT_DIR / "runs" / f"{run_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +72,8 @@ def write_summary(
             f"Context servers ran {context_jobs} context job(s) with {loads} context "
             f"load(s) in this cluster's lifetime{lost}; summary: {path}"
         )
+    if batches["all"]:
+        say(f"  {describe_batches(batches['all'])}")
     for name, row in use.items():
         say(
             f"  {name}: {row['jobs']} job(s), busy {row['busy']:.1f} s, idle {row['idle']:.1f} s "
@@ -77,6 +81,31 @@ def write_summary(
             "job's start to the last one's end)"
         )
     return path
+
+
+def batch_histogram(jobs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Calls of batched functions (forward batches) by size, over the run (``all``) and
+    per server (``by_server``, by name): each counted once, in the job that led it."""
+    total: dict[int, int] = {}
+    by_server: dict[str, dict[int, int]] = {}
+    for job in jobs:
+        for size, calls in (job.get("batches") or {}).items():
+            server = by_server.setdefault(str(job.get("server") or job.get("address")), {})
+            for histogram in (total, server):
+                histogram[int(size)] = histogram.get(int(size), 0) + int(calls)
+    return {
+        "all": dict(sorted(total.items())),
+        "by_server": {name: dict(sorted(h.items())) for name, h in sorted(by_server.items())},
+    }
+
+
+def describe_batches(histogram: Mapping[int, int]) -> str:
+    """``forward batches: 1 x 12, 4 x 30 (mean 3.6 items per call)``: size x calls."""
+    calls = sum(histogram.values())
+    items = sum(size * n for size, n in histogram.items())
+    parts = ", ".join(f"{size} x {n}" for size, n in sorted(histogram.items()))
+    mean = items / calls if calls else 0.0
+    return f"forward batches: {parts} (mean {mean:.1f} items per call)"
 
 
 def server_use(jobs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:

