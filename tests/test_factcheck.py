@@ -379,3 +379,41 @@ def test_fitted_threshold_is_optimal_on_calibration_claims(seed):
     candidates += [(a + b) / 2 for a, b in itertools.pairwise(scores)]
     best = max(factcheck.evaluate(rows, t).correct for t in candidates)
     assert factcheck.evaluate(rows, factcheck.fit_threshold(rows)).correct == best
+
+
+def _scores(workdir) -> dict[str, float]:
+    scores = {}
+    for path in (workdir / "results/scores").rglob("*.json"):
+        for row in json.loads(path.read_text())["rows"]:
+            scores[f"{path.parent.name}/{row['id']}"] = row["score"]
+    return scores
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_scores_with_slots_and_batching_equal_scores_without(tmp_path):
+    """End to end: one-claim jobs, four at once on one server scoring through the
+    batcher (their claims merged into shared forward passes), give the scores of the
+    same jobs run one at a time without the batcher, within 1e-4 (fp32, CPU)."""
+    config = ["n_claims=32", "claims_per_job=1", "templates=[qa_yes_no,claim_true_false]"]
+    runs = {}
+    for name, extra in (
+        ("batched", ["--context-slots", "4", "--config", *config, "batching=true"]),
+        ("plain", ["--context-slots", "1", "--config", *config, "batching=false"]),
+    ):
+        (tmp_path / name).mkdir()
+        workdir = _workflow_copy(tmp_path / name)
+        runs[name] = snakemake(
+            workdir, "-s", "Snakefile", "-d", ".", "--context-servers", "1", *extra, timeout=600
+        ).check()
+        runs[name].scores = _scores(workdir)  # type: ignore[attr-defined]
+    batched, plain = runs["batched"].scores, runs["plain"].scores  # type: ignore[attr-defined]
+    assert len(plain) == 64 and batched.keys() == plain.keys()
+    worst = max(abs(batched[k] - plain[k]) for k in plain)
+    assert worst <= 1e-4, worst
+    (summary,) = runs["batched"].summaries()
+    sizes = {int(size): count for size, count in summary["forward_batches"]["all"].items()}
+    # Concurrent jobs' claims shared forward passes (one-claim jobs alone give only 1s).
+    assert max(sizes) >= 2, sizes
+    (unbatched,) = runs["plain"].summaries()
+    assert not unbatched.get("forward_batches", {}).get("all")

@@ -351,3 +351,10 @@ def test_placement_gives_an_unshareable_context_an_idle_server():
     fleet.set_context("tcp://a", "toy", ContextState.READY, 4.0)
     assert fleet.servers["tcp://a"].busy == 1
     assert choose_server(fleet, {"gpu": 1}, "toy", now=5.0).address == "tcp://a"
+
+
+def test_no_more_jobs_than_slots_run_at_once():
+    a = [Entry(f"a{i}", GROUP_A, "ctx") for i in range(3)]
+    assert may_start(a[2], a[:2], [], {}, slots=3)
+    assert not may_start(a[2], a[:2], [], {}, slots=2)
+    assert not may_start(Entry("p", None, None), a[:2], [], {}, slots=2)

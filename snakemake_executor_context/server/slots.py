@@ -47,13 +47,17 @@ def may_start(
     ahead: Sequence[Entry],
     limits: Mapping[str, int],
     unshareable: Collection[str] = (),
+    slots: int | None = None,
 ) -> bool:
     """Whether ``entry`` may start beside ``running``, with ``ahead`` waiting before it.
 
     ``limits`` caps the jobs of a context at once (absent: no cap beyond the slots);
     the jobs of ``unshareable`` contexts are exclusive whatever their entries say
-    (a loader may tell so only once it has loaded).
+    (a loader may tell so only once it has loaded). With ``slots``, at most that
+    many jobs run at once (a Dask worker already runs no more tasks than its threads).
     """
+    if slots is not None and len(running) >= slots:
+        return False
     if entry.group is None:
         return True
     if unshareable:
@@ -132,7 +136,7 @@ class SlotGate:
         index = self._waiting.index(entry)
         running = list(self._running.values())
         ahead = self._waiting[:index]
-        if not may_start(entry, running, ahead, self._limits, self._unshareable):
+        if not may_start(entry, running, ahead, self._limits, self._unshareable, self.slots):
             return False
         self._waiting.pop(index)
         beside = [k for k, e in self._running.items() if e.group is not None]

@@ -50,10 +50,9 @@ from llama_torch import SMOLLM2_135M, TinyLlama, build_model  # noqa: E402
 SLOTS = (1, 2, 4, 8)
 
 
-def load_batching() -> Any:
-    """The project's batcher module, loaded by file path (no package imports)."""
-    path = REPO / "snakemake_executor_context" / "batching.py"
-    spec = importlib.util.spec_from_file_location("context_batching", path)
+def load_module(relative: str, name: str) -> Any:
+    """A module of the project, loaded by file path (no package imports)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / relative)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up here
@@ -61,12 +60,33 @@ def load_batching() -> Any:
     return module
 
 
-def slot_gate(slots: int) -> Any:
-    """Admits at most ``slots`` jobs at a time, as a server's slots do.
+def load_batching() -> Any:
+    """The project's batcher module (``snakemake_executor_context/batching.py``)."""
+    return load_module("snakemake_executor_context/batching.py", "context_batching")
 
-    Place for the server's own gate (``server/slots.py``, stdlib only): load it by
-    file path like :func:`load_batching` and return its gate here."""
-    return threading.BoundedSemaphore(slots)
+
+class _Gate:
+    """The server's own slot gate (``server/slots.py``): every job of one group and
+    one context, at most ``slots`` at once, as a context server admits them."""
+
+    def __init__(self, slots: int) -> None:
+        module = load_module("snakemake_executor_context/server/slots.py", "context_slots")
+        self._module = module
+        self._gate = module.SlotGate(slots)
+        self._local = threading.local()
+
+    def __enter__(self) -> None:
+        key = f"job-{threading.get_ident()}"
+        self._local.key = key
+        self._gate.enter(self._module.Entry(key, group=("gpu-check",), identity="smollm2"))
+
+    def __exit__(self, *_: object) -> None:
+        self._gate.leave(self._local.key)
+
+
+def slot_gate(slots: int) -> Any:
+    """Admits at most ``slots`` jobs at a time, through the server's own gate."""
+    return _Gate(slots)
 
 
 # ------------------------------------------------------------------------------------
