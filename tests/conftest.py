@@ -86,14 +86,13 @@ def workflow(tmp_path: Path):
     return copy
 
 
-@pytest.fixture
-def scheduler_file(tmp_path: Path) -> Iterator[Path]:
-    """A persistent cluster started with `snakemake-context up`, stopped afterwards."""
-    cluster_dir = tmp_path / "elsewhere"
-    cluster_dir.mkdir()
+@contextlib.contextmanager
+def persistent_cluster(cluster_dir: Path, *up_args: str) -> Iterator[Path]:
+    """`snakemake-context up` in ``cluster_dir`` with ``up_args``; down afterwards."""
+    cluster_dir.mkdir(parents=True, exist_ok=True)
     path = cluster_dir / "scheduler.json"
     started = subprocess.run(
-        [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(path), "--servers", "2"],
+        [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(path), *up_args],
         cwd=cluster_dir,
         capture_output=True,
         text=True,
@@ -109,6 +108,13 @@ def scheduler_file(tmp_path: Path) -> Iterator[Path]:
             text=True,
             timeout=60,
         )
+
+
+@pytest.fixture
+def scheduler_file(tmp_path: Path) -> Iterator[Path]:
+    """A persistent cluster started with `snakemake-context up`, stopped afterwards."""
+    with persistent_cluster(tmp_path / "elsewhere", "--servers", "2") as path:
+        yield path
 
 
 @pytest.fixture

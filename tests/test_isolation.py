@@ -4,14 +4,13 @@ thread or file a job leaves behind is reported and reaches no other job's log.""
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, HEADER, TOY_LOADER, context_run
+from .conftest import HEADER, TOY_LOADER, context_run, persistent_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -19,23 +18,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def one_server(tmp_path_factory) -> Iterator[Path]:
     """`snakemake-context up` with one server: every job lands in the same process."""
-    path = tmp_path_factory.mktemp("cluster") / "scheduler.json"
-    started = subprocess.run(
-        [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(path), "--servers", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
+    with persistent_cluster(tmp_path_factory.mktemp("cluster"), "--servers", "1") as path:
         yield path
-    finally:
-        subprocess.run(
-            [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
 
 
 HELPER_SNAKEFILE = HEADER + textwrap.dedent("""

@@ -19,7 +19,7 @@ import pytest
 
 from snakemake_executor_context.server.slots import Entry, SlotGate, fitting_slots, may_start
 
-from .conftest import BIN, context_run
+from .conftest import BIN, context_run, persistent_cluster
 
 GROUP_A = ("workdir-a",)
 GROUP_B = ("workdir-b",)
@@ -200,6 +200,18 @@ def test_four_jobs_of_one_context_overlap_on_one_server_with_one_load(make_workf
         beside += "run beside this one" in text
         assert "run beside this one" in text or "started beside this job" in text, text
     assert beside >= 3
+    # The catalog records the server's slots (the monitor shows busy/free from it).
+    from sqlalchemy import select
+
+    from snakemake_executor_context.catalog.models import Server
+    from snakemake_executor_context.catalog.store import open_reader
+
+    reader = open_reader(workdir / ".snakemake" / "context" / "catalog.db")
+    try:
+        with reader.session() as session:
+            assert set(session.scalars(select(Server.slots))) == {4}
+    finally:
+        reader.close()
 
 
 @pytest.mark.slow
@@ -287,21 +299,8 @@ def test_jobs_with_different_threads_never_share_a_server_at_once(make_workflow)
 
 @pytest.fixture
 def four_slot_cluster(tmp_path: Path):
-    path = tmp_path / "cluster" / "scheduler.json"
-    path.parent.mkdir()
-    up = [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(path)]
-    started = subprocess.run(
-        [*up, "--servers", "1", "--slots", "4"], capture_output=True, text=True, timeout=120
-    )
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
+    with persistent_cluster(tmp_path / "cluster", "--servers", "1", "--slots", "4") as path:
         yield path
-    finally:
-        subprocess.run(
-            [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(path)],
-            capture_output=True,
-            timeout=60,
-        )
 
 
 @pytest.mark.slow
@@ -327,6 +326,15 @@ def test_two_workflow_directories_never_share_a_server_at_once(make_workflow, fo
     assert len({r["pid"] for r in a + b}) == 1  # one server ran them all
     assert not [(x, y) for x in a for y in b if _overlap(x, y)]
     assert any(_overlap(x, y) for x in a for y in a if x is not y)
+    status = subprocess.run(
+        [str(BIN / "snakemake-context"), "status", "--scheduler-file", str(four_slot_cluster)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "CPU: 1 server(s) x 4 slot(s): 0 busy, 4 free" in status.stdout, status.stdout
+    assert "0/4 slot(s) busy" in status.stdout
+    assert "up to 4 job(s) at once" in status.stdout  # toy declares its job memory
 
 
 def test_placement_gives_an_unshareable_context_an_idle_server():

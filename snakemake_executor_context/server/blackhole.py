@@ -29,6 +29,9 @@ CUDA_FATAL = re.compile(
     r"CUDA error: unknown error|CUBLAS_STATUS_EXECUTION_FAILED",
     re.IGNORECASE,
 )
+#: Seconds a recycling server waits for the jobs running beside the one that made it
+#: recycle (slots) before it exits.
+RECYCLE_GRACE = 60.0
 #: Error texts of a CUDA allocation failure (recoverable).
 CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError: CUDA", re.IGNORECASE)
 
@@ -54,6 +57,11 @@ def recycle(worker: Any, server: ContextServer, key: str, why: str) -> None:
             if key not in worker.state.tasks:
                 break
             time.sleep(0.05)
+        # Jobs running beside it in other slots may finish first (within the grace);
+        # what is still running then is lost with the server and rerun elsewhere.
+        deadline = time.monotonic() + RECYCLE_GRACE
+        while time.monotonic() < deadline and set(server.running_jobs()) - {key}:
+            time.sleep(0.1)
         server.emit(
             ev.ServerDraining(address=server.identity.address, name=server.identity.name, why=why)
         )

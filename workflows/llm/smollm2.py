@@ -277,6 +277,7 @@ def score_items(loaded: LoadedModel, items: list[ScoreItem]) -> list[float]:
     yes = torch.tensor([item[1] for item in items])
     no = torch.tensor([item[2] for item in items])
     with torch.inference_mode():
-        logits = model(**batch, logits_to_keep=1).logits[:, -1, :].float()
+        # No KV cache: one pass, nothing generated after it.
+        logits = model(**batch, logits_to_keep=1, use_cache=False).logits[:, -1, :].float()
         logprobs = torch.log_softmax(logits, dim=-1).cpu()
     return (logprobs[rows, yes] - logprobs[rows, no]).tolist()
