@@ -242,8 +242,19 @@ def test_jobs_go_out_in_snakemakes_priority_order():
 
 def test_a_server_with_slots_runs_that_many_jobs_at_once():
     dispatch = machine(servers=1, slots=3)
+    # Once a job of the context has been measured (the server knows its working
+    # memory then): three at once.
+    dispatch.fleet.measure.add_job(A, "cpu", 1.0)
     submits = [of(dispatch.handle(v.JobReady(ticket(i), 0.0)), v.Submit) for i in range(4)]
     assert [len(s) for s in submits] == [1, 1, 1, 0]
+
+
+def test_a_server_offers_an_unmeasured_context_one_slot():
+    """Until a job of a context has been measured, its server runs one of its jobs at
+    a time (slots.py): placement does not pile more onto it."""
+    dispatch = machine(servers=1, slots=3)
+    submits = [of(dispatch.handle(v.JobReady(ticket(i), 0.0)), v.Submit) for i in range(3)]
+    assert [len(s) for s in submits] == [1, 0, 0]
 
 
 def test_without_a_hub_the_workers_list_is_the_membership():

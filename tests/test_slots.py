@@ -357,6 +357,7 @@ def test_placement_gives_an_unshareable_context_an_idle_server():
     fleet.release("job-2")
     fleet.dispatched("job-3", "tcp://a", "toy", 4.0)
     fleet.set_context("tcp://a", "toy", ContextState.READY, 4.0)
+    fleet.measure.add_job("toy", "cpu", 1.0)  # measured: its jobs may share the server
     assert fleet.servers["tcp://a"].busy == 1
     assert choose_server(fleet, {"gpu": 1}, "toy", now=5.0).address == "tcp://a"
 
@@ -366,3 +367,39 @@ def test_no_more_jobs_than_slots_run_at_once():
     assert may_start(a[2], a[:2], [], {}, slots=3)
     assert not may_start(a[2], a[:2], [], {}, slots=2)
     assert not may_start(Entry("p", None, None), a[:2], [], {}, slots=2)
+
+
+@pytest.mark.slow
+def test_a_server_killed_with_four_jobs_in_its_slots_loses_none(tmp_path):
+    """A SIGKILL of a 4-slot server hits every job in its slots: each goes back to
+    the queue once (one loss, several jobs), reruns, and writes its output once."""
+    import shutil
+
+    from .conftest import WORKFLOWS
+    from .test_preemption import _catalog, _injector, _kills
+
+    workdir = tmp_path / "preempt"
+    shutil.copytree(WORKFLOWS / "preempt", workdir)
+    injector = _injector(workdir, "--every", "5", "--count", "1", "--signal", "KILL")
+    try:
+        run = context_run(
+            workdir,
+            *ONE_SERVER_FOUR_SLOTS,
+            "--retries",
+            "0",
+            "--config",
+            "count=12",
+            "sleep=2.5",
+            timeout=240,
+        )
+    finally:
+        injector.wait(timeout=60)
+    run.check()
+    kills = _kills(workdir)
+    assert len(kills) == 1 and kills[0]["busy"], kills
+    for i in range(12):
+        assert (workdir / f"out/{i}.txt").read_text() == f"{i}\n"
+    ((reason, jobs_lost),) = _catalog(workdir, "select reason, jobs_lost from server_losses")
+    assert reason.startswith("preemption: injected SIGKILL")
+    assert jobs_lost >= 2, jobs_lost  # the jobs of several slots, each counted once
+    assert run.output.count("lost (preemption: injected SIGKILL)") == 1

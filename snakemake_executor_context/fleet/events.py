@@ -26,6 +26,7 @@ __all__ = [
     "ContextLoadFailed",
     "ContextLoading",
     "ContextReady",
+    "ContextShared",
     "Event",
     "JobDispatched",
     "JobFinished",
@@ -250,6 +251,17 @@ class ContextReady(Event):
     #: the load took after the last one: a load from the converted cache.
     conversions: int = 0
     reload_seconds: float | None = None
+
+
+@dataclass(kw_only=True)
+class ContextShared(Event):
+    """A server runs up to ``jobs`` jobs of a context at once (slots; what its memory
+    holds once a job's working memory is declared or measured)."""
+
+    kind: ClassVar[str] = "context-shared"
+    address: str
+    identity: str
+    jobs: int = 1
 
 
 @dataclass(kw_only=True)

@@ -35,6 +35,7 @@ __all__ = [
     "Decision",
     "PlacementStep",
     "choose_server",
+    "context_slots",
     "expected_wait",
     "load_cost",
     "victims",
@@ -117,6 +118,8 @@ def choose_server(
             if a in holders
             and view.servers[a].contexts[identity].state == ContextState.READY
             and view.servers[a].busy < view.servers[a].slots + prefetch
+            and _held(view.servers[a], identity)
+            < context_slots(view, view.servers[a], identity) + prefetch
         ]
         if room:
             best = min(room, key=lambda s: (s.busy, s.address))
@@ -152,7 +155,9 @@ def _choose(
         return Decision(best.address, PlacementStep.PLAIN)
     holders = view.warm.get(identity, set())
     warm = [servers[a] for a in candidates if a in holders]
-    warm_free = [s for s in warm if s in free]
+    warm_free = [
+        s for s in warm if s in free and _held(s, identity) < context_slots(view, s, identity)
+    ]
     if warm_free:
         measure = view.measure
 
@@ -236,8 +241,26 @@ def expected_wait(
         seconds = sum(known) / len(known)
     else:
         seconds = _running_for(warm, identity, time.time() if now is None else now)
-    slots = sum(s.slots for s in warm)
+    slots = sum(context_slots(view, s, identity) for s in warm)
     return max(1, remaining) * seconds / max(1, slots)
+
+
+def context_slots(view: FleetState, server: ServerState, identity: str | None) -> int:
+    """The slots a server offers one context's jobs: what it said it runs of that
+    context at once (its memory, :class:`~.events.ContextShared`); before it said so,
+    one until a job of the context has been measured on the server's GPU model (a
+    server runs one job of a context at a time until it knows the job's working
+    memory), then all of them."""
+    if identity is None or server.slots == 1:
+        return server.slots
+    if identity in server.shared:
+        return min(server.slots, server.shared[identity])
+    measured = view.measure.job_seconds(identity, server.gpu_model) is not None
+    return server.slots if measured else 1
+
+
+def _held(server: ServerState, identity: str | None) -> int:
+    return sum(1 for held in server.holding.values() if held == identity)
 
 
 def _running_for(warm: Sequence[ServerState], identity: str, now: float) -> float:

@@ -67,6 +67,8 @@ class ServerState:
     started: dict[str, float] = field(default_factory=dict)
     #: Held keys whose context cannot be shared: each holds every slot.
     exclusive: set[str] = field(default_factory=set)
+    #: Jobs of each context it runs at once, as it said (ContextShared).
+    shared: dict[str, int] = field(default_factory=dict)
     #: When each context was last evicted (a late "ready" from before does not count).
     gone: dict[str, float] = field(default_factory=dict)
     #: When it retires (a pilot, before its walltime); None: not planned.

@@ -21,6 +21,7 @@ from .events import (
     ContextLoadFailed,
     ContextLoading,
     ContextReady,
+    ContextShared,
     Event,
     JobFinished,
     JobStarted,
@@ -144,6 +145,10 @@ class FleetState:
             )
             if event.bytes:
                 self.measure.bytes[event.identity] = int(event.bytes)
+        elif isinstance(event, ContextShared):
+            server = self.servers.get(event.address)
+            if server is not None:
+                server.shared[event.identity] = max(1, int(event.jobs))
         elif isinstance(event, (ContextEvicted, ContextLoadFailed)):
             self.set_context(event.address, event.identity, None, event.at)
         elif isinstance(event, JobStarted):
@@ -184,6 +189,7 @@ class FleetState:
             return
         if state is None:
             server.contexts.pop(identity, None)
+            server.shared.pop(identity, None)
             server.gone[identity] = at
             self._unwarm(identity, address)
             return
@@ -325,6 +331,7 @@ class FleetState:
                     "cached": sorted(s.cached),
                     "holding": dict(s.holding),
                     "started": dict(s.started),
+                    "shared": dict(s.shared),
                 }
                 for s in self.servers.values()
             ],
@@ -341,6 +348,7 @@ class FleetState:
                 slots=item.get("slots", 1),
             )
             server.gpu = item.get("gpu")
+            server.shared.update(item.get("shared", {}))
             server.gpu_model = item.get("gpu_model") or server.gpu_model
             server.budget = item.get("budget")
             server.cached.update(item.get("cached", []))

@@ -84,6 +84,7 @@ class ServerSlots:
         gpu: bool,
         where: str,
         loaded_bytes: Callable[[], int],
+        said: Callable[[str, int], None] = lambda identity, jobs: None,
     ) -> None:
         self.gate = SlotGate(slots)
         self.group = SharedGroup()
@@ -91,6 +92,8 @@ class ServerSlots:
         self.gpu = gpu
         self.where = where
         self._loaded_bytes = loaded_bytes
+        #: Tells the fleet how many jobs of a context the server runs at once.
+        self._said = said
         self._names: dict[str, str] = {}
         self._lock = threading.Lock()
         #: Contexts whose loader said they cannot be shared.
@@ -152,6 +155,7 @@ class ServerSlots:
         loaded = self._loaded_bytes()
         fit = fitting_slots(self.slots, self.capacity, loaded, per_job)
         self.gate.set_limit(identity, fit)
+        self._said(identity, fit)
         need = (
             f"{_size(loaded)} loaded + {self.slots} x {_size(per_job)} per job ({how}) = "
             f"{_size(loaded + self.slots * per_job)}"

@@ -106,6 +106,9 @@ class ContextServer:
             gpu=bool(config.gpu),
             where=self.identity.describe(),
             loaded_bytes=self.cache.bytes_loaded,
+            said=lambda identity, jobs: self.emit(
+                ev.ContextShared(address=self.identity.address, identity=identity, jobs=jobs)
+            ),
         )
         self._lock = threading.RLock()
         self._running: dict[str, RunningJob] = {}
