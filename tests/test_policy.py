@@ -297,6 +297,14 @@ def test_prefetch_queues_behind_a_warm_job_instead_of_waiting():
     fresh = _fleet(warm=(0,))
     _place(fresh)
     assert choose_server(fresh, GPU1, A, now=2.5).address is None
+    # Nor with only the load measured (two long first jobs ran one after the other on
+    # one server of two, the second queued behind the first).
+    loaded = _fleet(warm=(0,))
+    loaded.measure.load[(A, "h200")] = _mean(30.0)
+    _place(loaded)
+    loaded.mark_started("job-0", 2.0)  # running for 0.5 s: a wait, not a load
+    decision = choose_server(loaded, GPU1, A, now=2.5)
+    assert (decision.address, decision.step) == (None, "wait")
 
 
 def _mean(seconds: float):

@@ -120,6 +120,8 @@ def choose_server(
             and view.servers[a].busy < view.servers[a].slots + prefetch
             and _held(view.servers[a], identity)
             < context_slots(view, view.servers[a], identity) + prefetch
+            # Never behind a job whose length nothing measured yet: it may be long.
+            and view.measure.job_seconds(identity, view.servers[a].gpu_model) is not None
         ]
         if room:
             best = min(room, key=lambda s: (s.busy, s.address))
