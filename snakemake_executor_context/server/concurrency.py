@@ -96,8 +96,6 @@ class ServerSlots:
         self._said = said
         self._names: dict[str, str] = {}
         self._lock = threading.Lock()
-        #: Contexts whose loader said they cannot be shared.
-        self.exclusive: set[str] = set()
         #: Working memory per job of each context: bytes, and "declared" or "measured".
         self.job_memory: dict[str, tuple[int, str]] = {}
         self._meters: dict[str, PeakMeter] = {}
@@ -138,7 +136,6 @@ class ServerSlots:
             return
         shareable, declared = traits
         if not shareable:
-            self.exclusive.add(identity)
             self.gate.mark_unshareable(identity)
         if identity in self.job_memory or self.slots == 1:
             return

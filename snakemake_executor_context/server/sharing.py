@@ -32,7 +32,6 @@ __all__ = ["SharedGroup", "ThreadMain", "group_of", "job_main"]
 
 def group_of(spec: ContextJobSpec) -> Hashable:
     """What jobs must agree on to run in one process at once."""
-    roots = (spec.workdir, os.path.dirname(spec.script_path), *spec.search_paths)
     return (
         spec.workdir,
         spec.script_path,
@@ -40,7 +39,6 @@ def group_of(spec: ContextJobSpec) -> Hashable:
         tuple(sorted(spec.envvars.items())),
         tuple(spec.search_paths),
         spec.shell_exec,
-        roots,
     )
 
 
