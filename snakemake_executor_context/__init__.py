@@ -6,6 +6,32 @@ the ``snakemake_executor_plugin_context`` package (``snakemake --executor contex
 
 Importing this package is cheap (standard library and Snakemake's interface
 packages only): every Snakefile that declares a context imports it, in every job.
+
+The map, by the process each part runs in (imports run one way: ``fleet`` at the
+bottom, ``catalog`` above it, then ``server``, ``cluster``, ``executor`` and ``cli``):
+
+- the public API: :mod:`.contexts` (declaring and using a context), :mod:`.loaders`
+  (loader specs, identities, cache probes), :mod:`.batching` (calls merged across
+  jobs), :mod:`.errors` (the one exception tree), :mod:`.gang` (contexts spanning
+  several processes, one rank per device, and the devices a server owns);
+- shared by every process: :mod:`.jobhooks` (what a server installs for the job of a
+  thread), :mod:`.jobspec` (what travels to a server and back), :mod:`.defaults` (each
+  default and environment variable once), :mod:`.paths` (the one rule for paths
+  outside the workflow directory: the private root, files trusted only when yours),
+  :mod:`.manifest` (files by path, size and sha256), :mod:`.modelcache` (a loader's
+  cache of converted weights) with :mod:`.cacheroom` (its size limit, the least
+  recently used entries no process of the node uses removed), :mod:`.processes` (is
+  a pid alive, stopping a process tree), :mod:`.allowed` (what each setting allows,
+  declared once beside it), :mod:`.walltime` (a walltime as each batch system reads
+  it), :mod:`._version`;
+- Snakemake's process and a server's: :mod:`.snakemake_internals` (every read of
+  Snakemake beyond its plugin interface, checked at the start of a run);
+- packages: :mod:`.fleet` (vocabulary and pure policy), :mod:`.catalog` (storage),
+  :mod:`.server` (a context server's process), :mod:`.cluster` (the cluster's
+  processes), :mod:`.report` (the GPU ledger as an HTML report, read from the
+  catalog), :mod:`.executor` (Snakemake's process), :mod:`.simulate` (the fleet
+  simulated around the real dispatch machine, above the executor), and :mod:`.cli` (the
+  ``snakemake-context`` command) on top.
 """
 
 from ._version import __version__
@@ -26,10 +52,14 @@ from .errors import (
     ContextDeclarationError,
     ContextExecutorError,
     ContextLoadError,
+    GangBroken,
     JobCancelled,
     NoServerError,
+    RankError,
+    UnsupportedSnakemakeError,
     VersionSkewError,
 )
+from .gang import Gang, Rank, server_devices
 
 __all__ = [
     "CONFIG_KEY",
@@ -39,8 +69,13 @@ __all__ = [
     "ContextDeclarationError",
     "ContextExecutorError",
     "ContextLoadError",
+    "Gang",
+    "GangBroken",
     "JobCancelled",
     "NoServerError",
+    "Rank",
+    "RankError",
+    "UnsupportedSnakemakeError",
     "VersionSkewError",
     "__version__",
     "batched",
@@ -51,4 +86,5 @@ __all__ = [
     "loader",
     "note_conversion",
     "report_items",
+    "server_devices",
 ]

@@ -7,6 +7,10 @@
     snakemake-context down   [--scheduler-file F]
     snakemake-context status [--scheduler-file F] [--catalog PATH|URL] [--json]
     snakemake-context monitor [--catalog PATH|URL] [--interval S]
+    snakemake-context story JOB [--run RUN] [--catalog PATH|URL]
+    snakemake-context upgrade [--catalog PATH|URL]
+    snakemake-context report [--run ID | --since T | --compare RUN RUN] [-o FILE]
+    snakemake-context simulate [-s Snakefile] --gpus a10:10 [--preempt 1/min] [--catalog C]
 
 A run attaches with ``snakemake --executor context --context-scheduler-file F``; the
 servers keep their contexts loaded between runs, and the cluster records into its
@@ -17,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from .defaults import (
     DEFAULT_CATALOG,
-    DEFAULT_MEMORY_BUDGET,
     DEFAULT_SCHEDULER_FILE,
-    catalog_disabled,
 )
 from .errors import ContextExecutorError
 
@@ -35,9 +37,12 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``snakemake-context`` command."""
+    from .allowed import check_parsed
+
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        check_parsed(args)
         return int(args.func(args))
     except ContextExecutorError as error:
         print(f"snakemake-context: {error}", file=sys.stderr)
@@ -62,45 +67,26 @@ def _parser() -> argparse.ArgumentParser:
             f"(default: {DEFAULT_SCHEDULER_FILE}, or $SNAKEMAKE_CONTEXT_SCHEDULER_FILE).",
         )
 
-    up = commands.add_parser("up", help="start a persistent local cluster of context servers")
-    scheduler_file(up)
-    up.add_argument(
-        "--servers",
-        type=int,
-        default=None,
-        help="CPU servers when there is no GPU (default: CPU cores, at most 4); "
-        "with GPUs, one server per GPU",
-    )
-    up.add_argument(
-        "--memory-budget",
-        default=DEFAULT_MEMORY_BUDGET,
-        help="memory a server may fill with contexts: a fraction or a size",
-    )
-    up.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=3600.0,
-        help="seconds without tasks after which the cluster stops itself (0: never)",
-    )
-    up.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds to wait for the servers to start"
-    )
-    up.add_argument(
-        "--catalog",
-        default=None,
-        help="where the cluster records servers, contexts and jobs: a path, an SQLAlchemy "
-        "URL, or 'none' (default: the scheduler file with the suffix .db)",
-    )
-    from .cluster.pilot_args import add_pilot_arguments
-    from .cluster.triples import Shape
+    from .allowed import NUMBER, WHOLE, Allowed, add_argument
+    from .cluster.upcommand import add_up_command
 
-    Shape.add_arguments(up)
-    add_pilot_arguments(up)
-    up.set_defaults(func=_up)
+    add_up_command(commands, scheduler_file)
 
     from .cluster.inject import add_parser as add_inject
 
     add_inject(commands)
+    from .simulate.command import add_parser as add_simulate
+
+    add_simulate(commands)
+
+    def catalog_option(sub: argparse.ArgumentParser) -> None:
+        scheduler_file(sub)
+        sub.add_argument(
+            "--catalog",
+            default=None,
+            help="a catalog path or SQLAlchemy URL (default: .snakemake/context/catalog.db "
+            "here, else the scheduler file's .db)",
+        )
 
     down = commands.add_parser("down", help="stop a persistent local cluster")
     scheduler_file(down)
@@ -117,7 +103,13 @@ def _parser() -> argparse.ArgumentParser:
         help="the catalog to read (default: the running cluster's, else the scheduler "
         "file's .db, else .snakemake/context/catalog.db here)",
     )
-    status.add_argument("--limit", type=int, default=10, help="runs, losses and jobs to show")
+    add_argument(
+        status,
+        "--limit",
+        Allowed(WHOLE, least=1, most=100_000),
+        default=10,
+        help="runs, losses and jobs to show",
+    )
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=_status)
 
@@ -132,11 +124,77 @@ def _parser() -> argparse.ArgumentParser:
         help="a catalog path or SQLAlchemy URL (default: .snakemake/context/catalog.db "
         "here, else the scheduler file's .db)",
     )
-    monitor.add_argument(
-        "--interval", type=float, default=1.0, help="seconds between reads of the catalog"
+    add_argument(
+        monitor,
+        "--interval",
+        Allowed(NUMBER, least=0.1, most=3600, unit="seconds"),
+        default=1.0,
+        help="seconds between reads of the catalog",
     )
     monitor.set_defaults(func=_monitor)
+
+    story = commands.add_parser(
+        "story",
+        help="what happened to one job: where it was placed and why, its attempts and "
+        "their logs, losses and the budget each was charged to, its report",
+    )
+    story.add_argument(
+        "job", help="a job id, an attempt key, or a rule with wildcards: 'score(shard=3)'"
+    )
+    story.add_argument("--run", default=None, help="the run's id (default: the latest run)")
+    catalog_option(story)
+    story.set_defaults(func=_story)
+
+    upgrade = commands.add_parser(
+        "upgrade", help="bring a catalog written by an older release to this one's schema"
+    )
+    catalog_option(upgrade)
+    upgrade.set_defaults(func=_upgrade)
+    from .report.command import add_parser as add_report
+
+    add_report(commands, catalog_option, _catalog_of)
     return parser
+
+
+def _catalog_of(args: argparse.Namespace) -> str:
+    """The catalog a command reads: --catalog, else the workflow's here, else the
+    scheduler file's."""
+    if args.catalog:
+        return str(args.catalog)
+    here = DEFAULT_CATALOG.absolute()
+    found = str(here) if here.exists() else _default_catalog(args.scheduler_file)
+    if found is None:
+        raise ContextExecutorError(
+            f"No catalog at {here} nor beside {args.scheduler_file}. Fix: run this in the "
+            "workflow's directory, or name one (--catalog PATH|URL)."
+        )
+    return found
+
+
+def _story(args: argparse.Namespace) -> int:
+    from .catalog.store import open_reader
+    from .catalog.story import find_job, job_story, story_text
+
+    reader = open_reader(_catalog_of(args))
+    try:
+        with reader.session() as session:
+            run, job = find_job(session, args.job, args.run)
+            print(story_text(run, job, job_story(session, job)))
+    finally:
+        reader.close()
+    return 0
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    from .catalog.writer import open_writer
+
+    catalog = _catalog_of(args)
+    writer = open_writer(
+        catalog, owner=f"upgrade-{os.getpid()}", warn=print, say=print, fallback=False
+    )
+    writer.close()
+    print(f"The catalog {catalog} is at this release's schema.")
+    return 0
 
 
 def _monitor(args: argparse.Namespace) -> int:
@@ -157,69 +215,10 @@ def _monitor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _up(args: argparse.Namespace) -> int:
-    from .cluster.pilot_args import pilot_command_args
-    from .cluster.plan import check_memory_budget, check_servers
-    from .cluster.process import LocalClusterProcess
-    from .cluster.triples import Shape
-
-    check_servers(args.servers, "--servers")
-    check_memory_budget(args.memory_budget, "--memory-budget")
-    shape = Shape.from_args(args).check("--")
-
-    running = LocalClusterProcess.find(args.scheduler_file)
-    if running is not None:
-        info = running.files.read_info() or {}
-        print(
-            f"A context cluster already runs at {info.get('address')} "
-            f"(scheduler file {running.files.scheduler_file})."
-        )
-        return 0
-    from .cluster.credentials import private_file
-    from .cluster.files import ClusterFiles
-
-    catalog = args.catalog or str(ClusterFiles(args.scheduler_file.resolve()).catalog_file)
-    if catalog_disabled(catalog):
-        catalog = None
-    else:
-        from .catalog.store import open_store
-
-        if "://" not in catalog:  # a path: the cluster's catalog is private (0600)
-            private_file(Path(catalog).expanduser().absolute())
-
-        open_store(catalog).close()  # a schema mismatch or unwritable path stops here
-    started = time.monotonic()
-    local = LocalClusterProcess.start(
-        args.scheduler_file,
-        servers=args.servers,
-        memory_budget=args.memory_budget,
-        timeout=args.timeout,
-        idle_timeout=args.idle_timeout,
-        catalog=catalog,
-        extra_args=[*shape.serve_args(), *pilot_command_args(args)],
-        own_directory=args.scheduler_file.resolve() == DEFAULT_SCHEDULER_FILE.resolve(),
-    )
-    info = local.files.read_info() or {}
-    servers = info.get("servers", [])
-    kinds = ", ".join(
-        (s["gpu"]["name"] if s.get("gpu") else "CPU") + f" ({s['name']})" for s in servers
-    )
-    print(
-        f"Context cluster up at {info.get('address')} with {len(servers)} server(s): {kinds} "
-        f"[{time.monotonic() - started:.1f} s]\n"
-        f"  scheduler file: {local.files.scheduler_file}\n"
-        f"  log:            {local.files.log_file}\n"
-        f"  catalog:        {catalog or 'none'}\n"
-        f"Attach with: snakemake --executor context --context-scheduler-file "
-        f"{local.files.scheduler_file}"
-    )
-    return 0
-
-
 def _down(args: argparse.Namespace) -> int:
     from .cluster.process import LocalClusterProcess
 
-    local = LocalClusterProcess.find(args.scheduler_file)
+    local = LocalClusterProcess.find_to_stop(args.scheduler_file)
     if local is None:
         stale = LocalClusterProcess.remove_stale(args.scheduler_file)
         note = " (removed the stale scheduler and pid files; signalled nothing)" if stale else ""

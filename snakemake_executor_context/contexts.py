@@ -38,20 +38,18 @@ import os
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from . import batching
+from . import jobhooks
 from .errors import ContextDeclarationError
-from .loaders import declaration_identity, import_loader
+from .loaders import declaration_identity
 
 __all__ = [
     "CONFIG_KEY",
     "ContextDeclaration",
-    "LoadRecord",
     "declare_context",
     "declare_job_memory",
     "declare_size",
@@ -83,6 +81,9 @@ class ContextDeclaration:
     loader_path: str | None = None
     #: False: its jobs get a whole server, never running beside another job.
     shareable: bool = True
+    #: Processes it spans, one per device (a gang: tensor parallelism); 1: the
+    #: loader's object lives in the server's own process.
+    ranks: int = 1
 
     def to_config(self) -> dict[str, Any]:
         """The plain-data form stored in the workflow's config."""
@@ -92,6 +93,7 @@ class ContextDeclaration:
             "identity": self.identity,
             "loader_path": self.loader_path,
             "shareable": self.shareable,
+            "ranks": self.ranks,
         }
 
     @classmethod
@@ -104,11 +106,19 @@ class ContextDeclaration:
             identity=data["identity"],
             loader_path=data.get("loader_path"),
             shareable=bool(data.get("shareable", True)),
+            ranks=int(data.get("ranks", 1)),
         )
 
 
 def declare_context(
-    config: dict[str, Any], name: str, loader: str, /, *, shareable: bool = True, **kwargs: Any
+    config: dict[str, Any],
+    name: str,
+    loader: str,
+    /,
+    *,
+    shareable: bool = True,
+    ranks: int = 1,
+    **kwargs: Any,
 ) -> ContextDeclaration:
     """Declare a context named ``name`` in the workflow's ``config``.
 
@@ -117,7 +127,10 @@ def declare_context(
     keyword arguments are passed to the loader; they must be JSON values (``Path``
     objects are turned into strings). ``shareable=False`` (not passed to the loader):
     the loaded object cannot serve two jobs at once, so each of its jobs gets a whole
-    server (see also :func:`loader`). Returns the declaration.
+    server (see also :func:`loader`). ``ranks=k`` (not passed to the loader either):
+    the context spans k processes, one per device of its server, in one
+    ``torch.distributed`` group (tensor parallelism); its loader names a shard loader
+    (``@loader(shard=...)``), and its rules ask for ``gpu=k``. Returns the declaration.
     """
     if not isinstance(config, dict):
         raise ContextDeclarationError(
@@ -129,8 +142,13 @@ def declare_context(
             f"Context name {name!r} is invalid: use a non-empty name without "
             "spaces, '/' or ':' (for example 'smollm2')."
         )
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= 1024:
+        raise ContextDeclarationError(
+            f"Context '{name}': ranks={ranks!r} is not a whole number of processes from 1 "
+            "to 1024. Fix: ranks=k for a context split over k devices (1: not split)."
+        )
     basedir = _caller_basedir()
-    decl = make_declaration(name, loader, kwargs, basedir)
+    decl = make_declaration(name, loader, kwargs, basedir, ranks=ranks)
     if not shareable:
         decl = dataclasses.replace(decl, shareable=False)
     existing = config.setdefault(CONFIG_KEY, {})
@@ -146,16 +164,24 @@ def declare_context(
 
 
 def make_declaration(
-    name: str, loader: str, kwargs: Mapping[str, Any], basedir: str | os.PathLike[str]
+    name: str,
+    loader: str,
+    kwargs: Mapping[str, Any],
+    basedir: str | os.PathLike[str],
+    *,
+    ranks: int = 1,
 ) -> ContextDeclaration:
     """Build a declaration without touching any config (see :func:`declare_context`)."""
-    identity, canonical, path = declaration_identity(name, loader, kwargs, Path(basedir))
+    identity, canonical, path = declaration_identity(
+        name, loader, kwargs, Path(basedir), ranks=ranks
+    )
     return ContextDeclaration(
         name=name,
         loader=loader,
         kwargs=json.loads(canonical),
         identity=identity,
         loader_path=str(path) if path else None,
+        ranks=ranks,
     )
 
 
@@ -169,52 +195,6 @@ def declarations_from_config(config: Mapping[str, Any]) -> dict[str, ContextDecl
 # Using a context from a script.
 
 
-class ContextProvider(Protocol):
-    """What a context server offers to the job running in the current thread."""
-
-    def acquire(self, declaration: ContextDeclaration) -> Any:
-        """Return the loaded object, loading it first if needed."""
-        ...
-
-
-@dataclass(eq=False)
-class JobHooks:
-    """Per-job state a running script reports into (see :func:`report_items`)."""
-
-    provider: ContextProvider | None = None
-    items: int = 0
-    #: Calls of batched functions (:mod:`.batching`) this job's thread led, by size.
-    batches: Counter[int] = field(default_factory=Counter)
-
-    def report_into(self, result: Any) -> None:
-        """Copy what the job reported into its result (a :class:`~.jobspec.JobResult`):
-        ``items``, and ``extra["batches"]`` (size -> calls) when it led any batch."""
-        result.items = self.items
-        if self.batches:
-            result.extra["batches"] = dict(sorted(self.batches.items()))
-
-
-@dataclass
-class LoadRecord:
-    """What a loader reported about one load (see :func:`declare_size`)."""
-
-    declared_bytes: int | None = None
-    #: Working memory one job of it needs beside the loaded object (declared).
-    job_bytes: int | None = None
-    #: False when the loader says its object cannot serve two jobs at once.
-    shareable: bool = True
-    conversions: int = 0
-    started: float = field(default_factory=time.time)
-    #: ``time.perf_counter()`` when the loader last reported a conversion done: what
-    #: the load took after it is what a load from the converted cache takes.
-    converted_at: float | None = None
-
-
-_state = threading.local()
-#: Fallback for threads a job starts itself: the single job running in this process.
-_process_job: JobHooks | None = None
-_running_jobs: list[JobHooks] = []
-_jobs_lock = threading.Lock()
 #: Contexts loaded in this process when no server runs the job (the baseline).
 _local_objects: dict[str, Any] = {}
 _local_lock = threading.Lock()
@@ -232,12 +212,13 @@ def load_context(snakemake: Any, name: str | None = None) -> Any:
         name if name is not None else _resource(snakemake, "context"),
         rule=str(getattr(snakemake, "rule", "?")),
     )
-    hooks = current_job()
+    hooks = jobhooks.current_job()
     if hooks is not None and hooks.provider is not None:
         return hooks.provider.acquire(declaration)
     with _local_lock:
         if declaration.identity not in _local_objects:
-            _local_objects[declaration.identity] = call_loader(declaration, LoadRecord())
+            record = jobhooks.LoadRecord()
+            _local_objects[declaration.identity] = jobhooks.call_loader(declaration, record)
         return _local_objects[declaration.identity]
 
 
@@ -270,19 +251,9 @@ def report_items(n: int) -> None:
 
     The count lands in the job's result; outside a context server it is ignored.
     """
-    hooks = current_job()
+    hooks = jobhooks.current_job()
     if hooks is not None:
         hooks.items += int(n)
-
-
-def _count_batch(size: int) -> None:
-    """Batching observer: a batched call of ``size`` items, in the job that led it."""
-    hooks = current_job()
-    if hooks is not None:
-        hooks.batches[size] += 1
-
-
-batching.observe(_count_batch, name=f"{__name__}.batches")
 
 
 def declare_size(nbytes: int) -> None:
@@ -291,7 +262,7 @@ def declare_size(nbytes: int) -> None:
     Without it, a server measures the growth of its RSS (CPU) or of allocated CUDA
     memory (GPU) during the load.
     """
-    record = getattr(_state, "load", None)
+    record = jobhooks.current_load()
     if record is not None:
         record.declared_bytes = int(nbytes)
 
@@ -300,7 +271,7 @@ def declare_job_memory(nbytes: int) -> None:
     """Called by a loader: each job needs ``nbytes`` of working memory beside the
     loaded object (a server with slots runs as many jobs at once as its memory holds;
     without this, it measures the first job's peak and runs one at a time until then)."""
-    record = getattr(_state, "load", None)
+    record = jobhooks.current_load()
     if record is not None:
         record.job_bytes = int(nbytes)
 
@@ -309,7 +280,7 @@ def note_conversion() -> None:
     """Called by a loader when it has converted weights (for example GGUF to
     safetensors), right after the conversion: the rest of the load then measures what
     a load from the converted cache costs, which placement uses for other servers."""
-    record = getattr(_state, "load", None)
+    record = jobhooks.current_load()
     if record is not None:
         record.conversions += 1
         record.converted_at = time.perf_counter()
@@ -320,8 +291,11 @@ def loader(
     cache_probe: Callable[..., bool] | None = None,
     shareable: bool = True,
     job_memory: int | None = None,
+    template: Callable[..., str | os.PathLike[str] | None] | None = None,
+    shard: Callable[..., Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorate a loader function: a cache probe, and how its object may be shared.
+    """Decorate a loader function: a cache probe, its template, how its object may be
+    shared, and its shard loader when the context spans several processes.
 
     ``cache_probe`` is called with the loader's keyword arguments and answers whether
     the weights are already on this machine's local disk (so a load would be cheap).
@@ -329,54 +303,36 @@ def loader(
     ``shareable=False``: the object cannot serve two jobs at once (not thread-safe),
     so a server runs its jobs alone. ``job_memory``: bytes of working memory one job
     needs beside the object (see :func:`declare_job_memory`).
+
+    ``template`` is called with the loader's keyword arguments and names the local
+    directory whose files recreate the context on another node, once copied into the
+    same place there (a converted-weights entry of :mod:`.modelcache`, a checkpoint
+    directory; None: nothing to copy for these arguments). A server that lacks it
+    fetches it from a peer that holds it (peer-to-peer transfer), checked against its
+    :class:`~.manifest.Manifest`, before calling the loader, which then finds it.
+    The directory must be one :func:`.modelcache.convert_once` could have made: a
+    cache entry (its files and their digests are the user's own).
+
+    ``shard`` makes it a gang's loader (``declare_context(..., ranks=k)``): ``shard`` is
+    called once in each of the k rank processes, as ``shard(**kwargs, rank=rank)``
+    with a :class:`~.gang.Rank` (rank, world size, device, backend) and the
+    ``torch.distributed`` group already joined, and returns that rank's part of the
+    model. The decorated function is then called once, in the server's process, as
+    ``function(**kwargs, gang=gang)``, and returns what the jobs' scripts see: it
+    reaches the shards only through ``gang.call("method", ...)``, which runs the
+    method on every rank at once and returns rank 0's value (one driver, so every
+    rank issues its collectives in the same order).
     """
 
     def wrap(function: Callable[..., Any]) -> Callable[..., Any]:
+        function.shard = shard  # type: ignore[attr-defined]
+        function.template = template  # type: ignore[attr-defined]
         function.cache_probe = cache_probe  # type: ignore[attr-defined]
         function.shareable = shareable  # type: ignore[attr-defined]
         function.job_memory = job_memory  # type: ignore[attr-defined]
         return function
 
     return wrap
-
-
-# --------------------------------------------------------------------------------------
-# Used by the context server.
-
-
-def current_job() -> JobHooks | None:
-    """The hooks of the job running in this thread, if a server runs one."""
-    hooks = getattr(_state, "job", None)
-    return hooks if hooks is not None else _process_job
-
-
-def set_current_job(hooks: JobHooks | None) -> None:
-    """Install (or clear) the hooks of the job running in this thread; threads the
-    job starts itself see them too while it is the only job running (slots: with
-    several, only the job's own thread reports)."""
-    global _process_job
-    previous = getattr(_state, "job", None)
-    _state.job = hooks
-    with _jobs_lock:
-        if hooks is not None:
-            _running_jobs.append(hooks)
-        elif previous is not None and previous in _running_jobs:
-            _running_jobs.remove(previous)
-        _process_job = _running_jobs[0] if len(_running_jobs) == 1 else None
-
-
-def call_loader(declaration: ContextDeclaration, record: LoadRecord) -> Any:
-    """Import the loader and call it with the declared arguments."""
-    function = import_loader(declaration)
-    record.shareable = bool(getattr(function, "shareable", True))
-    declared = getattr(function, "job_memory", None)
-    if declared is not None:
-        record.job_bytes = int(declared)
-    _state.load = record
-    try:
-        return function(**declaration.kwargs)
-    finally:
-        _state.load = None
 
 
 # --------------------------------------------------------------------------------------

@@ -10,11 +10,31 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "BATCH_STARTED_VARIABLE",
     "CATALOG_OFF",
     "CONTEXT_DIR",
     "DEFAULT_CATALOG",
     "DEFAULT_MEMORY_BUDGET",
     "DEFAULT_SCHEDULER_FILE",
+    "DEMAND_KEY",
+    "DEVICES_VARIABLE",
+    "DRAIN_GRACE_SECONDS",
+    "GANG_ROSTER_HANDLER",
+    "GANG_TIMEOUT_SECONDS",
+    "LEASE_GRACE_SECONDS",
+    "LOCAL_DIR_METADATA",
+    "LOCAL_DIR_VARIABLE",
+    "MEMORY_CAP_VARIABLE",
+    "MODEL_CACHE_SIZE_VARIABLE",
+    "MODEL_CACHE_VARIABLE",
+    "NODE_VARIABLE",
+    "NO_TLS_VARIABLE",
+    "PEER_RATES_HANDLER",
+    "PEER_WAIT_SECONDS",
+    "PILOT_VARIABLE",
+    "RECYCLE_VARIABLE",
+    "SERVER_LEASE_SECONDS",
+    "TIME_SCALE_VARIABLE",
     "catalog_disabled",
 ]
 
@@ -28,6 +48,66 @@ DEFAULT_MEMORY_BUDGET = "0.8"
 DEFAULT_SCHEDULER_FILE = Path(
     os.environ.get("SNAKEMAKE_CONTEXT_SCHEDULER_FILE", "~/.snakemake-context/scheduler.json")
 ).expanduser()
+#: Seconds a server may be without its scheduler before it stops its jobs (0: never).
+SERVER_LEASE_SECONDS = 30.0
+#: Seconds beyond a server's lease before the jobs lost with it run elsewhere.
+LEASE_GRACE_SECONDS = 5.0
+#: Seconds between a server's SIGTERM and its exit: SLURM's default KillWait.
+DRAIN_GRACE_SECONDS = 30.0
+#: Seconds a gang's collectives may take before they fail (a rank that died or hangs
+#: never leaves the others blocked longer than this): gloo's and NCCL's own timeout.
+GANG_TIMEOUT_SECONDS = 300.0
+#: The scheduler's handler at which pilots started as a gang of nodes wait for the
+#: rest of their gang (:mod:`.cluster.roster`).
+GANG_ROSTER_HANDLER = "snakemake_context_gang_join"
+#: The scheduler's handler that tells a server the measured rates of a context's loads
+#: and transfers (:mod:`.cluster.hub`), for its choice between a peer and the source.
+PEER_RATES_HANDLER = "snakemake_context_rates"
+#: Where a run publishes, in the scheduler's metadata, what it asks of a pool of pilots.
+DEMAND_KEY = ["snakemake-context", "demand"]
+
+# Environment variables: each name once, wherever it is set or read.
+#: The servers' memory cap ("8GB"; unset, "0" or "none": no cap); the executor's
+#: --context-memory-cap sets it for its embedded cluster; export it for `up`.
+MEMORY_CAP_VARIABLE = "SNAKEMAKE_CONTEXT_MEMORY_CAP"
+#: Restart a server after this many jobs left threads running (default 3; 0: never).
+RECYCLE_VARIABLE = "SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS"
+#: Test-only: a factor on every runtime limit (0.01 makes a minute 0.6 s).
+TIME_SCALE_VARIABLE = "SNAKEMAKE_CONTEXT_TIME_SCALE"
+#: A pilot's server settings (JSON), exported by its job script.
+PILOT_VARIABLE = "SNAKEMAKE_CONTEXT_PILOT"
+#: When a pilot's batch job started (Unix seconds), exported first by its job script.
+BATCH_STARTED_VARIABLE = "SNAKEMAKE_CONTEXT_BATCH_STARTED"
+#: Benchmarks and tests only: "1" starts the embedded cluster without TLS.
+NO_TLS_VARIABLE = "SNAKEMAKE_CONTEXT_BENCH_NO_TLS"
+#: Moves the private root, the directory in which the plugin keeps its node-local
+#: files (see :mod:`.paths`); the executor's --context-local-dir sets it.
+LOCAL_DIR_VARIABLE = "SNAKEMAKE_CONTEXT_LOCAL_DIR"
+#: The devices a server owns ("cuda:0,cuda:1", or "cpu,cpu" for CPU stand-ins), set
+#: in its process when it starts; a loader reads it with ``server_devices()``.
+DEVICES_VARIABLE = "SNAKEMAKE_CONTEXT_DEVICES"
+#: The node a server says it is on (default: its host name). Pilots of one machine
+#: that stand for different nodes (tests, benchmarks) set it in their prologue.
+NODE_VARIABLE = "SNAKEMAKE_CONTEXT_NODE"
+#: Where loaders keep converted weights (see :mod:`.modelcache`); a pilot's job
+#: script exports it (--pilot-model-cache).
+MODEL_CACHE_VARIABLE = "SNAKEMAKE_CONTEXT_MODEL_CACHE"
+#: Bytes this user's entries of that cache may take (unset: no limit); a server sets
+#: it from its --context-model-cache-size (see :func:`.modelcache.make_room`).
+MODEL_CACHE_SIZE_VARIABLE = "SNAKEMAKE_CONTEXT_MODEL_CACHE_SIZE"
+#: The help of the executor's ``--context-local-dir``, which sets LOCAL_DIR_VARIABLE.
+LOCAL_DIR_METADATA = {
+    "help": "Directory in which the plugin makes this user's private directory for its "
+    "node-local files (snakemake-context-<uid>, mode 0700: Dask's scratch space, the "
+    "servers' process-group records, live copies of network catalogs, the digests of "
+    f"model caches). Exported as {LOCAL_DIR_VARIABLE} (which `snakemake-context up` "
+    f"reads). Default: ${LOCAL_DIR_VARIABLE}, else $XDG_RUNTIME_DIR, else $TMPDIR. A run "
+    "refuses a private directory that is a symlink, another user's or open to others: "
+    "set this to move it.",
+    "env_var": False,
+    "required": False,
+}
+
 #: The words that turn the catalog off (``--context-catalog none``).
 CATALOG_OFF = ("none", "off", "no", "false")
 
@@ -35,3 +115,9 @@ CATALOG_OFF = ("none", "off", "no", "false")
 def catalog_disabled(spec: str | None) -> bool:
     """Whether a catalog setting turns recording off."""
     return spec is not None and spec.strip().lower() in CATALOG_OFF
+
+
+#: Seconds a server waits for a busy peer to send it a context's template before it
+#: reads the context's source instead (holders serve a few transfers at once; every
+#: receiver that finishes becomes a holder, so the wait is a few transfers long).
+PEER_WAIT_SECONDS = 120.0

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .contexts import ContextDeclaration
+from .fleet.outcome import Outcome
 
 __all__ = [
     "ContextJobSpec",
     "JobResult",
     "OutputSpec",
     "PlainJobSpec",
-    "ServerIdentity",
     "remove_outputs",
     "remove_path",
 ]
@@ -98,47 +98,36 @@ class PlainJobSpec:
     runtime_minutes: float | None = None
 
 
-@dataclass(frozen=True)
-class ServerIdentity:
-    """Which server ran a job."""
-
-    name: str
-    host: str
-    pid: int
-    address: str = ""
-
-    def describe(self) -> str:
-        """'server-0 on host (pid 123)'."""
-        return f"{self.name} on {self.host} (pid {self.pid})"
-
-
 @dataclass
 class JobResult:
-    """The outcome of a job, as a server reports it back to the executor."""
+    """A job's result, as a server reports it back to the executor: its
+    :class:`~.fleet.outcome.Outcome` (the one record of what it did there), and what
+    only its executor reads."""
 
-    key: str
-    ok: bool
-    server: ServerIdentity
-    started: float
-    finished: float
+    outcome: Outcome
     #: On failure: what went wrong, naming rule, context and fix.
     message: str | None = None
     #: The job's per-job log (absolute path), passed to Snakemake as an aux log.
     log_path: str | None = None
-    #: Seconds this job spent loading contexts (0.0 when every context was warm).
-    load_seconds: float = 0.0
-    #: Identities this job loaded (cold) and found loaded (warm).
-    loaded: list[str] = field(default_factory=list)
-    reused: list[str] = field(default_factory=list)
-    #: Identities the server evicted to make room during this job.
-    evicted: list[str] = field(default_factory=list)
-    #: Conversions its load did, and how long that load took after converting.
-    conversions: int = 0
-    reload_seconds: float | None = None
-    #: Work done, as the script reported through report_items().
-    items: int = 0
-    cancelled: bool = False
+    #: What the server says beside: "warnings" and "notes" for the run's log,
+    #: "leaks", "batches" (batched calls the job led, by size).
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The attempt's key."""
+        return self.outcome.key
+
+    @property
+    def ok(self) -> bool:
+        """Whether the job succeeded."""
+        return self.outcome.ok
+
+    def end(self, message: str | None = None, **changes: Any) -> None:
+        """Change how it ended (``ok``, ``cancelled``, times...), and its message."""
+        self.outcome = self.outcome.but(**changes)
+        if message is not None:
+            self.message = message
 
 
 def remove_path(path: str, *, is_directory: bool = False) -> None:

@@ -15,26 +15,47 @@ import json
 import os
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .errors import ContextDeclarationError, ContextLoadError
 
-if TYPE_CHECKING:
-    from .contexts import ContextDeclaration
+__all__ = [
+    "LoaderRef",
+    "cache_probe",
+    "declaration_identity",
+    "hold_template",
+    "import_loader",
+    "template_dir",
+]
 
-__all__ = ["cache_probe", "declaration_identity", "import_loader"]
+
+class LoaderRef(Protocol):
+    """What importing and calling a loader needs of a declaration
+    (:class:`~.contexts.ContextDeclaration` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def loader(self) -> str: ...
+    @property
+    def loader_path(self) -> str | None: ...
+    @property
+    def kwargs(self) -> Mapping[str, Any]: ...
 
 
 def declaration_identity(
-    name: str, loader: str, kwargs: Mapping[str, Any], basedir: Path
+    name: str, loader: str, kwargs: Mapping[str, Any], basedir: Path, *, ranks: int = 1
 ) -> tuple[str, str, Path | None]:
     """(identity, canonical JSON of the arguments, the loader file's absolute path).
 
     The identity is the sha256 of the loader spec, the canonical JSON of the keyword
     arguments and a fingerprint of the loader's code (the content hash of its file,
-    or its distribution's version when it is an installed package).
+    or its distribution's version when it is an installed package), and the number
+    of ranks when it spans more than one process (one-process identities are those
+    of releases before gangs).
     """
     module, function, path = _parse_loader_spec(name, loader, basedir)
     canonical = _canonical_kwargs(name, kwargs)
@@ -44,13 +65,14 @@ def declaration_identity(
         loader if path is None else f"{Path(loader).name}:{function}",
         canonical,
         fingerprint,
+        *([f"ranks={ranks}"] if ranks > 1 else []),
     ):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest(), canonical, path
 
 
-def import_loader(declaration: ContextDeclaration) -> Callable[..., Any]:
+def import_loader(declaration: LoaderRef) -> Callable[..., Any]:
     """Import a declaration's loader function; a clear error if that fails."""
     spec, _, function_name = declaration.loader.rpartition(":")
     where = f"on host {os.uname().nodename} (pid {os.getpid()})"
@@ -80,12 +102,37 @@ def import_loader(declaration: ContextDeclaration) -> Callable[..., Any]:
     return function
 
 
-def cache_probe(declaration: ContextDeclaration) -> bool | None:
+def cache_probe(declaration: LoaderRef) -> bool | None:
     """Ask the loader's cache probe whether the weights are on local disk (None: no probe)."""
     probe = getattr(import_loader(declaration), "cache_probe", None)
     if probe is None:
         return None
     return bool(probe(**declaration.kwargs))
+
+
+def template_dir(declaration: LoaderRef) -> Path | None:
+    """The local directory the loader names as its context's template for these
+    arguments (``@loader(template=...)``; None: it declares none)."""
+    template = getattr(import_loader(declaration), "template", None)
+    if template is None:
+        return None
+    where = template(**declaration.kwargs)
+    return None if where is None else Path(where).absolute()
+
+
+def hold_template(declaration: LoaderRef) -> Callable[[], None]:
+    """Hold the loader's template in its node's cache (no server of the node removes
+    it to make room, :func:`.modelcache.hold_entry`) until the function returned is
+    called; a loader that declares none, or fails to say, holds nothing."""
+    from .cacheroom import hold_entry
+
+    try:
+        entry = template_dir(declaration)
+        if entry is not None:
+            return hold_entry(entry)
+    except Exception:  # the load that follows reports the loader's error
+        pass
+    return lambda: None
 
 
 def _parse_loader_spec(name: str, spec: str, basedir: Path) -> tuple[str, str, Path | None]:
@@ -179,22 +226,29 @@ def _distribution_version(top_level: str) -> str | None:
     return None
 
 
+#: One file loader executes at a time: its module is in sys.modules from the start of
+#: its execution, and another thread (a server's cache probe beside a job's load) must
+#: not take it half made. Re-entrant: a loader file may import another.
+_importing = threading.RLock()
+
+
 def _import_file(path: str) -> Any:
     # Keyed by path and content: an edited loader file is imported anew, as its
     # changed identity asks for.
     digest = hashlib.sha256(path.encode() + b"\0" + Path(path).read_bytes()).hexdigest()
     module_name = "_snakemake_context_loader_" + digest[:16]
-    module = sys.modules.get(module_name)
-    if module is not None:
+    with _importing:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            return module
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
         return module
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    return module

@@ -4,7 +4,7 @@ Test support, not shipped (``from tests.catalog_builder import CatalogBuilder``)
 Every call makes the events servers, the scheduler plugin and executors send, and
 :meth:`CatalogBuilder.commit` records them with the writer's :class:`~.record.Recorder`
 (no SQL here); times come from a clock the builder advances, so catalogs are
-reproducible (an example: the README, "Building a catalog in tests"). For big catalogs,
+reproducible (an example: docs/catalog.md, "Building a catalog in tests"). For big catalogs,
 :meth:`CatalogBuilder.jobs` writes many finished jobs at once: the same rows, in bulk.
 """
 
@@ -102,12 +102,15 @@ class CatalogBuilder:
         host: str = "node1",
         memory_bytes: int = 64_000_000_000,
         memory_budget: int | None = None,
+        allocated_at: float | None = None,
+        gpus: int = 1,
     ) -> str:
         """A server joins (with a GPU named as NVML names it, or ``gpu=None`` for a
-        CPU server). Returns its address."""
+        CPU server; ``allocated_at``: a pilot's batch job started then). Returns its
+        address."""
         index = next(self._counter)
         address = f"tcp://10.0.0.{index}:{40000 + index}"
-        resources: dict[str, float] = {"gpu": 1, "mem_mb": memory_bytes // 1_000_000}
+        resources: dict[str, float] = {"gpu": gpus, "mem_mb": memory_bytes // 1_000_000}
         record = None
         if gpu is not None:
             model = normalize_gpu_model(gpu)
@@ -143,6 +146,7 @@ class CatalogBuilder:
                 memory_bytes=memory_bytes,
                 memory_budget=budget,
                 gpu=record,
+                allocated_at=allocated_at,
             )
         )
         self._servers[address] = {"name": name, "model": model if gpu else "cpu"}
@@ -151,6 +155,15 @@ class CatalogBuilder:
     def leave(self, server: str, *, reason: str = "closed") -> None:
         """A server leaves cleanly (nothing was running on it)."""
         self.emit(ev.ServerLeft(at=self.now, address=server, reason=reason, expected=True))
+
+    def drain(self, server: str, *, why: str = "SIGTERM", grace: float = 30.0) -> None:
+        """A server starts to drain (a preemption notice)."""
+        self.emit(ev.ServerDraining(at=self.now, address=server, why=why, grace=grace))
+
+    def pilot(self, name: str, **record: Any) -> None:
+        """A pool's record of a pilot (``submitted``, ``registered``, ``ended``,
+        ``released``...: :class:`~snakemake_executor_context.fleet.events.PilotBooked`)."""
+        self.emit(ev.PilotBooked(at=self.now, name=name, **record))
 
     def lose_server(self, server: str, *, reason: str = "lost (killed)") -> list[str]:
         """A server is lost; the jobs running on it (:meth:`start_job`) are lost with
@@ -197,8 +210,13 @@ class CatalogBuilder:
         seconds: float = 5.0,
         nbytes: int = 500_000_000,
         from_cache: bool | None = None,
+        conversions: int = 0,
+        reload_seconds: float | None = None,
+        peer_seconds: float | None = None,
     ) -> None:
-        """A server loads a context (the clock advances by the load time)."""
+        """A server loads a context (the clock advances by the load time; a load that
+        converted took ``reload_seconds`` after its last conversion; one that fetched
+        from peers spent ``peer_seconds`` doing so)."""
         loader, arguments = self._context_args[context]
         self.emit(
             ev.ContextLoading(
@@ -220,6 +238,34 @@ class CatalogBuilder:
                 load_seconds=seconds,
                 bytes=nbytes,
                 gpu_model=self._servers[server]["model"],
+                conversions=conversions,
+                reload_seconds=reload_seconds,
+                peer_seconds=peer_seconds,
+            )
+        )
+
+    def transfer(
+        self,
+        server: str,
+        context: str,
+        peer: str,
+        *,
+        seconds: float = 2.0,
+        nbytes: int = 500_000_000,
+        outcome: str = "ok",
+    ) -> None:
+        """A server fetched (or tried to) a context's template from the peer at address
+        ``peer`` ("": none could serve it); the clock advances by its seconds."""
+        self.tick(seconds)
+        self.emit(
+            ev.ContextTransferred(
+                at=self.now,
+                address=server,
+                identity=context,
+                peer=peer,
+                bytes=nbytes,
+                seconds=seconds,
+                outcome=outcome,
             )
         )
 
@@ -295,8 +341,10 @@ class CatalogBuilder:
         items: int = 0,
         ok: bool = True,
         load_seconds: float = 0.0,
+        batches: Mapping[int, int] | None = None,
     ) -> None:
-        """A started job finishes after ``seconds`` and is reported."""
+        """A started job finishes after ``seconds`` and is reported (``batches``: the
+        forward batches it led, size -> calls)."""
         run_id, server, context, started = self._running.pop(key)
         jobid, rule = self._jobids[key]
         self.tick(seconds)
@@ -314,6 +362,7 @@ class CatalogBuilder:
                 loaded=[context] if load_seconds and context else [],
                 context=context,
                 gpu_model=self._servers[server]["model"],
+                batches={str(size): calls for size, calls in (batches or {}).items()},
             )
         )
         self.emit(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -208,3 +209,28 @@ def plain_dask_cluster(directory: Path, *worker_args: str) -> Iterator[Path]:
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=30)
+
+
+ATTACKER = "ctxattacker"
+REQUIRE_SECOND_USER = "SNAKEMAKE_CONTEXT_REQUIRE_SECOND_USER"
+
+
+def need_second_user() -> int:
+    """The second user's uid (created when missing); skips, or fails where CI
+    requires it, without root."""
+    reason = None
+    if os.geteuid() != 0:
+        reason = "the second-user tests need root (to create a user and hand it files)"
+    elif shutil.which("useradd") is None:
+        reason = "useradd is missing"
+    if reason:
+        if os.environ.get(REQUIRE_SECOND_USER) == "1":
+            pytest.fail(f"{REQUIRE_SECOND_USER}=1 but {reason}")
+        pytest.skip(reason)
+    if subprocess.run(["id", ATTACKER], capture_output=True).returncode != 0:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER],
+            check=True,
+            capture_output=True,
+        )
+    return pwd.getpwnam(ATTACKER).pw_uid

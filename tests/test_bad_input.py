@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from snakemake_executor_context import __version__
+
 from .conftest import HEADER, TOY_LOADER, TOY_SCRIPT, context_run, plain_dask_cluster
 
 pytestmark = pytest.mark.slow
@@ -262,7 +264,7 @@ def test_version_skew_is_refused(make_workflow, tmp_path):
         )
     assert run.returncode != 0
     assert "The attached servers run other versions than this client" in run.output
-    assert "snakemake-executor-plugin-context 0.1.0" in run.output  # ours
+    assert f"snakemake-executor-plugin-context {__version__}" in run.output  # ours
     assert "snakemake-executor-plugin-context 0.0.0+skew" in run.output  # theirs
     _no_traceback(run.output)
 

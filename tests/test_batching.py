@@ -14,11 +14,15 @@ import pytest
 
 from snakemake_executor_context import batching
 from snakemake_executor_context.batching import batched
-from snakemake_executor_context.contexts import JobHooks, set_current_job
 from snakemake_executor_context.errors import JobCancelled
-from snakemake_executor_context.executor.results import summary_entry
-from snakemake_executor_context.executor.summary import batch_histogram, describe_batches
-from snakemake_executor_context.jobspec import JobResult, ServerIdentity
+from snakemake_executor_context.executor.summary import (
+    batch_histogram,
+    describe_batches,
+    summary_entry,
+)
+from snakemake_executor_context.fleet.outcome import Outcome, ServerIdentity
+from snakemake_executor_context.jobhooks import JobHooks, set_current_job
+from snakemake_executor_context.jobspec import JobResult
 from snakemake_executor_context.server.running import RunningJob
 
 
@@ -222,7 +226,8 @@ def test_observers_see_every_call_on_the_leading_thread() -> None:
 
 
 def _result(**fields: object) -> JobResult:
-    return JobResult("k", True, ServerIdentity("s", "h", 1), 0.0, 1.0, **fields)  # type: ignore[arg-type]
+    outcome = Outcome("k", ServerIdentity("s", "h", 1), ok=True, started=0.0, finished=1.0)
+    return JobResult(outcome, **fields)  # type: ignore[arg-type]
 
 
 def _jobs_concurrently(score, inputs: list[list[str]]) -> tuple[list[object], list[JobHooks]]:
@@ -261,7 +266,7 @@ def test_batched_results_equal_unbatched_calls_per_job_and_each_batch_counts_onc
     leader = next(job for job in hooks if job.batches)
     leader.items = 3
     leader.report_into(result)
-    assert result.items == 3 and result.extra["batches"] == dict(leader.batches)
+    assert result.outcome.items == 3 and result.extra["batches"] == dict(leader.batches)
     idle = _result()
     JobHooks().report_into(idle)
     assert "batches" not in idle.extra
@@ -384,7 +389,8 @@ def test_the_run_summary_shows_the_batch_size_histogram() -> None:
     assert describe_batches(histogram["all"]) == (
         "forward batches: 1 x 12, 4 x 30 (mean 3.1 items per call)"
     )
-    entry = summary_entry(_result(extra={"batches": {2: 3}}), placed_by="p", submitted=0.0)
+    result = _result(extra={"batches": {2: 3}})
+    entry = summary_entry(result.outcome, result.extra, placed_by="p", submitted=0.0, reported=1.0)
     assert entry["batches"] == {2: 3}
 
 

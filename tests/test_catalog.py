@@ -472,3 +472,34 @@ def test_a_late_end_of_a_lost_attempt_is_fenced_off(tmp_path):
         (run,) = session.query(Run).all()
         assert attempt.outcome == "lost"
         assert run.loads == 0 and run.jobs_ok == 0
+
+
+def test_story_finds_a_job_by_its_rule_and_wildcards_in_the_run_named(tmp_path):
+    """`snakemake-context story` with a rule and its wildcards, in both spellings, in
+    the latest run or the one --run names; a rule that matches several jobs, or none,
+    is one line that says how to name one."""
+    path = tmp_path / "catalog.db"
+    with CatalogBuilder(path) as b:
+        toy = b.context("toy", loader="pkg:load")
+        server = b.server("gpu0")
+        first = b.run("run-first")
+        for shard in ("1", "2"):
+            b.job(first, "score", server=server, context=toy, wildcards={"shard": shard})
+        b.finish_run(first)
+        b.tick(60)
+        latest = b.run("run-latest")
+        b.job(latest, "score", server=server, context=toy, wildcards={"shard": "1"})
+        b.finish_run(latest)
+    named = _cli("story", "score(shard=2)", "--run", first, "--catalog", str(path))
+    assert named.returncode == 0, named.stderr
+    assert named.stdout.splitlines()[0].startswith("score(shard=2)"), named.stdout
+    assert f"run {first}" in named.stdout.splitlines()[0], named.stdout
+    spaced = _cli("story", "score shard=1", "--catalog", str(path))
+    assert spaced.returncode == 0, spaced.stderr
+    assert f"run {latest}" in spaced.stdout.splitlines()[0], spaced.stdout
+    missing = _cli("story", "score(shard=2)", "--catalog", str(path))  # not in the latest
+    assert missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1
+    assert f"No job 'score(shard=2)' in run {latest}" in missing.stderr, missing.stderr
+    several = _cli("story", "score", "--run", first, "--catalog", str(path))
+    assert several.returncode != 0 and len(several.stderr.strip().splitlines()) == 1
+    assert "2 jobs of run run-first match 'score'" in several.stderr, several.stderr

@@ -34,14 +34,19 @@ def postgres():
         if REQUIRED:
             pytest.fail(message + ", and SNAKEMAKE_CONTEXT_REQUIRE_POSTGRES=1")
         pytest.skip(message)
-    from sqlalchemy import create_engine
-
-    engine = create_engine(URL)
-    Base.metadata.drop_all(engine)
-    engine.dispose()
+    empty_database(URL)
     yield URL
-    engine = create_engine(URL)
+    empty_database(URL)
+
+
+def empty_database(url: str) -> None:
+    """Drop the catalog's tables and Alembic's version table."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
     Base.metadata.drop_all(engine)
+    with engine.begin() as connection:
+        connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
     engine.dispose()
 
 

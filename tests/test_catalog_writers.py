@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from snakemake_executor_context.catalog import lease, queries, store, writer
-from snakemake_executor_context.catalog.lease import WriterLease, open_writer, sibling_path
-from snakemake_executor_context.catalog.store import CatalogError, open_reader
+from snakemake_executor_context.catalog.lease import WriterLease, sibling_path
+from snakemake_executor_context.catalog.store import open_reader
+from snakemake_executor_context.catalog.writer import open_writer
+from snakemake_executor_context.errors import UnsafePathError
 from snakemake_executor_context.fleet import events as ev
 from tests.test_catalog import MOUNTS, _job_events
 
@@ -44,6 +46,7 @@ RUN = textwrap.dedent("""
     class Connection:
         client = Client()
         description = "stub"
+        embedded = True
 
     said = []
     class Log:
@@ -170,7 +173,7 @@ def test_a_stale_lease_is_taken_over_and_its_run_marked_abandoned(tmp_path):
             "-c",
             textwrap.dedent(f"""
                 import os, signal
-                from snakemake_executor_context.catalog.lease import open_writer
+                from snakemake_executor_context.catalog.writer import open_writer
                 from snakemake_executor_context.fleet import events as ev
                 w = open_writer({str(path)!r}, owner="run dead", warn=print, say=print,
                                 heartbeat_run="dead")
@@ -224,13 +227,13 @@ def test_a_planted_local_directory_is_refused(tmp_path, nfs, monkeypatch):
     target.mkdir()
     planted.symlink_to(target)
     requested = nfs / "catalog.db"
-    with pytest.raises(CatalogError, match=r"Refusing .* is a symlink .* Fix: remove it"):
+    with pytest.raises(UnsafePathError, match=r"Refusing .* is a symlink .* Fix: set SNAKE"):
         store.open_store(requested)
     assert not list(target.iterdir())  # nothing was created through the link
     planted.unlink()
     planted.mkdir(mode=0o755)
     planted.chmod(0o755)
-    with pytest.raises(CatalogError, match=r"has mode 0755, open to other users"):
+    with pytest.raises(UnsafePathError, match=r"has mode 0755, open to other users"):
         store.open_store(requested)
     planted.chmod(0o700)
     # Another user's directory (simulated: this test runs as one user; the second-user
@@ -239,7 +242,7 @@ def test_a_planted_local_directory_is_refused(tmp_path, nfs, monkeypatch):
     monkeypatch.setattr(store.os, "getuid", lambda: real_uid + 1)
     monkeypatch.setenv("SNAKEMAKE_CONTEXT_LOCAL_DIR", str(base))
     (base / f"snakemake-context-{real_uid + 1}").mkdir(mode=0o700)
-    with pytest.raises(CatalogError, match=rf"belongs to uid {real_uid}, not to this user"):
+    with pytest.raises(UnsafePathError, match=rf"belongs to uid {real_uid}, not to this user"):
         store.open_store(requested)
     monkeypatch.setattr(store.os, "getuid", lambda: real_uid)
     store.open_store(requested).close()
@@ -267,6 +270,7 @@ class _StubClient:
 class _StubConnection:
     client = _StubClient()
     description = "stub"
+    embedded = True
 
 
 class _Log:
@@ -290,8 +294,10 @@ def test_events_a_run_could_not_record_are_counted_and_reported(tmp_path, monkey
     log = _Log()
     recording = Recording(_StubConnection(), "r", str(tmp_path), str(path), log)
     recording.begin(FleetState(), lambda e: None, jobs_total=3, declarations=[])
-    blocker = sqlite3.connect(path, timeout=0)
-    blocker.execute("BEGIN EXCLUSIVE")  # the catalog stays locked to the run's end
+    # Waits for the writer's own first transaction (the run's start), then keeps the
+    # catalog locked to the run's end.
+    blocker = sqlite3.connect(path, timeout=30)
+    blocker.execute("BEGIN EXCLUSIVE")
     try:
         for i in range(3):
             for event in _job_events("r", i):
@@ -304,3 +310,40 @@ def test_events_a_run_could_not_record_are_counted_and_reported(tmp_path, monkey
     dropped = int(report.split("did not record ")[1].split()[0])
     assert dropped >= 3 * 4, report  # every job event at least, and said so
     assert any("cannot be written" in line for line in log.lines), log.lines
+
+
+FULL_DISK = textwrap.dedent("""
+    import resource, sys
+    from snakemake_executor_context.catalog.writer import open_writer
+    from snakemake_executor_context.catalog.store import CatalogError
+
+    # A disk that takes only this many bytes per file (writes beyond fail with EFBIG,
+    # as a full disk fails them with ENOSPC).
+    limit = int(sys.argv[2])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    try:
+        open_writer(sys.argv[1], owner="run full", warn=print, say=print).close()
+    except CatalogError as error:
+        print("refused:", error)
+        sys.exit(3)
+""")
+
+
+@pytest.mark.parametrize("limit", [64, 2048])
+def test_a_catalog_that_fails_to_open_leaves_no_token_and_nothing_readable(tmp_path, limit):
+    """A full disk: with 64 bytes the writer's token cannot be written, with 2 KB SQLite's
+    first page cannot. Nothing is left that others could read (the catalog, if any,
+    0600), and no empty token that would pass for a live writer's."""
+    catalog = tmp_path / "catalog.db"
+    os.umask(0o022)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(catalog), str(limit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert not catalog.with_name("catalog.db.writer").exists(), sorted(os.listdir(tmp_path))
+    for path in tmp_path.iterdir():
+        assert path.stat().st_mode & 0o077 == 0, (path, oct(path.stat().st_mode))

@@ -158,3 +158,29 @@ def test_cache_probe(tmp_path):
     assert cache_probe(make_declaration("m", f"{path}:load", {"size": 2}, ".")) is True
     assert cache_probe(make_declaration("m", f"{path}:load", {"size": 1}, ".")) is False
     assert cache_probe(make_declaration("m", f"{path}:plain", {"size": 1}, ".")) is None
+
+
+def test_a_loader_file_imported_from_two_threads_at_once_is_whole_in_both(tmp_path):
+    """A server's cache probe and a job's load may import one loader file at once: the
+    second must not take the first's half-executed module (a slow import, torch's,
+    made it say "does not define load as a function" once)."""
+    import threading
+
+    from snakemake_executor_context.loaders import import_loader
+
+    (tmp_path / "slow.py").write_text("import time\ntime.sleep(0.5)\n\ndef load():\n    return 1\n")
+    declaration = make_declaration("slow", "slow.py:load", {}, tmp_path)
+    found: list[object] = []
+
+    def imported() -> None:
+        try:
+            found.append(import_loader(declaration))
+        except Exception as error:
+            found.append(error)
+
+    threads = [threading.Thread(target=imported) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(callable(f) for f in found) and len(found) == 2, found

@@ -3,10 +3,13 @@ Snakemake, no clock), in the spirit of distributed's ``WorkerState`` tests."""
 
 from __future__ import annotations
 
+import pytest
+
 from snakemake_executor_context import ContextDeclarationError, NoServerError
 from snakemake_executor_context.executor import vocabulary as v
 from snakemake_executor_context.executor.dispatch import FLEET_CHECK_SECONDS, Dispatch
 from snakemake_executor_context.fleet import events as ev
+from snakemake_executor_context.fleet.outcome import Outcome, ServerIdentity
 from snakemake_executor_context.fleet.resources import Requirements, job_resources
 
 RUN = "run-1"
@@ -62,8 +65,20 @@ def recorded(commands, kind):
 
 
 def ended(key, *, ok=True, address="tcp://s0", now=5.0, cancelled=False, message=None):
-    learned = v.Learned(address=address, started=1.0, finished=3.0, items=4, reused=(A,))
-    return v.AttemptEnded(key, now, ok=ok, cancelled=cancelled, message=message, learned=learned)
+    server = ServerIdentity("s", "host", 1, address)
+    outcome = Outcome(
+        key,
+        server,
+        ok=ok,
+        cancelled=cancelled,
+        started=1.0,
+        finished=3.0,
+        items=4,
+        reused=(A,),
+        context=A,
+        gpu_model="h200",
+    )
+    return v.AttemptEnded(key, now, outcome=outcome, message=message)
 
 
 def started(key, address, at=1.0):
@@ -221,7 +236,7 @@ def test_cancel_drops_queued_jobs_and_stops_running_ones():
 def test_a_task_cancelled_in_dask_unasked_is_an_error():
     dispatch = machine()
     (first,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
-    out = dispatch.handle(v.AttemptEnded(first.key, 2.0, ok=False, cancelled=True, message="x"))
+    out = dispatch.handle(v.AttemptEnded(first.key, 2.0, message="x", dask_cancelled=True))
     assert of(out, v.ReportError)[0].message == "x"
 
 
@@ -339,3 +354,151 @@ def test_a_server_that_joins_is_asked_what_its_disk_caches():
     assert of(join(dispatch, "tcp://s9", at=4.0), v.ProbeCaches)
     dispatch.handle(v.CachesProbed({"tcp://s9": (A,)}, 5.0))
     assert A in dispatch.fleet.servers["tcp://s9"].cached
+
+
+def test_a_job_no_registered_pilot_can_run_fails_at_the_next_fleet_check():
+    """A pool of one untyped kind asked for 1 GPU a pilot; the pilot that registers
+    advertises none (no GPU seen on its node): the gpu=1 job fails at the next check
+    instead of waiting for the batch queue forever."""
+    from snakemake_executor_context.fleet.pilotkinds import PilotKinds
+
+    pool = PilotKinds.from_summaries([{"gpu_type": None, "gpus": 1, "memory_bytes": 2**30}])
+    dispatch = Dispatch(RUN, embedded=False, wait_for_server=float("inf"), pool=pool)
+    out = dispatch.handle(v.JobReady(ticket(1), 0.0))
+    out += dispatch.handle(v.Tick(FLEET_CHECK_SECONDS))
+    assert not of(out, v.ReportError), "nothing registered yet: it waits"
+    pilot = ev.ServerJoined(at=3.0, address="tcp://p0", name="pilot-slurm-0", resources={})
+    out = dispatch.handle(v.FleetEvent(pilot, 3.0))
+    out += dispatch.handle(v.Tick(2 * FLEET_CHECK_SECONDS))
+    (error,) = of(out, v.ReportError)
+    assert error.message.startswith("Rule 'score' asks for gpu=1, which no pilot of the pool")
+    assert "pilot-slurm-0 registered offering gpu=0" in error.message
+
+
+def test_a_job_that_fits_a_kind_not_registered_yet_waits():
+    from snakemake_executor_context.fleet.pilotkinds import PilotKinds
+
+    kinds = [{"gpu_type": t, "gpus": 1, "memory_bytes": 2**30} for t in ("fakea", "fakeb")]
+    dispatch = Dispatch(
+        RUN, embedded=False, wait_for_server=float("inf"), pool=PilotKinds.from_summaries(kinds)
+    )
+    dispatch.handle(v.JobReady(ticket(1), 0.0))
+    pilot = ev.ServerJoined(at=1.0, address="tcp://p0", name="pilot-fakea-0", resources={})
+    out = dispatch.handle(v.FleetEvent(pilot, 1.0))
+    out += dispatch.handle(v.Tick(10.0))
+    assert not of(out, v.ReportError), "fakeb's pilots may still offer a GPU"
+
+
+def test_a_lost_scheduler_fails_every_job_once_and_records_the_servers():
+    dispatch = machine(2)
+    out = dispatch.handle(v.JobReady(ticket(1), 0.0))
+    out += dispatch.handle(v.JobReady(ticket(2), 0.0))
+    out += dispatch.handle(v.JobReady(ticket(3), 0.0))
+    submitted = {s.key: s.address for s in of(out, v.Submit)}
+    assert 1 <= len(submitted) < 3, "some are in flight, some queued"
+    first = next(iter(submitted))
+    dispatch.handle(started(first, submitted[first]))
+    out = dispatch.handle(v.SchedulerLost("its process was killed by SIGKILL", 5.0))
+    (line,) = [c.message for c in of(out, v.Log)]
+    assert line == (
+        "Context executor: the cluster's scheduler died: its process was killed by SIGKILL."
+    )
+    assert {c.key for c in of(out, v.Cancel)} == set(submitted)
+    assert len(of(out, v.ReportError)) == 3
+    left = recorded(out, ev.ServerLeft)
+    assert sorted(e.address for e in left) == ["tcp://s0", "tcp://s1"]
+    assert sorted(job["key"] for e in left for job in e.lost) == sorted(submitted)
+    # A job ready afterwards fails at once; results that come late are fenced off.
+    out = dispatch.handle(v.JobReady(ticket(4), 6.0))
+    (error,) = of(out, v.ReportError)
+    assert "the cluster's scheduler died" in error.message
+    assert not of(dispatch.handle(ended(first, now=7.0)), v.ReportSuccess)
+
+
+def test_sigterm_ends_the_queued_jobs_and_lets_the_running_ones_finish():
+    dispatch = machine(1)
+    out = dispatch.handle(v.JobReady(ticket(1), 0.0))
+    out += dispatch.handle(v.JobReady(ticket(2), 0.0))
+    (running,) = [s.key for s in of(out, v.Submit)]
+    out = dispatch.handle(v.StopQueued("Snakemake was asked to stop (SIGTERM)", 1.0))
+    (error,) = of(out, v.ReportError)
+    assert error.ticket.key == ticket(2).key and "not started" in error.message
+    assert not of(out, v.Cancel) and dispatch.queued == 0
+    assert of(dispatch.handle(ended(running, now=2.0)), v.ReportSuccess)
+
+
+def test_every_command_carries_its_stimulus_and_the_story_tells_a_loss():
+    """distributed's worker state machine keeps a stimulus_id on every instruction and
+    answers story(key): so does dispatch, and the loss's budget is in the story."""
+    dispatch = machine(budgets=None)
+    (first,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
+    assert first.stimulus.startswith("job-ready-")
+    dispatch.handle(started(first.key, first.address))
+    out = leave(dispatch, first.address, exit_code=-9, injected=9)
+    assert {c.stimulus for c in out} == {out[0].stimulus}
+    assert out[0].stimulus.startswith("fleet-server-left-")
+    lost, requeued = recorded(out, ev.JobStory)
+    assert (lost.what, lost.key, lost.stimulus) == ("lost", first.key, out[0].stimulus)
+    assert "charged to the preemption budget (1 of 10)" in lost.detail
+    assert requeued.what == "requeued" and requeued.key == ticket(1).key
+    (again,) = of(out, v.Submit)
+    (redispatched,) = recorded(out, ev.JobDispatched)
+    assert redispatched.stimulus == out[0].stimulus and redispatched.log == ""
+    dispatch.handle(ended(again.key, address=again.address, now=12.0))
+    story = dispatch.story(again.key)
+    assert [e.what for e in story] == [
+        "ready",
+        "placed",
+        "lost",
+        "requeued",
+        "placed",
+        "ended",
+        "reported",
+    ]
+    assert story == dispatch.story(ticket(1).key) == dispatch.story(first.key)
+    assert story[2].attempt == first.key and story[4].attempt == again.key
+    assert "preemption" in story[2].line() and "stimulus fleet-server-left" in story[2].line()
+
+
+def test_the_adapter_refuses_a_command_nothing_carries_out():
+    """A command dispatch emits that the adapter does not know fails loudly, never
+    passes for a report to Snakemake (the adapter's state is not needed to refuse)."""
+    from dataclasses import dataclass
+
+    from snakemake_executor_context.executor.adapter import Executor
+
+    @dataclass(frozen=True)
+    class MadeUp:
+        key: str
+
+    adapter = Executor.__new__(Executor)  # no run: _execute reads nothing before refusing
+    with pytest.raises(TypeError, match="a command of dispatch that nothing carries out"):
+        adapter._execute([MadeUp("use-1-a1")])
+
+
+def test_cache_probes_run_in_the_background_one_at_a_time_and_coalesce():
+    """Asked while a probe runs (a server joined, a conversion filled a cache), the
+    probes run once more after it, not once per ask; the asker never waits."""
+    import threading
+    import time
+
+    from snakemake_executor_context.executor.probes import CacheProbes
+
+    release, calls, answers = threading.Event(), [], []
+
+    def probe():
+        calls.append(time.monotonic())
+        release.wait(10)
+        return {"tcp://s0": ("a" * 64,)}
+
+    probes = CacheProbes(probe, answers.append)
+    started = time.monotonic()
+    for _ in range(3):
+        probes.ask()
+    assert time.monotonic() - started < 1.0  # nothing waited for the probe
+    release.set()
+    deadline = time.monotonic() + 10
+    while len(answers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert len(calls) == 2 and [a.found for a in answers] == [{"tcp://s0": ("a" * 64,)}] * 2

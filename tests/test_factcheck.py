@@ -6,6 +6,7 @@ import itertools
 import json
 import random
 import shutil
+import sqlite3
 import sys
 
 import pytest
@@ -417,3 +418,39 @@ def test_scores_with_slots_and_batching_equal_scores_without(tmp_path):
     assert max(sizes) >= 2, sizes
     (unbatched,) = runs["plain"].summaries()
     assert not unbatched.get("forward_batches", {}).get("all")
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_verify_jobs_at_tensor_parallel_3_score_as_tensor_parallel_1(tmp_path):
+    """The factcheck workflow with its model split over 3 processes (a gang on one
+    server of 3 stand-in devices) gives the scores of the model loaded whole, within
+    1e-4 (fp32, CPU), on 32 claims; one gang of 3 ranks served every job."""
+    config = ["n_claims=32", "claims_per_job=8", "templates=[qa_yes_no]"]
+    scores = {}
+    for tp, extra in (
+        (1, ["--context-servers", "1"]),
+        (3, ["--context-servers", "1", "--context-gpus-per-server", "3", "--context-slots", "2"]),
+    ):
+        (tmp_path / f"tp{tp}").mkdir()
+        workdir = _workflow_copy(tmp_path / f"tp{tp}")
+        run = snakemake(
+            workdir,
+            "-s",
+            "Snakefile",
+            "-d",
+            ".",
+            *extra,
+            "--config",
+            *config,
+            f"tensor_parallel={tp}",
+            timeout=600,
+        ).check()
+        scores[tp] = _scores(workdir)
+        (summary,) = run.summaries()
+        assert sum(s["loads"] for s in summary["servers"].values()) == 1
+    assert len(scores[1]) == 32 and scores[1].keys() == scores[3].keys()
+    worst = max(abs(scores[3][k] - scores[1][k]) for k in scores[1])
+    assert worst <= 1e-4, worst
+    with sqlite3.connect(tmp_path / "tp3/factcheck/.snakemake/context/catalog.db") as db:
+        assert db.execute("select ranks from placements").fetchall() == [(3,)]

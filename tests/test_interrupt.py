@@ -185,6 +185,62 @@ def test_sigint_with_an_attached_cluster_stops_jobs_and_keeps_servers(
     assert len(logs) == 2 and all("cancelled on" in p.read_text() for p in logs)
 
 
+HUNG_LOADER = """
+import time
+from pathlib import Path
+
+def load():
+    Path("loading").write_text("now")
+    time.sleep(600)  # in C: a cancellation cannot reach it
+    return {}
+"""
+
+
+def test_ctrl_c_meeting_a_hung_load_restarts_the_server_as_a_restart(make_workflow, scheduler_file):
+    """The plugin restarts a server whose job does not stop when cancelled; the
+    cluster's catalog records that restart, not a crash ('SIGKILL of unknown origin')
+    and no loss."""
+    import sqlite3
+
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER.replace("value=5", "")
+            + textwrap.dedent("""
+            rule all:
+                input: "ctx/0.txt"
+
+            rule hung:
+                output: "ctx/{i}.txt"
+                resources: context="toy"
+                script: "scripts/slow.py"
+        """),
+            "loader.py": HUNG_LOADER,
+            "scripts/slow.py": LOOPING_SCRIPT,
+        }
+    )
+    args = ["--executor", "context", "--jobs", "1", "--context-scheduler-file", str(scheduler_file)]
+    with _snakemake(args, workdir) as process:
+        deadline = time.monotonic() + 120
+        while not (workdir / "loading").exists():
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the load did not start"
+            time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=120)
+    assert "Traceback" not in output, output
+    catalog = scheduler_file.with_suffix(".db")
+    deadline = time.monotonic() + 60
+    while True:  # the cluster's writer records the restart a moment later
+        with sqlite3.connect(catalog) as db:
+            notes = db.execute("select text from events where kind = 'server-restarted'").fetchall()
+            losses = db.execute("select reason from server_losses").fetchall()
+        if notes or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert notes and "restarted by the plugin" in notes[0][0], notes
+    assert not losses, losses
+
+
 def _servers(scheduler_file) -> list[psutil.Process]:
     import json
 

@@ -198,9 +198,10 @@ def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
 
 @pytest.mark.long
 def test_a_one_minute_runtime_stops_a_300_s_sleep_within_75_s(make_workflow):
-    """The real clock (about 70-80 s): `runtime: 1` on a job that sleeps 300 s fails
-    60-75 s after it started (measured here: 65 s), and the server then runs the next
-    job."""
+    """The real clock: `runtime: 1` on a job that sleeps 300 s fails 60-75 s after it
+    started (measured here: 65 s), and the server then runs the next job. Long (163 s
+    in CI on 2026-12-02): CI runs the same limit on the test-only scale
+    (`test_runtime_stops_a_busy_loop_a_sleep_and_a_shell_job`)."""
     workdir = make_workflow(
         {
             "Snakefile": HEADER
@@ -247,7 +248,5 @@ def test_a_bad_memory_cap_is_one_line(make_workflow):
     workdir = make_workflow({"Snakefile": snakefile})
     run = context_run(workdir, "--context-memory-cap", "lots")
     assert run.returncode != 0
-    assert "--context-memory-cap 'lots': memory cap 'lots' is not a size; give one like" in (
-        run.output
-    )
+    assert "--context-memory-cap 'lots' is not allowed: a size such as 16GB" in run.output
     assert "Traceback (most recent call last)" not in run.output

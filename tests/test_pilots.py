@@ -13,8 +13,8 @@ from snakemake_executor_context.cluster.pilots import (
     BACKENDS,
     PilotOptions,
     jobqueue_arguments,
-    parse_walltime,
 )
+from snakemake_executor_context.defaults import PILOT_VARIABLE
 from snakemake_executor_context.errors import ClusterError
 from snakemake_executor_context.fleet.pool import (
     PoolDemand,
@@ -22,7 +22,7 @@ from snakemake_executor_context.fleet.pool import (
     pilots_to_release,
     pilots_wanted,
 )
-from snakemake_executor_context.server.pilot import PILOT_ENV, pilot_gpus, pilot_settings
+from snakemake_executor_context.server.pilot import pilot_gpus, pilot_settings
 
 OPTIONS = dict(
     queue="gpuq",
@@ -62,6 +62,8 @@ SUBMIT = {
 def _job_script(backend: str, security=None, **changes) -> tuple[str, str]:
     import dask_jobqueue
 
+    if backend == "sge":  # more than one core on Grid Engine takes a parallel environment
+        changes.setdefault("extra_directives", ("-pe smp 4",))
     options = PilotOptions(backend=backend, **{**OPTIONS, **changes})
     name, kwargs = jobqueue_arguments(options, security, python="/shared/venv/bin/python")
     cluster = getattr(dask_jobqueue, name)(
@@ -84,10 +86,20 @@ def test_job_scripts_carry_gpus_walltime_lifetime_and_prologue(backend: str) -> 
     assert "--lifetime 6840s --lifetime-stagger 60s" in script
     assert "--preload snakemake_executor_context.server.pilot" in script
     assert "source /shared/venv/bin/activate" in script
-    assert "/shared/venv/bin/python -m distributed.cli.dask_worker" in script
+    # -P: the job's working directory is not on sys.path.
+    assert "/shared/venv/bin/python -P -m distributed.cli.dask_worker" in script
+    # Dask's local directory is the private root's scratch space on the node (made and
+    # checked there first, or the job ends), never $TMPDIR/dask-scratch-space.
+    made = script.index(
+        "snakemake_context_paths=`/shared/venv/bin/python -P -m "
+        "snakemake_executor_context.paths --shell` || exit 1"
+    )
+    evaluated = script.index("$snakemake_context_paths")
+    assert made < evaluated < script.index(PILOT_VARIABLE) < script.index("--local-directory")
+    assert "$DASK_TEMPORARY_DIRECTORY" in script.split("--local-directory", 1)[1].split()[0]
     # Dask's memory thresholds are off in the pilot as in local servers.
     assert "DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE=False" in script
-    assert PILOT_ENV in script
+    assert PILOT_VARIABLE in script
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -133,9 +145,11 @@ def test_slurm_qos_type_free_gpus_and_extra_directives() -> None:
 
 def test_pilot_settings_travel_in_the_job_script() -> None:
     script, _ = _job_script("slurm")
-    line = next(line for line in script.splitlines() if line.startswith(f"export {PILOT_ENV}="))
+    line = next(
+        line for line in script.splitlines() if line.startswith(f"export {PILOT_VARIABLE}=")
+    )
     value = shlex.split(line.split("=", 1)[1])[0]
-    settings = pilot_settings({PILOT_ENV: value})
+    settings = pilot_settings({PILOT_VARIABLE: value})
     assert settings["gpus"] == 2 and settings["gpu_type"] == "a100"
     assert settings["walltime_seconds"] == 7200
     assert json.loads(value) == settings
@@ -146,9 +160,8 @@ def test_bad_pilot_options_are_one_clear_error() -> None:
         ClusterError, match=r"--backend \(--context-backend\) 'torque'.*choose one of"
     ):
         jobqueue_arguments(PilotOptions(backend="torque"))
-    with pytest.raises(ClusterError, match=r"--walltime \(--context-pilot-walltime\) '2h'"):
+    with pytest.raises(ClusterError, match=r"walltime '2h': it is not a walltime SLURM reads"):
         jobqueue_arguments(PilotOptions(backend="slurm", walltime="2h"))
-    assert parse_walltime("1-00:30") == 86400 + 1800
 
 
 def test_a_pilot_without_nvml_advertises_its_gpu_type(monkeypatch) -> None:
@@ -223,6 +236,26 @@ def test_the_pool_grows_one_pilot_beyond_those_proving_useful() -> None:
     assert growth_limit(useful=0, pending=0, shape=PoolShape(minimum=2, maximum=6)) == 2
 
 
+def test_which_pilots_prove_useful_is_decided_at_the_time_given() -> None:
+    """The pool's usefulness check reads no clock: the time is an argument (a
+    simulation drives it)."""
+    from snakemake_executor_context.fleet.pilotbook import PilotRecord
+    from snakemake_executor_context.fleet.pool import useful_pilots
+
+    records = [
+        PilotRecord("busy", registered=0.0),
+        PilotRecord("idle", registered=0.0),
+        PilotRecord("new", registered=250.0),
+        PilotRecord("queued"),
+        PilotRecord("gone", registered=0.0, ended=50.0),
+    ]
+    idle = {"idle": 100.0, "new": 250.0}
+    assert useful_pilots(records, idle, now=200.0, idle_timeout=120.0) == 3
+    # At 300 s the idle one has idled out; the new one is recent still.
+    assert useful_pilots(records, idle, now=300.0, idle_timeout=120.0) == 2
+    assert useful_pilots(records, idle, now=400.0, idle_timeout=120.0) == 1
+
+
 def test_a_node_local_model_cache_is_exported_before_the_prologue() -> None:
     script, _ = _job_script(
         "slurm", model_cache="/local/$USER/models", prologue=("rsync -a /shared/m/ x/",)
@@ -230,7 +263,7 @@ def test_a_node_local_model_cache_is_exported_before_the_prologue() -> None:
     lines = script.splitlines()
     export = lines.index('export SNAKEMAKE_CONTEXT_MODEL_CACHE="/local/$USER/models"')
     assert lines.index("rsync -a /shared/m/ x/") > export
-    assert 'mkdir -p "/local/$USER/models"' in lines
+    assert 'mkdir -p -m 700 "/local/$USER/models"' in lines
 
 
 def _overlap(spans: list[tuple[float, float]]) -> int:
@@ -249,18 +282,18 @@ def test_pilots_take_turns_to_load_from_a_shared_source(limit, cached, most) -> 
 
     from distributed import Client, LocalCluster
 
-    from snakemake_executor_context.server.pilot import LoadSlot
+    from snakemake_executor_context.server.loadturns import LoadTurns
 
-    environ = {PILOT_ENV: json.dumps({"loads_per_source": limit})}
+    turns = LoadTurns(limit)
 
     def load(_: int) -> tuple[float, float]:
-        slot = LoadSlot("f" * 64, cached=cached, environ=environ)
+        turn = turns.take("f" * 64, cached=cached)
         try:
             began = time.time()
             time.sleep(0.4)  # reading the weights
             return began, time.time()
         finally:
-            slot.release()
+            turn.release()
 
     # A real scheduler and four workers (threads of this process): the semaphore
     # lives on the scheduler, as it does for pilots on different nodes.
@@ -288,3 +321,39 @@ def test_a_pilot_runs_its_slots_not_its_cores_as_dask_threads(backend: str) -> N
     # Dask's own command line keeps the last of two --nthreads.
     option = next(p for p in main.params if p.name == "nthreads")
     assert not option.multiple
+
+
+def test_every_executor_pilot_setting_reaches_the_pilots() -> None:
+    """The run's --context-pilot-* settings become the pilots' options, each one: a
+    setting that silently kept up's default (a GPU type, a directive) is a pool that
+    never serves a rule (found when --context-pilot-gpu-types was dropped)."""
+    from snakemake.cli import parse_args
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    from snakemake_executor_context.cluster.pilot_args import pilot_settings_args
+
+    _, args = parse_args(
+        [
+            "--executor", "context", "--jobs", "1",
+            "--context-backend", "slurm",
+            "--context-pilot-gpu-types", "a100", "h100",
+            "--context-pilot-directives=--constraint=ib",
+            "--context-pilot-prologue", "module load cuda",
+            "--context-pilot-queue", "gpuq",
+            "--context-pilot-account", "proj7",
+            "--context-pilot-gpus", "2",
+            "--context-pilot-cores", "3",
+            "--context-pilot-memory", "12GB",
+            "--context-pilot-walltime", "02:00:00",
+            "--context-max-pilots", "5",
+        ]
+    )  # fmt: skip
+    settings = ExecutorPluginRegistry().get_plugin("context").get_settings(args)
+    serve = pilot_settings_args(settings)
+    options = PilotOptions.from_json(serve[serve.index("--pilots") + 1])
+    assert options.gpu_types == ("a100", "h100")
+    assert options.extra_directives == ("--constraint=ib",)
+    assert options.prologue == ("module load cuda",)
+    assert (options.queue, options.account, options.gpus, options.cores) == ("gpuq", "proj7", 2, 3)
+    assert (options.memory, options.walltime) == ("12GB", "02:00:00")
+    assert serve[serve.index("--max-pilots") + 1] == "5"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from snakemake_executor_context.fleet import events as ev
+from snakemake_executor_context.fleet.outcome import Outcome, ServerIdentity
 from snakemake_executor_context.fleet.placement import (
     choose_server,
     expected_wait,
@@ -18,8 +19,14 @@ from snakemake_executor_context.fleet.state import FleetState
 GPU1 = job_resources(Requirements(gpu=1))
 
 
+#: The time of a decision where a test names none: after every event of these tests
+#: (placement reads no clock: it is told the time).
+NOW = 1000.0
+
+
 def choose(*args, **kwargs):
     """The policy without prefetching (tested on its own below)."""
+    kwargs.setdefault("now", NOW)
     return choose_server(*args, prefetch=kwargs.pop("prefetch", 0), **kwargs)
 
 
@@ -71,7 +78,7 @@ def test_a_freed_warm_slot_is_taken_again():
     view.dispatched(key, "tcp://s0", A, at=2.0)
     assert choose(view, GPU1, A).address == "tcp://s1"
     view.release(key)
-    view.learn("tcp://s0", identity=A, started=2.0, reused=[A])
+    view.learn(_outcome("tcp://s0", started=2.0, reused=(A,)))
     view.dispatched("job-y", "tcp://s1", A, at=3.0)
     assert choose(view, GPU1, A).address == "tcp://s0"
 
@@ -108,7 +115,7 @@ def test_wait_or_load_both_ways():
     view.dispatched("j1", "tcp://s1", A, at=2.0)
     warm = [view.servers["tcp://s0"], view.servers["tcp://s1"]]
     # Few jobs ahead: a warm slot comes sooner than a load ends.
-    assert expected_wait(view, A, warm, remaining=4) == 2.0
+    assert expected_wait(view, A, warm, remaining=4, now=NOW) == 2.0
     decision = choose(view, GPU1, A, remaining=4)
     assert (decision.address, decision.step) == (None, "wait")
     assert "warm slot in 2.0 s <= load 10.0 s" in decision.reason
@@ -131,10 +138,10 @@ def test_a_load_that_evicts_a_wanted_context_costs_its_reload_too():
     s1 = view.servers["tcp://s1"]
     assert victims(s1, A, 40) == [B]
     # s1 holds the last warm copy of B, which has work to come: never evicted.
-    assert load_cost(view, A, s1, {B: 2}) == math.inf
+    assert load_cost(view, A, s1, {B: 2}, now=NOW) == math.inf
     view.set_context("tcp://s2", B, "ready", at=1.0, nbytes=40)  # another copy
-    assert load_cost(view, A, s1, {B: 0}) == 3.0
-    assert load_cost(view, A, s1, {B: 2}) == 6.0
+    assert load_cost(view, A, s1, {B: 0}, now=NOW) == 3.0
+    assert load_cost(view, A, s1, {B: 2}, now=NOW) == 6.0
     # 4 jobs ahead: a wait of 5 s beats a 6 s load-and-reload, though not a 3 s load.
     assert choose(view, GPU1, A, remaining=5, demand={A: 5, B: 2}).step == "wait"
     assert choose(view, GPU1, A, remaining=5, demand={A: 5}).step == "load"
@@ -165,7 +172,7 @@ def test_cold_order_cache_then_fastest_then_any():
     # Nothing measured, nothing cached: any, the one holding the fewest contexts.
     plain = _fleet(warm=())
     plain.set_context("tcp://s0", B, "ready", at=1.0)
-    decision = choose_server(plain, GPU1, A)
+    decision = choose_server(plain, GPU1, A, now=NOW)
     assert decision.step == "any" and decision.address == "tcp://s1"
 
 
@@ -232,7 +239,7 @@ def test_own_results_measure_jobs_and_loads():
     view = _fleet(warm=())
     view.dispatched("mine", "tcp://s0", A, at=1.0)
     view.release("mine")
-    view.learn("tcp://s0", identity=A, started=1.0, loaded=[A], job_seconds=2.5, load_seconds=4)
+    view.learn(_outcome("tcp://s0", started=1.0, finished=7.5, loaded=(A,), load_seconds=4))
     assert view.measure.job_seconds(A, "h200") == 2.5
     assert view.measure.load_seconds(A, "h200", "tcp://s3") == 4.0
     assert view.servers["tcp://s0"].free
@@ -244,7 +251,7 @@ def test_a_failed_job_does_not_leave_a_phantom_load():
     view.dispatched("mine", "tcp://s0", A, at=1.0)
     assert view.warm[A] == {"tcp://s0"}  # expected to load it
     view.release("mine")
-    view.learn("tcp://s0", identity=A, started=1.5)  # failed before loading
+    view.learn(_outcome("tcp://s0", ok=False, started=1.5))  # failed before loading
     assert A not in view.warm
 
 
@@ -376,3 +383,109 @@ def test_a_pilot_that_retires_before_a_job_would_end_gets_none():
     # Early enough, s0 takes it; an unmeasured context is not held back.
     assert choose(view, GPU1, A, now=70.0).address == "tcp://s0"
     assert choose(view, GPU1, B, now=100.0).address != "tcp://s1"
+
+
+def _outcome(address: str, *, ok: bool = True, **fields) -> Outcome:
+    """A result of context A's job on ``address``, as its server seals it."""
+    return Outcome("job.1", ServerIdentity("s", "h", 1, address), ok=ok, context=A, **fields)
+
+
+def _cold_fleet(n: int) -> FleetState:
+    return _fleet(models=("h200",) * n, warm=())
+
+
+def test_cold_start_both_idle_servers_load_when_eight_jobs_wait():
+    """Nothing measured, 8 jobs of a context and 2 idle cold servers: both load at
+    once (the second no longer waits for a job time to be measured)."""
+    view = _cold_fleet(2)
+    first = _place(view, remaining=8)
+    second = _place(view, remaining=8)
+    assert first.step == "any" and second.step == "cold-start", second
+    assert {first.address, second.address} == {"tcp://s0", "tcp://s1"}
+    assert "8 job(s) to come for 2 server(s)" in second.reason
+
+
+def test_cold_start_three_jobs_make_one_load():
+    view = _cold_fleet(2)
+    assert _place(view, remaining=3).address == "tcp://s0"
+    second = _place(view, remaining=3)
+    assert (second.address, second.step) == (None, "unmeasured")
+
+
+def test_cold_start_one_job_left_and_two_warm_servers_loads_nothing():
+    view = _fleet(models=("h200",) * 3, warm=(0, 1))
+    for i in (0, 1):
+        view.dispatched(f"run{i}", f"tcp://s{i}", A, at=2.0)
+        view.apply(ev.JobStarted(at=3.0, key=f"run{i}", address=f"tcp://s{i}", context=A))
+    view.measure.add_load(A, "h200", "tcp://s0", 5.0)  # their loads, measured
+    decision = choose(view, GPU1, A, remaining=3, now=4.0)  # 2 running, 1 to start
+    assert decision.address is None, decision
+
+
+def test_cold_start_counts_jobs_on_a_loading_server_as_not_started():
+    """The first server's job 'started' there (its job event) but waits for the load:
+    it still counts among the 8 that have not run against a loaded copy."""
+    view = _cold_fleet(2)
+    assert _place(view, remaining=8).address == "tcp://s0"
+    view.apply(ev.ContextLoading(at=2.5, address="tcp://s0", identity=A))
+    view.apply(ev.JobStarted(at=2.5, key="job-0", address="tcp://s0", context=A))
+    assert choose(view, GPU1, A, remaining=8).step == "cold-start"
+
+
+def test_measured_times_from_the_catalog_leave_the_decision_to_the_measured_rule():
+    """A history that says a load costs 20 s and a job 1 s: 8 jobs wait for the warm
+    server (8 s) instead of paying a 20 s load."""
+    view = _cold_fleet(2)
+    view.measure.add_job(A, "h200", 1.0)
+    view.measure.add_load(A, "h200", "tcp://s9", 20.0)
+    assert _place(view, remaining=8).address is not None
+    view.set_context("tcp://s0", A, "ready", at=2.0)
+    decision = choose(view, GPU1, A, remaining=8)
+    assert (decision.address, decision.step) == (None, "wait"), decision
+
+
+def test_cold_start_leaves_an_idle_server_to_a_context_nobody_holds():
+    """Contexts A and B, 10 jobs each, 2 idle servers: the second server is kept for
+    B (no copy anywhere) rather than made a second copy of A, which would have to be
+    evicted again to load B (3 loads where 2 do)."""
+    view = _cold_fleet(2)
+    demand = {A: 10, B: 10}
+    assert _place(view, remaining=10, demand=demand).address == "tcp://s0"
+    second = choose(view, GPU1, A, remaining=10, demand=demand)
+    assert second.step != "cold-start" and second.address is None, second
+    assert choose(view, GPU1, A, remaining=10, demand={A: 10, B: 0}).step == "cold-start"
+    for_b = _place(view, B, remaining=10, demand=demand)
+    assert (for_b.address, for_b.step) == ("tcp://s1", "any"), for_b
+
+
+def test_cold_start_never_evicts_to_make_room():
+    view = _cold_fleet(2)
+    view.set_context("tcp://s1", B, "ready", at=1.0)  # size unknown: a load would evict it
+    assert _place(view, remaining=20).address == "tcp://s0"
+    decision = choose(view, GPU1, A, remaining=20)
+    assert decision.step != "cold-start" and decision.address is None, decision
+
+
+def test_a_pilot_that_joins_mid_run_loads_when_enough_jobs_remain():
+    """Two warm servers run jobs; a pilot joins: with 20 jobs left it loads at once,
+    with 1 left it does not, whether times are measured or not."""
+    for measured in (False, True):
+        for remaining, loads in ((20, True), (1, False)):
+            view = _fleet(models=("h200",) * 2, warm=(0, 1))
+            for i in (0, 1):
+                view.dispatched(f"run{i}", f"tcp://s{i}", A, at=2.0)
+                view.apply(ev.JobStarted(at=3.0, key=f"run{i}", address=f"tcp://s{i}", context=A))
+            view.measure.add_load(A, "h200", "tcp://s0", 5.0)  # the warm ones' loads
+            if measured:
+                view.measure.add_job(A, "h200", 1.0)
+            view.add_server(
+                "tcp://pilot",
+                name="pilot-2",
+                resources={"gpu": 1, "mem_mb": 64000, "gpu_model:h200": 1},
+                slots=1,
+            )
+            decision = choose(view, GPU1, A, remaining=remaining, now=4.0)
+            where = "tcp://pilot" if loads else None
+            assert decision.address == where, (measured, remaining, decision)
+            if loads:
+                assert decision.step == ("load" if measured else "cold-start"), decision

@@ -386,7 +386,7 @@ def test_second_user_cannot_plant_the_live_catalog_directory(attacker, tmp_path,
     directory (before, the victim created the live catalog there, readable and
     writable by the attacker)."""
     from snakemake_executor_context.catalog import store
-    from snakemake_executor_context.catalog.store import CatalogError
+    from snakemake_executor_context.errors import UnsafePathError
 
     from .test_catalog import MOUNTS
 
@@ -409,6 +409,6 @@ def test_second_user_cannot_plant_the_live_catalog_directory(attacker, tmp_path,
     table.write_text(MOUNTS.format(nfs=nfs, lustre=tmp_path / "l", fuse=tmp_path / "f"))
     monkeypatch.setattr(store, "MOUNT_TABLE", table)
     monkeypatch.setenv("SNAKEMAKE_CONTEXT_LOCAL_DIR", str(shared_tmp))
-    with pytest.raises(CatalogError, match=r"Refusing .* is a symlink"):
+    with pytest.raises(UnsafePathError, match=r"Refusing .* is a symlink"):
         store.open_store(nfs / "catalog.db")
     assert not list(target.iterdir())

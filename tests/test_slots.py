@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_context.server.slots import Entry, SlotGate, fitting_slots, may_start
+from snakemake_executor_context.server.slots.gate import Entry, SlotGate, fitting_slots, may_start
 
 from .conftest import BIN, context_run, persistent_cluster
 

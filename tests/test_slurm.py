@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,33 +22,27 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, WORKFLOWS, context_run
+from .batchpools import pilot_pool, skip_unless_required, wait
+from .batchpools import pool_books as _pool_books
+from .batchpools import running as _running
+from .conftest import BIN, REPO, WORKFLOWS, context_run
 
 SLURM_DIR = Path(__file__).parent / "slurm"
-REQUIRED = os.environ.get("SNAKEMAKE_CONTEXT_REQUIRE_SLURM") == "1"
-
-
-def _skip(reason: str) -> None:
-    if REQUIRED:
-        pytest.fail(f"{reason}, and SNAKEMAKE_CONTEXT_REQUIRE_SLURM=1")
-    pytest.skip(reason)
-
-
-def _running(pidfile: str, comm: str) -> bool:
-    try:
-        pid = int(Path(pidfile).read_text().strip())
-        return Path(f"/proc/{pid}/comm").read_text().strip() == comm
-    except (OSError, ValueError):
-        return False
 
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[None]:
     """A running single-node SLURM (started here unless it already ran)."""
     if os.geteuid() != 0:
-        _skip("a single-node SLURM needs root to start munged, slurmctld and slurmd")
+        skip_unless_required(
+            "a single-node SLURM needs root to start munged, slurmctld and slurmd",
+            "SNAKEMAKE_CONTEXT_REQUIRE_SLURM",
+        )
     if shutil.which("apt-get") is None and shutil.which("sbatch") is None:
-        _skip("no SLURM and no apt-get to install Debian's slurm-wlm")
+        skip_unless_required(
+            "no SLURM and no apt-get to install Debian's slurm-wlm",
+            "SNAKEMAKE_CONTEXT_REQUIRE_SLURM",
+        )
     was_running = _running("/run/slurmctld.pid", "slurmctld")
     started = subprocess.run(
         ["bash", str(SLURM_DIR / "slurm-up.sh")],
@@ -56,7 +52,10 @@ def slurm() -> Iterator[None]:
         env={**os.environ, "SLURM_SMOKE": "0"},
     )
     if started.returncode != 0:
-        _skip(f"SLURM did not start: {started.stdout[-1500:]}{started.stderr[-1500:]}")
+        skip_unless_required(
+            f"SLURM did not start: {started.stdout[-1500:]}{started.stderr[-1500:]}",
+            "SNAKEMAKE_CONTEXT_REQUIRE_SLURM",
+        )
     try:
         yield
     finally:
@@ -81,62 +80,15 @@ def _pilots() -> list[dict[str, str]]:
     return [job for job in _squeue() if job["name"] == "snakemake-context"]
 
 
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 @pytest.fixture
 def pool(tmp_path: Path, slurm) -> Iterator:
     """Start `snakemake-context up --backend slurm ...` with given options; stopped after."""
-    started: list[Path] = []
-
-    def up(*options: str) -> Path:
-        scheduler_file = tmp_path / f"pool{len(started)}" / "scheduler.json"
-        result = subprocess.run(
-            [
-                str(BIN / "snakemake-context"),
-                "up",
-                "--scheduler-file",
-                str(scheduler_file),
-                "--backend",
-                "slurm",
-                "--pilot-memory",
-                "1GB",
-                "--walltime",
-                "00:20:00",
-                "--pilot-log-dir",
-                str(tmp_path / "pilot-logs"),
-                *options,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
-        started.append(scheduler_file)
-        return scheduler_file
-
-    try:
-        yield up
-    finally:
-        for scheduler_file in started:
-            subprocess.run(
-                [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(scheduler_file)],
-                capture_output=True,
-                timeout=60,
-            )
-        _wait(lambda: not _pilots(), 30, "the pilots to leave the queue")
+    yield from pilot_pool(tmp_path, "slurm", (), _pilots, 30)
 
 
 def test_a_context_workflow_runs_on_slurm_pilots(tmp_path: Path, pool) -> None:
     scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "1", "--max-pilots", "2")
-    pilots = _wait(_pilots, 60, "a pilot in the queue")
+    pilots = wait(_pilots, 60, "a pilot in the queue")
     assert "gpu:fakea:1" in pilots[0]["gres"], pilots
     workdir = tmp_path / "wf"
     shutil.copytree(WORKFLOWS / "reuse", workdir)
@@ -156,6 +108,33 @@ def test_a_context_workflow_runs_on_slurm_pilots(tmp_path: Path, pool) -> None:
     servers = json.dumps(summary)
     # The jobs ran on pilots, named after their GPU type.
     assert "pilot-fakea-" in servers, summary
+    # The pool's books are in the catalog, each pilot's batch allocation too, and once
+    # the pool is shut down every pilot's end: the ledger charges what SLURM charged.
+    subprocess.run(
+        [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(scheduler_file)],
+        capture_output=True,
+        timeout=60,
+    )
+    catalog = scheduler_file.with_suffix(".db")
+    with sqlite3.connect(catalog) as db:
+        pilots = db.execute("select name, registered, ended from pilots").fetchall()
+        servers_rows = db.execute("select name, allocated_at, joined, left from servers").fetchall()
+    assert pilots and all(registered for _, registered, _ in pilots), pilots
+    assert all(ended for _, _, ended in pilots), pilots
+    assert all(left is not None for *_, left in servers_rows), servers_rows
+    assert all(at is not None and at <= joined for _, at, joined, _ in servers_rows), servers_rows
+    from snakemake_executor_context.catalog.ledger import read_ledger, window_of
+    from snakemake_executor_context.catalog.store import open_reader
+    from snakemake_executor_context.fleet.buckets import Bucket
+
+    from .test_ledger import assert_partition
+
+    store = open_reader(catalog)
+    with store.session() as session:
+        ledger = read_ledger(session, window_of(session, since=0.0))
+    store.close()
+    assert_partition(ledger)
+    assert ledger.totals().get(Bucket.ALLOCATED_BEFORE, 0.0) > 0, ledger.totals()
 
 
 GPU_MODEL_SNAKEFILE = """
@@ -178,7 +157,7 @@ def test_gpu_model_rules_run_only_on_pilots_of_their_type(tmp_path: Path, pool) 
     scheduler_file = pool(
         "--gpu-type", "fakea", "--gpu-type", "fakeb", "--min-pilots", "2", "--max-pilots", "2"
     )
-    pilots = _wait(lambda: len(_pilots()) == 2 and _pilots(), 60, "two pilots")
+    pilots = wait(lambda: len(_pilots()) == 2 and _pilots(), 60, "two pilots")
     gres = {job["id"]: job["gres"] for job in pilots}
     assert sorted(g.split(":")[-2] for g in gres.values()) == ["fakea", "fakeb"], gres
     workdir = tmp_path / "models"
@@ -198,26 +177,9 @@ def test_gpu_model_rules_run_only_on_pilots_of_their_type(tmp_path: Path, pool) 
             assert gres[job_id].split(":")[-2] == f"fake{kind}", (kind, gres)
 
 
-def _pool_books(scheduler_file: Path) -> dict:
-    out = subprocess.run(
-        [
-            str(BIN / "snakemake-context"),
-            "status",
-            "--json",
-            "--scheduler-file",
-            str(scheduler_file),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    return json.loads(out.stdout).get("pool") or {}
-
-
 def test_a_cancelled_pilot_is_survived_and_classified(tmp_path: Path, pool) -> None:
     scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "2", "--max-pilots", "2")
-    _wait(lambda: len(_pilots()) == 2, 60, "two pilots")
+    wait(lambda: len(_pilots()) == 2, 60, "two pilots")
     workdir = tmp_path / "wf"
     shutil.copytree(WORKFLOWS / "reuse", workdir)
     process = subprocess.Popen(
@@ -240,7 +202,7 @@ def test_a_cancelled_pilot_is_survived_and_classified(tmp_path: Path, pool) -> N
         env={**os.environ, "TOY_LOAD_SECONDS": "0.5"},
     )
     try:
-        _wait(
+        wait(
             lambda: (
                 len(list((workdir / "out").glob("*.txt"))) >= 2
                 if (workdir / "out").exists()
@@ -263,7 +225,7 @@ def test_a_cancelled_pilot_is_survived_and_classified(tmp_path: Path, pool) -> N
         records = _pool_books(scheduler_file).get("records", [])
         return [r for r in records if r["job_id"] == victim and r["batch_state"]]
 
-    (record,) = _wait(cancelled_record, 60, "the pool to read the cancelled pilot's state")
+    (record,) = wait(cancelled_record, 60, "the pool to read the cancelled pilot's state")
     assert record["batch_state"] == "CANCELLED" and not record["released"], record
     books = _pool_books(scheduler_file)
     assert books["account"]["preempted"] >= 1, books
@@ -274,7 +236,8 @@ def test_a_cancelled_pilot_is_survived_and_classified(tmp_path: Path, pool) -> N
 def test_pilots_retire_before_walltime_and_are_replaced_while_work_remains(
     tmp_path: Path, pool
 ) -> None:
-    # Walltime 1:10, margin 45 s, stagger 5 s: each pilot retires after 20-25 s.
+    # Walltime 1 min (SLURM counts whole minutes: 00:01:10 would be 2), margin 35 s,
+    # stagger 5 s: each pilot retires after 15-25 s.
     scheduler_file = pool(
         "--gpu-type",
         "fakea",
@@ -283,9 +246,9 @@ def test_pilots_retire_before_walltime_and_are_replaced_while_work_remains(
         "--max-pilots",
         "1",
         "--walltime",
-        "00:01:10",
+        "00:01:00",
         "--retire-margin",
-        "45",
+        "35",
         "--lifetime-stagger",
         "5",
         "--pilot-idle-timeout",
@@ -307,7 +270,7 @@ def test_pilots_retire_before_walltime_and_are_replaced_while_work_remains(
     ).check()
     for i in range(16):
         assert (workdir / "out" / f"{i}.txt").read_text().strip(), i
-    books = _wait(
+    books = wait(
         lambda: (b := _pool_books(scheduler_file))["account"]["running"] == 0 and b,
         60,
         "idle pilots to be released",
@@ -341,8 +304,13 @@ def test_a_run_with_a_backend_submits_its_own_pilots(tmp_path: Path, slurm) -> N
     for i in range(6):
         assert (workdir / "out" / f"{i}.txt").read_text().strip(), i
     assert "pilot-fakeb-" in json.dumps(run.summaries()[-1])
+    # SLURM's reading of the walltime, in the run's output.
+    assert (
+        "Pilots' walltime (--context-pilot-walltime): SLURM reads '00:10:00' as HH:MM:SS: "
+        "00:10:00 (10 min)" in run.output
+    ), run.output
     # The run's pool ends with the run: its pilots leave the queue.
-    _wait(lambda: not _pilots(), 60, "the run's pilots to leave the queue")
+    wait(lambda: not _pilots(), 60, "the run's pilots to leave the queue")
 
 
 def test_a_rule_no_pilot_can_run_fails_at_start(tmp_path: Path, slurm) -> None:
@@ -374,7 +342,7 @@ def test_pilots_refuse_connections_without_the_credentials(tmp_path: Path, pool)
     scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "1", "--max-pilots", "1")
     target = ClusterConnection.attach(address=None, scheduler_file=scheduler_file, timeout=20)
     try:
-        _wait(lambda: target.client.scheduler_info(n_workers=-1)["workers"], 90, "a pilot")
+        wait(lambda: target.client.scheduler_info(n_workers=-1)["workers"], 90, "a pilot")
         workers = target.client.scheduler_info(n_workers=-1)["workers"]
         scheduler = target.client.scheduler.address
     finally:
@@ -417,8 +385,8 @@ def test_a_real_preemption_is_classified_preempted(tmp_path: Path, pool) -> None
     # slurm-up.sh: PreemptType=preempt/partition_prio, PreemptMode=CANCEL, and the
     # partition 'urgent' of a higher tier than the pilots' 'debug'.
     scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "1", "--max-pilots", "1")
-    victim = _wait(_pilots, 60, "a pilot")[0]["id"]
-    _wait(
+    victim = wait(_pilots, 60, "a pilot")[0]["id"]
+    wait(
         lambda: any(r["registered"] for r in _pool_books(scheduler_file).get("records", [])),
         60,
         "the pilot to register",
@@ -447,8 +415,190 @@ def test_a_real_preemption_is_classified_preempted(tmp_path: Path, pool) -> None
             records = _pool_books(scheduler_file).get("records", [])
             return [r for r in records if r["job_id"] == victim and r["batch_state"]]
 
-        (record,) = _wait(preempted, 90, "the pool to read the preempted pilot's state")
+        (record,) = wait(preempted, 90, "the pool to read the preempted pilot's state")
     finally:
         subprocess.run(["scancel", urgent], capture_output=True)
     assert record["batch_state"] == "PREEMPTED", record
     assert _pool_books(scheduler_file)["account"]["preempted"] >= 1
+
+
+#: Walltimes in each of SLURM's forms (and one refused), as sbatch --time gets them.
+WALLTIMES = ["4", "04:00", "0:59", "1:30:00", "00:01:10", "2-0", "1-02:30", "1-02:03:04", "99:99"]
+
+
+def test_walltimes_are_read_as_slurm_reads_them(tmp_path: Path, slurm) -> None:
+    """Each form's reading (and the reading a refusal states) is the time limit
+    ``scontrol show job`` shows for a job submitted with that --time."""
+    import re
+
+    from snakemake_executor_context.walltime import WalltimeError, read_walltime, slurm_time
+
+    for text in WALLTIMES:
+        job = subprocess.run(
+            ["sbatch", "--parsable", "--hold", "-o", "/dev/null", f"--time={text}", "--wrap=true"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        try:
+            shown = subprocess.run(
+                ["scontrol", "show", "job", job], capture_output=True, text=True, check=True
+            ).stdout
+        finally:
+            subprocess.run(["scancel", job], capture_output=True)
+        limit = re.search(r"TimeLimit=(\S+)", shown)
+        assert limit, shown
+        try:
+            ours = slurm_time(read_walltime("slurm", text).seconds)
+        except WalltimeError as refused:
+            assert text == "99:99"
+            assert f"SLURM reads it as MM:SS, {limit.group(1)} " in str(refused), refused
+            continue
+        assert ours == limit.group(1), (text, ours, shown)
+
+
+NO_GPU_TYPE_SNAKEFILE = """
+rule all:
+    input: "out.txt"
+
+rule needs_gpu:
+    output: "out.txt"
+    resources: gpu=1
+    shell: "touch {output}"
+"""
+
+
+def test_a_rule_no_registered_pilot_can_run_fails_in_one_line(tmp_path: Path, slurm) -> None:
+    """A pilot without a GPU type on a node NVML sees no GPU of advertises gpu=0: once
+    it registers, the gpu=1 rule fails naming the rule and what the pilots offer,
+    instead of waiting for a pilot that can never come."""
+    workdir = tmp_path / "nogpu"
+    workdir.mkdir()
+    (workdir / "Snakefile").write_text(NO_GPU_TYPE_SNAKEFILE)
+    run = context_run(
+        workdir,
+        "--context-backend",
+        "slurm",
+        "--context-pilot-memory",
+        "1GB",
+        "--context-plain-jobs",
+        "servers",
+        timeout=240,
+    )
+    assert run.returncode != 0, run.output
+    (line,) = [
+        line for line in run.output.splitlines() if "which no pilot of the pool can run" in line
+    ]
+    assert "Rule 'needs_gpu' asks for gpu=1" in line, line
+    assert "registered offering gpu=0" in line, line
+    assert "Traceback" not in run.output
+    wait(lambda: not _pilots(), 60, "the run's pilots to leave the queue")
+    # How long after the pilot registered the job failed (the catalog's times).
+    import sqlite3
+
+    with sqlite3.connect(workdir / ".snakemake/context/catalog.db") as db:
+        joined = db.execute("select min(joined) from servers").fetchone()[0]
+        failed = db.execute("select max(finished) from jobs").fetchone()[0]
+    print(f"failed {failed - joined:.1f} s after the pilot registered (fleet checks: 2 s)")
+
+
+def test_sigterm_ends_a_run_waiting_for_pilots(tmp_path: Path, slurm) -> None:
+    """Pilots that stay pending (held until tomorrow): SIGTERM ends the run, as
+    SIGINT does, and its pilots leave the queue."""
+    workdir = tmp_path / "wf"
+    shutil.copytree(WORKFLOWS / "reuse", workdir)
+    process = subprocess.Popen(
+        [
+            str(BIN / "snakemake"),
+            *("--executor", "context", "--jobs", "2", "--context-backend", "slurm"),
+            *("--context-pilot-memory", "1GB", "--context-pilot-gpu-types", "fakea"),
+            "--context-pilot-directives=--begin=now+1day",
+            *("--config", "count=2", "sleep=0.2"),
+        ],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait(lambda: _pilots() or process.poll() is not None, 90, "a pending pilot")
+        assert process.poll() is None, process.communicate()[0]
+        time.sleep(3)  # the run is waiting for the pilot now
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode != 0, output
+    assert "not started: Snakemake was asked to stop (SIGTERM)" in output, output
+    assert "Traceback" not in output, output
+    wait(lambda: not _pilots(), 60, "the run's pilots to leave the queue")
+
+
+def test_a_pilot_that_joins_mid_run_warms_from_an_earlier_pilot(tmp_path: Path, pool) -> None:
+    """Pilots with caches of their own (as on different nodes): the first reads the
+    context's source, the one the run's demand adds fetches the template from it."""
+    caches, log = tmp_path / "caches", tmp_path / "source.log"
+    scheduler_file = pool(
+        "--gpu-type", "fakea", "--min-pilots", "1", "--max-pilots", "2", "--own-caches", str(caches)
+    )
+    wait(_pilots, 60, "a pilot in the queue")
+    workdir = tmp_path / "wf"
+    shutil.copytree(WORKFLOWS / "peers", workdir)
+    context_run(
+        workdir,
+        "--context-scheduler-file",
+        str(scheduler_file),
+        "--config",
+        "count=16",
+        "sleep=2",
+        "megabytes=16",
+        f"source_log={log}",
+        timeout=300,
+    ).check()
+    assert len(log.read_text().splitlines()) == 1  # the source, read by the first pilot
+    with sqlite3.connect(scheduler_file.with_suffix(".db")) as db:
+        transfers = db.execute(
+            "select s.name, p.name, t.outcome, t.bytes from transfers t "
+            "join servers s on s.id = t.server_id join servers p on p.id = t.peer_server_id"
+        ).fetchall()
+    assert transfers and all(outcome == "ok" for _, _, outcome, _ in transfers), transfers
+    assert all(to.startswith("pilot-fakea-") and to != peer for to, peer, _, _ in transfers)
+    assert len(list(caches.glob("pilot-fakea-*/peers-1-16"))) == 1 + len(transfers)
+
+
+def test_two_pilots_on_two_nodes_form_one_server_and_run_a_two_rank_job(
+    tmp_path: Path, pool
+) -> None:
+    """Pilots started as one server of 2 nodes (--pilot-nodes 2; each says it is on a
+    node of its own, as pilots on different nodes would): the second serves the first,
+    whose gang puts one rank on each pilot; the synthetic tensor-parallel Llama split
+    over them scores as unsplit, and the catalog records both nodes."""
+    scheduler_file = pool(
+        *("--gpu-type", "fakea", "--pilot-nodes", "2", "--min-pilots", "2", "--max-pilots", "2"),
+        "--prologue",
+        "export SNAKEMAKE_CONTEXT_NODE=node-$SLURM_JOB_ID",
+    )
+    wait(lambda: len(_pilots()) == 2, 60, "two pilots in the queue")
+    workdir = tmp_path / "wf"
+    shutil.copytree(WORKFLOWS / "gang", workdir)
+    context_run(
+        workdir,
+        "--context-scheduler-file",
+        str(scheduler_file),
+        "synthetic/0.json",
+        "synthetic/1.json",
+        *("--config", "ranks=2", f"llm={REPO / 'workflows/llm'}"),
+        timeout=300,
+    ).check()
+    outputs = [json.loads((workdir / f"synthetic/{i}.json").read_text()) for i in range(2)]
+    for out in outputs:
+        assert out["world_size"] == 2 and out["max_abs_diff"] < 1e-5, out
+        assert len(set(out["nodes"])) == 2 and all(n.startswith("node-") for n in out["nodes"])
+    with sqlite3.connect(scheduler_file.with_suffix(".db")) as db:
+        (gang,) = db.execute("select gang from placements where ranks = 2").fetchall()
+        notes = db.execute("select text from events where kind = 'gang-assembled'").fetchall()
+    members = json.loads(gang[0])["members"]
+    assert len({m["node"] for m in members}) == 2, members
+    assert len(notes) == 1 and "one server of 2 nodes" in notes[0][0], notes

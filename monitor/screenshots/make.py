@@ -3,7 +3,7 @@
 Runs the fact-verification workflow (a small config, 3 context servers on the embedded
 cluster), kills one server process with SIGKILL once it has run a few jobs, lets the run
 finish (the lost jobs rerun elsewhere), then opens the run's catalog in the monitor and
-saves an SVG of each view here.
+saves an SVG of each view into docs/images/, where the docs site shows them.
 
     python monitor/screenshots/make.py
 """
@@ -25,8 +25,16 @@ import psutil
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+OUT = REPO / "docs/images"
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-VIEWS = [("fleet", "f"), ("contexts", "c"), ("losses", "l"), ("throughput", "t"), ("progress", "p")]
+VIEWS = [
+    ("fleet", "f"),
+    ("contexts", "c"),
+    ("losses", "l"),
+    ("throughput", "t"),
+    ("ledger", "g"),
+    ("progress", "p"),
+]
 
 
 def run_and_kill(workdir: Path) -> Path:
@@ -98,8 +106,8 @@ def main() -> None:
     )
     shutil.copytree(REPO / "workflows/llm", root / "llm")
     catalog = run_and_kill(root / "factcheck")
-    asyncio.run(shoot(catalog, HERE))
-    print(f"screenshots in {HERE}")
+    asyncio.run(shoot(catalog, OUT))
+    print(f"screenshots in {OUT}")
 
 
 if __name__ == "__main__":

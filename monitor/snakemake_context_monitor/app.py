@@ -1,4 +1,4 @@
-"""The Textual app: five views over a catalog, polled off the UI thread."""
+"""The Textual app: six views over a catalog, polled off the UI thread."""
 
 from __future__ import annotations
 
@@ -19,34 +19,78 @@ from textual.widgets import Footer, Static, TabbedContent, TabPane
 from .data import WINDOWS, CatalogProblem, CatalogSource, Snapshot
 from .model import Memo, Page, Presenter, ViewModel, ViewUpdate
 from .statusbar import StatusBar
-from .views import contexts, fleet, losses, progress, server, throughput
+from .views import contexts, fleet, ledger, losses, progress, server, throughput
 from .views.base import PolledView
 from .views.contexts import ContextsView
 from .views.fleet import FleetView
 from .views.help import HelpScreen
+from .views.ledger import LedgerView
 from .views.losses import LossesView
 from .views.progress import ProgressView
 from .views.server import ServerScreen
 from .views.throughput import ThroughputView
 
-__all__ = ["VIEWS", "Applied", "MonitorApp", "Poll"]
+__all__ = ["VIEWS", "Applied", "MonitorApp", "Poll", "View"]
 
-#: (tab id, title, key, description)
+
+class View(NamedTuple):
+    """A view of the app: its tab, title, key, what it shows, its widget and its model
+    function (run off the UI thread)."""
+
+    tab: str
+    title: str
+    key: str
+    description: str
+    widget: type[PolledView]
+    page: Page
+
+
+#: The views, declared once: tabs, keys, the command palette and the polls follow.
 VIEWS = (
-    ("fleet", "Fleet", "f", "servers by GPU model, and each server"),
-    ("contexts", "Contexts", "c", "which context is warm where, loads, cache hits, evictions"),
-    ("losses", "Losses", "l", "servers lost and joined, and what losses cost"),
-    ("throughput", "Throughput", "t", "jobs/min and items/s over time, per GPU model"),
-    ("progress", "Progress", "p", "the current run: done, failed, ETA"),
+    View("fleet", "Fleet", "f", "servers by GPU model, and each server", FleetView, fleet.page),
+    View(
+        "contexts",
+        "Contexts",
+        "c",
+        "which context is warm where, loads, cache hits, evictions",
+        ContextsView,
+        contexts.page,
+    ),
+    View(
+        "losses",
+        "Losses",
+        "l",
+        "servers lost and joined, and what losses cost",
+        LossesView,
+        losses.page,
+    ),
+    View(
+        "throughput",
+        "Throughput",
+        "t",
+        "jobs/min and items/s over time, per GPU model",
+        ThroughputView,
+        throughput.page,
+    ),
+    View(
+        "ledger",
+        "Ledger",
+        "g",
+        "where the latest run's GPU-seconds went, by GPU model and context",
+        LedgerView,
+        ledger.page,
+    ),
+    View(
+        "progress",
+        "Progress",
+        "p",
+        "the current run: done, failed, ETA",
+        ProgressView,
+        progress.page,
+    ),
 )
-#: What each view shows, by tab id (model functions, run off the UI thread).
-PAGES: dict[str, Page] = {
-    "fleet": fleet.page,
-    "contexts": contexts.page,
-    "losses": losses.page,
-    "throughput": throughput.page,
-    "progress": progress.page,
-}
+#: What each view shows, by tab id.
+PAGES: dict[str, Page] = {view.tab: view.page for view in VIEWS}
 
 #: Seconds without a key press after which a full garbage collection may run.
 IDLE_SECONDS = 1.0
@@ -84,7 +128,7 @@ class MonitorApp(App[None]):
     TITLE = "snakemake-context monitor"
     BINDINGS = [
         # The tabs' labels name their keys; the footer keeps room for the rest at 80 columns.
-        *(Binding(key, f"show('{tab}')", title, show=False) for tab, title, key, _ in VIEWS),
+        *(Binding(v.key, f"show('{v.tab}')", v.title, show=False) for v in VIEWS),
         Binding("w", "window", "Window"),
         Binding("r", "poll", "Refresh"),
         Binding("question_mark", "help", "Help", key_display="?"),
@@ -123,16 +167,9 @@ class MonitorApp(App[None]):
     def compose(self) -> ComposeResult:
         yield StatusBar(self.source.spec, id="status")
         with TabbedContent(initial="fleet", id="views"):
-            with TabPane("Fleet (f)", id="fleet"):
-                yield FleetView()
-            with TabPane("Contexts (c)", id="contexts"):
-                yield ContextsView()
-            with TabPane("Losses (l)", id="losses"):
-                yield LossesView()
-            with TabPane("Throughput (t)", id="throughput"):
-                yield ThroughputView()
-            with TabPane("Progress (p)", id="progress"):
-                yield ProgressView()
+            for view in VIEWS:
+                with TabPane(f"{view.title} ({view.key})", id=view.tab):
+                    yield view.widget()
         yield Static(id="problem")
         yield Footer(compact=True)
 
@@ -275,7 +312,9 @@ class MonitorApp(App[None]):
             self._full_gc_at = now
 
     def _tick(self) -> None:
-        self.query_one(StatusBar).refresh_age(self.clock())
+        # The default screen's bar; gone while the app closes (a timer may fire then).
+        for bar in self.screen_stack[0].query(StatusBar) if self.screen_stack else ():
+            bar.refresh_age(self.clock())
 
     # -- actions -----------------------------------------------------------------
 
@@ -314,9 +353,9 @@ class MonitorApp(App[None]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The command palette: one entry per view, then Textual's own."""
-        for tab, title, key, description in VIEWS:
+        for v in VIEWS:
             yield SystemCommand(
-                f"Show {title}", f"{description} ({key})", lambda tab=tab: self.action_show(tab)
+                f"Show {v.title}", f"{v.description} ({v.key})", lambda t=v.tab: self.action_show(t)
             )
         yield SystemCommand(
             "Change throughput window", "5 min, 15 min, 1 h, all (w)", self.action_window

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from snakemake_executor_context.catalog.ledger_live import LedgerSums, LiveLedger
 from snakemake_executor_context.catalog.monitor_queries import MonitorReader, open_immutable
 from snakemake_executor_context.catalog.queries import (
     ContextRow,
@@ -33,6 +34,7 @@ from snakemake_executor_context.catalog.store import (
 )
 
 from .derive import Derived
+from .format import LAST_RUN
 from .rows import LossTotals, PlacementRow, Progress, Series, ServerRow, TimelineRow
 
 __all__ = ["WINDOWS", "CatalogProblem", "CatalogSource", "Snapshot"]
@@ -79,6 +81,8 @@ class Snapshot:
     changed: int = 0
     #: Job attempts that finished since the previous poll.
     finished: int = 0
+    #: The latest run's ledger (where its GPU-seconds went), live.
+    ledger: LedgerSums | None = None
 
     def server(self, address: str) -> ServerRow | None:
         """A live server by address."""
@@ -95,6 +99,7 @@ class CatalogSource:
         self._store: Any = None
         self.reader = MonitorReader()
         self.derived = Derived(self.reader, limit=TIMELINE)
+        self.ledger = LiveLedger()
 
     @property
     def description(self) -> str:
@@ -129,6 +134,7 @@ class CatalogSource:
             raise CatalogProblem(str(error)) from None
         self.immutable = immutable
         self.reader = MonitorReader()
+        self.ledger = LiveLedger()
 
     def close(self) -> None:
         """Release the database."""
@@ -150,11 +156,14 @@ class CatalogSource:
         try:
             with self._store.session() as session:
                 result = reader.read(session, now=now)
+                ledger = self.ledger.read(session, now)
         except CatalogError as error:
             self.reader = MonitorReader()  # a read cut short: start again from scratch
+            self.ledger = LiveLedger()
             raise CatalogProblem(str(error)) from None
         except Exception as error:  # a database error while a writer works: retry next poll
             self.reader = MonitorReader()
+            self.ledger = LiveLedger()
             raise CatalogProblem(
                 f"Reading {self.spec} failed: {type(error).__name__}: {error}"
             ) from None
@@ -167,11 +176,16 @@ class CatalogSource:
             self.derived = Derived(reader, limit=TIMELINE)
         derived = self.derived
         derived.update(result)
-        since = derived.since(dict(WINDOWS)[window], now)
+        since, until, label = derived.since(dict(WINDOWS)[window], now), now, window
+        live = any(run.state in ("running", "stale") for run in reader.runs)
+        if reader.runs and not live and window != "all":
+            # No run is live: the window covers the last run, not the last minutes.
+            last = reader.runs[0]
+            since, until, label = last.started, last.finished or now, LAST_RUN
         return Snapshot(
             fetched_at=now,
             query_seconds=time.perf_counter() - started,
-            window=window,
+            window=label,
             counts=Counts(
                 runs=reader.rows["runs"],
                 servers=len(reader.servers),
@@ -188,14 +202,29 @@ class CatalogSource:
             contexts=derived.contexts,
             timeline=derived.timeline,
             loss_totals=derived.loss_totals,
-            series=derived.series(since, now, BUCKETS),
+            series=derived.series(since, until, BUCKETS),
             throughput=derived.throughput,
             runs=reader.runs,
             progress=derived.progress(now),
             recent_jobs=reader.recent_jobs,
             changed=result.changed,
             finished=result.finished,
+            ledger=ledger,
         )
+
+    def story(self, key: str) -> str:
+        """The story of the job of attempt ``key`` (a fresh session; for the server
+        page's selected job), or why there is none."""
+        from snakemake_executor_context.catalog.story import find_job, job_story, story_text
+
+        if self._store is None:
+            return ""
+        try:
+            with self._store.session() as session:
+                run, job = find_job(session, key)
+                return story_text(run, job, job_story(session, job))
+        except CatalogError as error:
+            return str(error)
 
     def _finished_or_read_only(self, path: Path) -> bool:
         """No writer and no -wal file (finished), or no write access (read-only)."""

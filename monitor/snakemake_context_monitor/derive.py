@@ -11,7 +11,6 @@ sorted finish times.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
@@ -21,7 +20,12 @@ from snakemake_executor_context.catalog.monitor_queries import (
     ReadResult,
     ServerRecord,
 )
-from snakemake_executor_context.catalog.queries import ContextRow, FleetRow, ThroughputRow
+from snakemake_executor_context.catalog.queries import (
+    ContextRow,
+    FleetRow,
+    ThroughputRow,
+    load_kind,
+)
 
 from .rows import LossTotals, PlacementRow, Progress, Series, ServerRow, TimelineRow
 
@@ -197,9 +201,15 @@ def _placements(
             state=p.state,
             load_seconds=p.load_seconds,
             from_cache=p.from_cache,
+            kind=(
+                load_kind(p.from_cache, p.conversions, p.peer_seconds).value
+                if p.load_seconds is not None
+                else ""
+            ),
             loads=loads[pair][0],
             evictions=loads[pair][1],
             jobs_warm=reader.warm.get(pair, 0),
+            ranks=p.ranks or 1,
         )
         rows.append(((context.name, server.name), pair, row))
     rows.sort(key=lambda entry: entry[0])
@@ -242,6 +252,7 @@ def _contexts(reader: MonitorReader, live: list[ServerRecord]) -> list[ContextRo
     servers = {s.id: s for s in live}
     where: dict[int, tuple[list[ServerRecord], list[ServerRecord]]] = {}
     stats: dict[int, tuple[int, float, int]] = {}
+    kinds: dict[int, dict[str, int]] = {}
     for p in reader.placements.values():
         if p.state in ("loading", "ready") and p.server_id in servers:
             warm, loading = where.setdefault(p.context_id, ([], []))
@@ -249,29 +260,17 @@ def _contexts(reader: MonitorReader, live: list[ServerRecord]) -> list[ContextRo
         loads, seconds, cached = stats.get(p.context_id, (0, 0.0, 0))
         if p.load_seconds is not None:
             loads, seconds = loads + 1, seconds + p.load_seconds
+            kind = load_kind(p.from_cache, p.conversions, p.peer_seconds).value
+            into = kinds.setdefault(p.context_id, {})
+            into[kind] = into.get(kind, 0) + 1
         stats[p.context_id] = (loads, seconds, cached + (p.from_cache is True))
     rows = []
     for c in sorted(reader.contexts.values(), key=lambda c: c.name):
         warm, loading = where.get(c.id, ([], []))
         loads, seconds, cached = stats.get(c.id, (0, 0.0, 0))
-        try:
-            arguments = json.loads(c.arguments or "{}")
-        except ValueError:
-            arguments = {}
-        rows.append(
-            ContextRow(
-                identity=c.identity,
-                name=c.name,
-                loader=c.loader,
-                arguments=arguments,
-                bytes=c.bytes,
-                warm_on=_names(warm),
-                loading_on=_names(loading),
-                loads=loads,
-                mean_load_seconds=seconds / loads if loads else None,
-                from_cache=cached,
-            )
-        )
+        mean = seconds / loads if loads else None
+        got = kinds.get(c.id, {})
+        rows.append(ContextRow.of(c, _names(warm), _names(loading), loads, mean, cached, got))
     return rows
 
 

@@ -49,9 +49,24 @@ def ago(seconds: float) -> str:
 
 def window_phrase(window: str) -> str:
     """A throughput window in a sentence: "the last 15 min", "the whole history"."""
-    return "the whole history" if window == "all" else f"the last {window}"
+    if window == "all":
+        return "the whole history"
+    return "the last run (no run is live)" if window == LAST_RUN else f"the last {window}"
+
+
+#: The window's label when no run is live: it covers the last run.
+LAST_RUN = "last run"
 
 
 def cache_cell(from_cache: bool | None) -> str:
     """Whether a load came from the local cache: "hit", "miss", or "-" (no probe)."""
     return "-" if from_cache is None else ("hit" if from_cache else "miss")
+
+
+#: How the monitor names each load kind in its narrow "from" column.
+KIND_CELLS = {"source": "source", "cache": "cache", "peer": "peer", "conversion": "convert"}
+
+
+def kind_cell(kind: str) -> str:
+    """How a placement got its context (its load's kind), "-" before its load ended."""
+    return KIND_CELLS.get(kind, kind) or "-"

@@ -51,6 +51,10 @@ class PlacementRow:
     loads: int
     evictions: int
     jobs_warm: int
+    #: How its latest load got the context (a load kind; "": not loaded yet).
+    kind: str = ""
+    #: Processes it spans there (a gang: one rank per device); 1: the server's own.
+    ranks: int = 1
 
 
 @dataclass(frozen=True)

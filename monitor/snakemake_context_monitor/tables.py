@@ -101,3 +101,12 @@ def apply_delta(table: DataTable[Any], held: dict[str, Cells], delta: Delta) -> 
 def clip(text: str, width: int) -> str:
     """At most ``width`` characters, with an ellipsis when cut."""
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+def clip_name(text: str, width: int) -> str:
+    """A name cut in its middle, so that its distinguishing end stays: at 10,
+    ``pilot-fakea-0`` is ``pilot-…a-0``, ``pilot-fakeb-5`` is ``pilot-…b-5``."""
+    if len(text) <= width:
+        return text
+    tail = max(1, (width - 1) * 2 // 5)
+    return text[: width - 1 - tail] + "…" + text[len(text) - tail :]

@@ -24,12 +24,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from .store import CatalogError, CatalogLocation, open_store, resolve_location
-
-if TYPE_CHECKING:
-    from .writer import CatalogWriter
+from .. import paths
+from ..errors import UnsafePathError
+from ..processes import pid_alive
+from .store import CatalogError, CatalogLocation
 
 __all__ = [
     "LEASE_HEARTBEAT_SECONDS",
@@ -39,7 +38,6 @@ __all__ = [
     "WriterLease",
     "is_stale",
     "lease_path",
-    "open_writer",
     "sibling_path",
 ]
 
@@ -89,21 +87,11 @@ def sibling_path(requested: str, run_id: str) -> str:
     return str(path.with_name(f"{path.stem}.{safe}{path.suffix or '.db'}"))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def is_stale(
     holder: LeaseHolder,
     now: float,
     host: str,
-    alive: Callable[[int], bool] = _pid_alive,
+    alive: Callable[[int], bool] = pid_alive,
 ) -> bool:
     """Whether a lease may be taken over: no heartbeat for LEASE_STALE_SECONDS, or
     its process on this host is gone."""
@@ -113,8 +101,11 @@ def is_stale(
 
 
 def _read(path: Path) -> LeaseHolder | None:
+    # A shared catalog's lease may be another user's: its content is only a claim,
+    # read without following a symlink.
     try:
-        data = json.loads(path.read_text())
+        with os.fdopen(paths.open_nofollow(path), "rb") as handle:
+            data = json.loads(handle.read())
         return LeaseHolder(
             host=str(data["host"]),
             pid=int(data["pid"]),
@@ -122,7 +113,7 @@ def _read(path: Path) -> LeaseHolder | None:
             heartbeat=float(data["heartbeat"]),
             token=str(data["token"]),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, UnsafePathError):
         return None
 
 
@@ -153,9 +144,7 @@ class WriterLease:
         taken: LeaseHolder | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(5):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-            except FileExistsError:
+            if not paths.create_exclusive(self.path, self._content().encode()):
                 holder = _read(self.path)
                 if holder is None:
                     # Being written this instant, or garbage: judge by its age.
@@ -170,8 +159,6 @@ class WriterLease:
                 if self._take_over(holder):
                     taken = holder
                 continue
-            with os.fdopen(fd, "w") as handle:
-                handle.write(self._content())
             self.held = True
             return taken
         raise LeaseHeld(self.path, _read(self.path))
@@ -203,11 +190,7 @@ class WriterLease:
         if current is None or current.token != self.token:
             self.held = False
             return False
-        temporary = self.path.with_name(f"{self.path.name}.{self.token}")
-        fd = os.open(temporary, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(self._content())
-        os.replace(temporary, self.path)
+        paths.write_private(self.path, self._content())
         return True
 
     def release(self) -> None:
@@ -221,67 +204,3 @@ class WriterLease:
                 self.path.unlink()
             except FileNotFoundError:
                 pass
-
-
-def open_writer(
-    spec: str,
-    *,
-    owner: str,
-    warn: Callable[[str], None],
-    say: Callable[[str], None],
-    heartbeat_run: str | None = None,
-    fallback: bool = True,
-) -> CatalogWriter:
-    """The writer of a catalog, as a run or a cluster opens it: take the lease (or
-    take over a stale one, and ``say`` so), mark abandoned runs, and when another
-    live writer holds the lease, write a catalog of this run's own beside it and
-    ``say`` where. Raises :class:`CatalogError` when no catalog can be opened."""
-    from .record import mark_abandoned
-    from .writer import CatalogWriter
-
-    location = resolve_location(spec)
-    lease: WriterLease | None = None
-    path = lease_path(location)
-    if path is not None:
-        lease = WriterLease(path, owner)
-        try:
-            taken = lease.acquire()
-        except LeaseHeld as held:
-            if not fallback:
-                raise
-            own = sibling_path(location.requested, owner)
-            say(
-                f"The context catalog {location.requested} is being written by "
-                f"{held.holder.describe() if held.holder else 'another run'}; this run "
-                f"records into its own catalog {own} instead (read it with "
-                f"`snakemake-context status --catalog {own}`)."
-            )
-            return open_writer(
-                own, owner=owner, warn=warn, say=say, heartbeat_run=heartbeat_run, fallback=False
-            )
-        except OSError as error:
-            raise CatalogError(
-                f"Cannot open the catalog {location.describe()}: {type(error).__name__}: "
-                f"{error}. Fix: give a writable path or a reachable database URL "
-                "(--context-catalog, or `snakemake-context up --catalog`)."
-            ) from error
-        if taken is not None:
-            say(
-                f"The context catalog {location.requested} had a writer lease without a "
-                f"heartbeat ({taken.describe()}); this run took it over."
-            )
-    try:
-        store = open_store(spec)
-        with store.session() as session, session.begin():
-            abandoned = mark_abandoned(session, time.time(), socket.gethostname())
-    except BaseException:
-        if lease is not None:
-            lease.release()
-        raise
-    if abandoned:
-        say(
-            f"The context catalog {store.location.describe()}: marked "
-            f"{len(abandoned)} run(s) abandoned (their writer stopped without ending "
-            f"them): {', '.join(abandoned[:5])}{' ...' if len(abandoned) > 5 else ''}."
-        )
-    return CatalogWriter(store, warn=warn, heartbeat_run=heartbeat_run, lease=lease)

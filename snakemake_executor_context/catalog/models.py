@@ -27,16 +27,23 @@ __all__ = [
     "Base",
     "Context",
     "EventRecord",
+    "ForwardBatch",
     "Job",
+    "JobStory",
     "Meta",
+    "Pilot",
     "Placement",
     "Run",
     "Server",
     "ServerLoss",
+    "Transfer",
 ]
 
-#: Bumped on every change to the tables below; checked when a catalog is opened.
-SCHEMA_VERSION = 1
+#: The schema's version: the number of its newest migration (:mod:`.migrations`),
+#: bumped with every change to the tables below. Releases before the migrations
+#: read it from ``catalog_meta`` and refuse any other; releases since upgrade an
+#: older catalog in place when they write to it.
+SCHEMA_VERSION = 5
 
 
 class Base(DeclarativeBase):
@@ -110,6 +117,12 @@ class Server(Base):
     joined: Mapped[float] = mapped_column(Float)
     left: Mapped[float | None] = mapped_column(Float)
     left_reason: Mapped[str | None] = mapped_column(Text)
+    #: GPUs it serves (its ``gpu`` resource; a CPU server's stand-in counts as one).
+    gpus: Mapped[int | None] = mapped_column(Integer)
+    #: When it began to drain (a preemption notice, a recycle, a black hole).
+    draining_at: Mapped[float | None] = mapped_column(Float)
+    #: A pilot's: when its batch job started (the batch system charges from then).
+    allocated_at: Mapped[float | None] = mapped_column(Float)
 
 
 class Context(Base):
@@ -143,6 +156,39 @@ class Placement(Base):
     #: Whether the loader's cache probe found the weights on local disk.
     from_cache: Mapped[bool | None] = mapped_column(Boolean)
     bytes: Mapped[int | None] = mapped_column(BigInteger)
+    #: Conversions the load did (weights converted into a local cache), and the
+    #: seconds it took after the last one (a load from that cache): its kinds
+    #: (:func:`~..fleet.loads.load_parts`).
+    conversions: Mapped[int | None] = mapped_column(Integer)
+    reload_seconds: Mapped[float | None] = mapped_column(Float)
+    #: Seconds of the load spent fetching the context's template from peers (None: it
+    #: fetched nothing), before it read the local cache the transfer filled.
+    peer_seconds: Mapped[float | None] = mapped_column(Float)
+    #: A gang (a context spanning several processes): its ranks, and its members as
+    #: JSON (backend; per rank: device, node, pid, shard bytes). None: one process.
+    ranks: Mapped[int | None] = mapped_column(Integer)
+    gang: Mapped[str | None] = mapped_column(Text)
+
+
+class Transfer(Base):
+    """One try of a server to fetch a context's template (its files) from a peer that
+    holds it (peer-to-peer transfer): one row per holder tried."""
+
+    __tablename__ = "transfers"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    context_id: Mapped[int] = mapped_column(ForeignKey("contexts.id"), index=True)
+    #: The receiver.
+    server_id: Mapped[int] = mapped_column(ForeignKey("servers.id"))
+    #: The holder's address ("" when none could serve it), and its server row when the
+    #: catalog knows a live server at that address.
+    peer: Mapped[str] = mapped_column(String(256), default="")
+    peer_server_id: Mapped[int | None] = mapped_column(ForeignKey("servers.id"))
+    #: When the try ended.
+    at: Mapped[float] = mapped_column(Float)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    #: "ok", or one line: why this holder's transfer ended early.
+    outcome: Mapped[str] = mapped_column(String(512), default="ok")
 
 
 class Job(Base):
@@ -165,6 +211,10 @@ class Job(Base):
     #: The outcome reported to Snakemake: ok, failed, cancelled, unrunnable, invalid.
     outcome: Mapped[str | None] = mapped_column(String(16))
     items: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: The stimulus of the executor's dispatch machine that reported it, and the
+    #: report's message (a failure's; its first 4,000 characters).
+    stimulus: Mapped[str | None] = mapped_column(String(128))
+    message: Mapped[str | None] = mapped_column(Text)
 
 
 class Attempt(Base):
@@ -192,6 +242,26 @@ class Attempt(Base):
     # Indexed for the losses' job lists; catalogs made before the index lack it and are
     # merely slower to read (an index is not part of the schema version).
     loss_id: Mapped[int | None] = mapped_column(ForeignKey("server_losses.id"), index=True)
+    #: Its log, relative to the workflow directory, and the dispatch machine's
+    #: stimulus that placed it.
+    log: Mapped[str | None] = mapped_column(Text)
+    stimulus: Mapped[str | None] = mapped_column(String(128))
+
+
+class JobStory(Base):
+    """A decision of an executor about a job that its attempts and its report do not
+    record: a loss and the budget charged, a requeue, a cancellation (the story of a
+    job, ``snakemake-context story``)."""
+
+    __tablename__ = "job_story"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    #: The attempt it is about (None: the job, between attempts).
+    attempt_key: Mapped[str | None] = mapped_column(String(256))
+    at: Mapped[float] = mapped_column(Float)
+    what: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    stimulus: Mapped[str] = mapped_column(String(128), default="")
 
 
 class ServerLoss(Base):
@@ -205,6 +275,37 @@ class ServerLoss(Base):
     jobs_lost: Mapped[int] = mapped_column(Integer, default=0)
     #: Seconds of work the lost jobs had done there.
     seconds_lost: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class ForwardBatch(Base):
+    """Calls of batched functions (forward batches) of one size that an attempt led
+    (the forward-batch histogram)."""
+
+    __tablename__ = "forward_batches"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    size: Mapped[int] = mapped_column(Integer)
+    calls: Mapped[int] = mapped_column(Integer)
+
+
+class Pilot(Base):
+    """A pilot of a pool on a batch system, as the pool's books hold it
+    (:class:`~..fleet.pilotbook.PilotRecord`); its server is the one of its name that
+    joined after it was submitted."""
+
+    __tablename__ = "pilots"
+    __table_args__ = (UniqueConstraint("name", "submitted"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), index=True)
+    kind: Mapped[str] = mapped_column(String(256), default="")
+    job_id: Mapped[str] = mapped_column(String(128), default="")
+    submitted: Mapped[float] = mapped_column(Float)
+    registered: Mapped[float | None] = mapped_column(Float)
+    first_task: Mapped[float | None] = mapped_column(Float)
+    ended: Mapped[float | None] = mapped_column(Float)
+    batch_state: Mapped[str | None] = mapped_column(String(64))
+    busy_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    released: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class EventRecord(Base):

@@ -76,6 +76,10 @@ class PlacementRecord(NamedTuple):
     state: str
     load_seconds: float | None
     from_cache: bool | None
+    conversions: int | None
+    peer_seconds: float | None
+    #: Ranks of a gang (a context spanning several processes); None: one process.
+    ranks: int | None
 
 
 class ContextRecord(NamedTuple):
@@ -390,10 +394,6 @@ def _columns(model: Any, record: type[NamedTuple]) -> list[InstrumentedAttribute
     return [getattr(model, name) for name in record._fields if name != "jobs"]
 
 
-_ATTEMPT_COLUMNS: list[InstrumentedAttribute[Any]] = [
-    Attempt.id,
-    Attempt.server_id,
-    Attempt.outcome,
-    Attempt.items,
-]
-_ATTEMPT_COLUMNS += [Attempt.started, Attempt.finished, Attempt.load_seconds, Attempt.cold]
+_ATTEMPT_COLUMNS: list[InstrumentedAttribute[Any]] = [Attempt.id, Attempt.server_id]
+_ATTEMPT_COLUMNS += [Attempt.outcome, Attempt.items, Attempt.started, Attempt.finished]
+_ATTEMPT_COLUMNS += [Attempt.load_seconds, Attempt.cold]

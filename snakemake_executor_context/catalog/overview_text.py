@@ -23,6 +23,28 @@ def _size(nbytes: float | None) -> str:
     return "?"
 
 
+#: How ``status`` names each load kind (:data:`.queries.KIND_ORDER`).
+KIND_TEXT = {
+    "source": "from the source",
+    "cache": "from the local cache",
+    "peer": "from peers",
+    "conversion": "by conversion",
+}
+
+
+def _how_got(kinds: dict[str, int], fetched: dict[str, Any] | None) -> str:
+    """How a context's placements got it: loads by kind, and its transfers."""
+    parts = [f"{n} {KIND_TEXT.get(kind, kind)}" for kind, n in kinds.items()]
+    text = f"loads: {', '.join(parts)}" if parts else ""
+    if fetched:
+        failed = f", {fetched['failed']} ended early" if fetched["failed"] else ""
+        text += (
+            f"{'; ' if text else ''}transfers: {fetched['transfers']} from peers, "
+            f"{_size(fetched['bytes'])} in {fetched['seconds']:.1f} s{failed}"
+        )
+    return text
+
+
 def format_overview(catalog: str, report: dict[str, Any]) -> str:
     """The catalog part of ``snakemake-context status`` as text (from
     :func:`.queries.overview`)."""
@@ -41,6 +63,7 @@ def format_overview(catalog: str, report: dict[str, Any]) -> str:
             f"{': ' + names if names else ''}; {row['left']} left, {row['lost']} lost"
         )
     lines += ["", "Contexts:"]
+    fetched = {row["identity"]: row for row in report.get("transfers", [])}
     for row in report["contexts"]:
         warm = ", ".join(row["warm_on"]) or "nowhere"
         loading = f" (loading on {', '.join(row['loading_on'])})" if row["loading_on"] else ""
@@ -51,6 +74,20 @@ def format_overview(catalog: str, report: dict[str, Any]) -> str:
             + (f", {mean:.1f} s on average" if mean is not None else "")
             + (f", {row['from_cache']} from the local cache" if row["from_cache"] else "")
         )
+        got = _how_got(row.get("kinds") or {}, fetched.get(row["identity"]))
+        if got:
+            lines.append(f"    {got}")
+    if report.get("gangs"):
+        lines += ["", "Gangs (contexts spanning several processes, one rank per device):"]
+        for row in report["gangs"]:
+            nodes = sorted(set(row["nodes"]))
+            lines.append(
+                f"  {row['context']} on {row['server']}: {row['ranks']} ranks ({row['state']}, "
+                f"{row['backend']}) on {', '.join(row['devices'])}; node"
+                f"{'s' if len(nodes) > 1 else ''} {', '.join(nodes)}; pids "
+                + ", ".join(str(p) for p in row["pids"])
+                + (f"; shards {', '.join(_size(b) for b in row['bytes'])}" if row["bytes"] else "")
+            )
     if report["throughput"]:
         lines += ["", "Throughput (successful jobs, loads excluded):"]
         for row in report["throughput"]:

@@ -16,21 +16,37 @@ from typing import Any
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
+from ..fleet.loads import LoadKind, load_parts
+from .gangs import GangRow, gangs
 from .history import JobRow, LossRow, RunRow, losses, recent_jobs, runs
-from .models import Attempt, Context, EventRecord, Job, Placement, Run, Server, ServerLoss
+from .models import (
+    Attempt,
+    Context,
+    EventRecord,
+    Job,
+    Placement,
+    Run,
+    Server,
+    ServerLoss,
+    Transfer,
+)
 from .seed import job_seconds, placement_measurements
 
 __all__ = [
     "ContextRow",
     "Counts",
     "FleetRow",
+    "GangRow",
     "JobRow",
     "LossRow",
     "RunRow",
     "ThroughputRow",
+    "TransferRow",
     "contexts",
     "counts",
     "fleet",
+    "gangs",
+    "load_kind",
     "losses",
     "overview",
     "placement_measurements",
@@ -38,7 +54,11 @@ __all__ = [
     "recent_jobs",
     "runs",
     "throughput",
+    "transfers",
 ]
+
+#: The order ``status`` and the monitor list load kinds in.
+KIND_ORDER = (LoadKind.SOURCE, LoadKind.CACHE, LoadKind.PEER, LoadKind.CONVERSION)
 
 
 @dataclass(frozen=True)
@@ -53,6 +73,7 @@ class Counts:
     attempts: int
     losses: int
     events: int
+    transfers: int = 0
 
 
 def counts(session: Session) -> Counts:
@@ -70,6 +91,7 @@ def counts(session: Session) -> Counts:
         attempts=n(Attempt),
         losses=n(ServerLoss),
         events=n(EventRecord),
+        transfers=n(Transfer),
     )
 
 
@@ -155,6 +177,51 @@ class ContextRow:
     loads: int
     mean_load_seconds: float | None
     from_cache: int
+    #: Its finished loads by kind (:func:`load_kind`; only kinds it had), in
+    #: :data:`KIND_ORDER`.
+    kinds: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        context: Any,
+        warm_on: list[str],
+        loading_on: list[str],
+        loads: int,
+        mean_load_seconds: float | None,
+        from_cache: int,
+        kinds: dict[str, int] | None = None,
+    ) -> ContextRow:
+        """The row of ``context`` (a catalog row, or a reader's record of one: its
+        identity, name, loader, arguments as JSON, bytes) and where it is."""
+        try:
+            arguments = json.loads(context.arguments or "{}")
+        except ValueError:
+            arguments = {}
+        return cls(
+            identity=context.identity,
+            name=context.name,
+            loader=context.loader,
+            arguments=arguments,
+            bytes=context.bytes,
+            warm_on=warm_on,
+            loading_on=loading_on,
+            loads=loads,
+            mean_load_seconds=mean_load_seconds,
+            from_cache=from_cache,
+            kinds={k.value: n for k in KIND_ORDER if (n := (kinds or {}).get(k.value, 0))},
+        )
+
+
+def load_kind(
+    from_cache: bool | None, conversions: int | None, peer_seconds: float | None
+) -> LoadKind:
+    """How a placement got its context: the kind of its load's first part, as the
+    ledger splits it (:func:`~..fleet.loads.load_parts`)."""
+    parts = load_parts(
+        0.0, from_cache=from_cache, conversions=conversions, peer_seconds=peer_seconds
+    )
+    return parts[0][0]
 
 
 def contexts(session: Session) -> list[ContextRow]:
@@ -179,29 +246,60 @@ def contexts(session: Session) -> list[ContextRow]:
             ).group_by(Placement.context_id)
         )
     }
+    kinds: dict[int, dict[str, int]] = {}
+    peer = case((Placement.peer_seconds.is_not(None), 0.0), else_=None)
+    for context_id, from_cache, conversions, fetched, n in session.execute(
+        select(
+            Placement.context_id, Placement.from_cache, Placement.conversions, peer, func.count()
+        )
+        .where(Placement.load_seconds.is_not(None))
+        .group_by(Placement.context_id, Placement.from_cache, Placement.conversions, peer)
+    ):
+        kind = load_kind(from_cache, conversions, fetched).value
+        into = kinds.setdefault(context_id, {})
+        into[kind] = into.get(kind, 0) + int(n)
     rows = []
     for row in session.scalars(select(Context).order_by(Context.name)):
         warm, loading = where.get(row.id, ([], []))
         loads, mean, cached = stats.get(row.id, (0, None, 0))
-        try:
-            arguments = json.loads(row.arguments or "{}")
-        except ValueError:
-            arguments = {}
-        rows.append(
-            ContextRow(
-                identity=row.identity,
-                name=row.name,
-                loader=row.loader,
-                arguments=arguments,
-                bytes=row.bytes,
-                warm_on=warm,
-                loading_on=loading,
-                loads=loads,
-                mean_load_seconds=float(mean) if mean is not None else None,
-                from_cache=cached,
-            )
-        )
+        mean = float(mean) if mean is not None else None
+        by_kind = kinds.get(row.id, {})
+        rows.append(ContextRow.of(row, warm, loading, loads, mean, cached, by_kind))
     return rows
+
+
+@dataclass(frozen=True)
+class TransferRow:
+    """A context's transfers from peers: tries, those that ended early, and the bytes
+    and seconds of all of them."""
+
+    identity: str
+    name: str
+    transfers: int
+    failed: int
+    bytes: int
+    seconds: float
+
+
+def transfers(session: Session) -> list[TransferRow]:
+    """Every context's transfers from peers (contexts never fetched from one aside)."""
+    found = session.execute(
+        select(
+            Context.identity,
+            Context.name,
+            func.count(),
+            func.sum(case((Transfer.outcome != "ok", 1), else_=0)),
+            func.sum(Transfer.bytes),
+            func.sum(Transfer.seconds),
+        )
+        .join(Context, Transfer.context_id == Context.id)
+        .group_by(Context.identity, Context.name)
+        .order_by(Context.name, Context.identity)
+    ).all()
+    return [
+        TransferRow(identity, name, int(n), int(failed or 0), int(nbytes or 0), float(sec or 0))
+        for identity, name, n, failed, nbytes, sec in found
+    ]
 
 
 @dataclass(frozen=True)
@@ -268,6 +366,8 @@ def overview(session: Session, *, limit: int = 10) -> dict[str, Any]:
         "fleet": [asdict(row) for row in fleet(session)],
         "contexts": [asdict(row) for row in contexts(session)],
         "throughput": [asdict(row) for row in throughput(session)],
+        "transfers": [asdict(row) for row in transfers(session)],
+        "gangs": [asdict(row) for row in gangs(session)],
         "runs": [asdict(row) for row in runs(session, limit)],
         "losses": [asdict(row) for row in losses(session, limit)],
         "jobs": [asdict(row) for row in recent_jobs(session, limit)],

@@ -17,8 +17,23 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from ..fleet import events as ev
+from ..fleet.keys import is_attempt_key
 from ..fleet.state import model_of
-from .models import Attempt, Context, EventRecord, Job, Placement, Run, Server, ServerLoss
+from ..processes import pid_alive
+from .models import (
+    Attempt,
+    Context,
+    EventRecord,
+    ForwardBatch,
+    Job,
+    Pilot,
+    Placement,
+    Run,
+    Server,
+    ServerLoss,
+    Transfer,
+)
+from .models import JobStory as JobStoryRow
 
 __all__ = ["Recorder", "mark_abandoned"]
 
@@ -36,6 +51,16 @@ class _Lru(OrderedDict[K, int]):
         return value
 
 
+def _size(nbytes: int) -> str:
+    """Bytes as a note prints them ("538 MB")."""
+    size = float(nbytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000:
+            return f"{size:.0f} {unit}"
+        size /= 1000
+    return f"{size:.0f} TB"
+
+
 def mark_abandoned(
     session: Session,
     now: float,
@@ -48,9 +73,7 @@ def mark_abandoned(
     ``finished`` set and ``ok`` left NULL (a run that ended itself always sets ``ok``),
     and a ``run-abandoned`` note. Returns their run ids."""
     if alive is None:
-        from .lease import _pid_alive
-
-        alive = _pid_alive
+        alive = pid_alive
     marked = []
     for row in session.scalars(select(Run).where(Run.finished.is_(None))):
         beat = row.heartbeat if row.heartbeat is not None else row.started
@@ -93,10 +116,15 @@ class Recorder:
             ev.ContextReady: self._context_ready,
             ev.ContextEvicted: self._context_ended,
             ev.ContextLoadFailed: self._context_ended,
+            ev.ContextTransferred: self._context_transferred,
+            ev.GangFormed: self._gang_formed,
+            ev.GangAssembled: self._gang_assembled,
             ev.JobDispatched: self._job_dispatched,
             ev.JobStarted: self._job_started,
             ev.JobFinished: self._job_finished,
             ev.JobReported: self._job_reported,
+            ev.JobStory: self._job_story,
+            ev.PilotBooked: self._pilot_booked,
         }
 
     def reset(self) -> None:
@@ -126,6 +154,16 @@ class Recorder:
         return found
 
     def _server(self, session: Session, address: str, at: float) -> int:
+        found = self._known_server(session, address)
+        if found is None:
+            row = Server(address=address, joined=at)
+            session.add(row)
+            session.flush()
+            found = self._servers.put(address, row.id)
+        return found
+
+    def _known_server(self, session: Session, address: str) -> int | None:
+        """The live server at ``address``, if the catalog has one (none is made)."""
         found = self._servers.get(address)
         if found is None:
             found = session.scalar(
@@ -134,12 +172,8 @@ class Recorder:
                 .order_by(Server.id.desc())
                 .limit(1)
             )
-            if found is None:
-                row = Server(address=address, joined=at)
-                session.add(row)
-                session.flush()
-                found = row.id
-            self._servers.put(address, found)
+            if found is not None:
+                self._servers.put(address, found)
         return found
 
     def _context(self, session: Session, identity: str, at: float, name: str = "") -> int:
@@ -239,6 +273,8 @@ class Recorder:
         known = self._servers.get(event.address) is not None
         server_id = self._server(session, event.address, event.at)
         values: dict[str, Any] = {"slots": event.slots, "memory_bytes": event.memory_bytes or None}
+        # A CPU server's stand-in GPU counts as one; so does a pilot without GPUs.
+        values["gpus"] = max(1, round(event.resources.get("gpu", 1) or 1))
         if event.name:
             values["name"] = event.name
         if event.host:
@@ -270,6 +306,8 @@ class Recorder:
             values["host"] = event.host
         if event.memory_bytes:
             values["memory_bytes"] = event.memory_bytes
+        if event.allocated_at:
+            values["allocated_at"] = event.allocated_at
         if gpu:
             values.update(
                 gpu_index=gpu.get("index"),
@@ -289,6 +327,11 @@ class Recorder:
 
     def _draining(self, session: Session, event: ev.ServerDraining) -> None:
         server_id = self._server(session, event.address, event.at)
+        session.execute(
+            update(Server)
+            .where(Server.id == server_id, Server.draining_at.is_(None))
+            .values(draining_at=event.at)
+        )
         text = (
             f"{event.name or event.address}: {event.why}, draining within {event.grace:.0f} s; "
             f"finishing {len(event.finishing)} job(s), handing back {len(event.handed_back)}"
@@ -310,6 +353,16 @@ class Recorder:
         self._servers.pop(event.address, None)
         name = session.scalar(select(Server.name).where(Server.id == server_id)) or event.address
         lost = event.lost_jobs()
+        if event.restarted:  # the plugin's own restart: its jobs were being stopped
+            for job in lost:
+                session.execute(
+                    update(Attempt)
+                    .where(Attempt.key == job.key, Attempt.outcome.is_(None))
+                    .values(outcome="cancelled", finished=event.at, server_id=server_id)
+                )
+            text = f"{name} restarted by the plugin ({event.restarted})"
+            self._note(session, "server-restarted", event.at, text, server_id=server_id)
+            return
         if not lost:
             self._note(
                 session,
@@ -397,6 +450,9 @@ class Recorder:
             "ready_at": event.at,
             "load_seconds": event.load_seconds,
             "bytes": event.bytes or None,
+            "conversions": event.conversions,
+            "reload_seconds": event.reload_seconds,
+            "peer_seconds": event.peer_seconds,
         }
         if placement_id is None:
             session.add(
@@ -451,6 +507,90 @@ class Recorder:
             server_id=server_id,
         )
 
+    def _gang_assembled(self, session: Session, event: ev.GangAssembled) -> None:
+        """Pilots on several nodes became one server: a note on its leader."""
+        leader_id = self._server(session, event.leader, event.at)
+        ids = [self._server(session, a, event.at) for a in (event.leader, *event.members)]
+        names = [
+            session.scalar(select(Server.name).where(Server.id == server_id)) or address
+            for server_id, address in zip(ids, (event.leader, *event.members), strict=True)
+        ]
+        text = (
+            f"{names[0]} leads {', '.join(names[1:])}: one server of {len(names)} nodes "
+            f"({', '.join(event.nodes)}), {sum(event.devices)} GPU(s)"
+        )
+        self._note(session, "gang-assembled", event.at, text, server_id=leader_id)
+
+    def _gang_formed(self, session: Session, event: ev.GangFormed) -> None:
+        """A gang's members, on the placement of its context (open since its load)."""
+        context_id = self._context(session, event.identity, event.at, event.name)
+        server_id = self._server(session, event.address, event.at)
+        placement_id = self._open_placement(session, server_id, context_id)
+        members = [
+            {"rank": rank, "device": device, "node": node, "pid": pid, "bytes": nbytes}
+            for rank, (device, node, pid, nbytes) in enumerate(
+                zip(event.devices, event.nodes, event.pids, event.rank_bytes, strict=False)
+            )
+        ]
+        gang = json.dumps({"backend": event.backend, "members": members}, sort_keys=True)
+        ranks = len(event.devices)
+        if placement_id is None:
+            session.add(
+                Placement(
+                    context_id=context_id,
+                    server_id=server_id,
+                    state="loading",
+                    loading_at=event.at,
+                    ranks=ranks,
+                    gang=gang,
+                )
+            )
+        else:
+            session.execute(
+                update(Placement).where(Placement.id == placement_id).values(ranks=ranks, gang=gang)
+            )
+        server = session.scalar(select(Server.name).where(Server.id == server_id))
+        nodes = sorted(set(event.nodes))
+        text = (
+            f"{event.name or event.identity[:10]}: a gang of {ranks} ranks on "
+            f"{server or event.address} ({', '.join(event.devices)}; {event.backend}; "
+            f"node{'s' if len(nodes) > 1 else ''} {', '.join(nodes) or '?'})"
+        )
+        self._note(session, "gang-formed", event.at, text, server_id=server_id)
+
+    def _context_transferred(self, session: Session, event: ev.ContextTransferred) -> None:
+        context_id = self._context(session, event.identity, event.at)
+        server_id = self._server(session, event.address, event.at)
+        # The holder's row when a live server is there (never made up: an address
+        # that is not a server of the catalog stays an address).
+        peer_id = self._known_server(session, event.peer) if event.peer else None
+        outcome = (event.outcome or "ok")[:512]
+        session.add(
+            Transfer(
+                context_id=context_id,
+                server_id=server_id,
+                peer=event.peer[:256],
+                peer_server_id=peer_id,
+                at=event.at,
+                bytes=event.bytes,
+                seconds=event.seconds,
+                outcome=outcome,
+            )
+        )
+        context = session.scalar(select(Context.name).where(Context.id == context_id))
+        receiver = session.scalar(select(Server.name).where(Server.id == server_id))
+        holder = session.scalar(select(Server.name).where(Server.id == peer_id)) if peer_id else ""
+        name, to = context or event.identity[:10], receiver or event.address
+        got = f"{_size(event.bytes)} in {event.seconds:.1f} s"
+        if outcome == "ok":
+            text = f"{name} fetched from {holder or event.peer} by {to}: {got}"
+        elif event.peer:
+            text = f"{name} from {holder or event.peer} to {to} ended early ({got}): "
+            text += outcome
+        else:
+            text = f"{name}: no peer could serve {to}: {outcome}"
+        self._note(session, "context-transferred", event.at, text[:2000], server_id=server_id)
+
     # -- jobs ----------------------------------------------------------------------
 
     def _job_dispatched(self, session: Session, event: ev.JobDispatched) -> None:
@@ -476,6 +616,8 @@ class Recorder:
             "attempt": event.attempt,
             "placed_by": event.reason or None,
             "dispatched": event.at,
+            "log": event.log or None,
+            "stimulus": event.stimulus or None,
         }
         attempt_id = self._attempt(session, event.key)
         if attempt_id is None:
@@ -525,7 +667,7 @@ class Recorder:
             "cold": bool(event.loaded),
         }
         if attempt_id is None:
-            self._new_attempt(session, event.key, **values)
+            attempt_id = self._new_attempt(session, event.key, **values)
         else:
             first = session.execute(
                 update(Attempt)
@@ -543,6 +685,11 @@ class Recorder:
                     .values(**values)
                 )
                 return
+        if event.batches:
+            session.add_all(
+                ForwardBatch(attempt_id=attempt_id, size=int(size), calls=int(calls))
+                for size, calls in event.batches.items()
+            )
         if event.loaded and event.run_id:
             run_pk = self._run(session, event.run_id, event.at)
             session.execute(
@@ -571,7 +718,13 @@ class Recorder:
         session.execute(
             update(Job)
             .where(Job.id == job_id)
-            .values(outcome=event.outcome, finished=event.at, items=items)
+            .values(
+                outcome=event.outcome,
+                finished=event.at,
+                items=items,
+                stimulus=event.stimulus or None,
+                message=(event.message or "")[:4000] or None,
+            )
         )
         if previous is not None:
             return  # counted already (a duplicate)
@@ -597,3 +750,38 @@ class Recorder:
                 ],
                 run_pk=run_pk,
             )
+
+    def _job_story(self, session: Session, event: ev.JobStory) -> None:
+        run_pk = self._run(session, event.run_id, event.at)
+        job_id = self._job(session, run_pk, str(event.jobid), rule=event.rule, submitted=event.at)
+        session.add(
+            JobStoryRow(
+                job_id=job_id,
+                attempt_key=event.key if is_attempt_key(event.key) else None,
+                at=event.at,
+                what=event.what[:32],
+                detail=event.detail,
+                stimulus=event.stimulus,
+            )
+        )
+
+    # -- pools ---------------------------------------------------------------------
+
+    def _pilot_booked(self, session: Session, event: ev.PilotBooked) -> None:
+        values = {
+            "kind": event.pilot_kind,
+            "job_id": event.job_id,
+            "registered": event.registered,
+            "first_task": event.first_task,
+            "ended": event.ended,
+            "batch_state": event.batch_state,
+            "busy_seconds": event.busy_seconds,
+            "released": event.released,
+        }
+        found = session.scalar(
+            select(Pilot.id).where(Pilot.name == event.name, Pilot.submitted == event.submitted)
+        )
+        if found is None:
+            session.add(Pilot(name=event.name, submitted=event.submitted, **values))
+        else:
+            session.execute(update(Pilot).where(Pilot.id == found).values(**values))

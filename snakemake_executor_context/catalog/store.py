@@ -2,9 +2,12 @@
 
 A catalog is named by a path (SQLite) or any SQLAlchemy URL. SQLite runs in WAL mode
 with a busy timeout, on node-local disk: when the requested path lies on a network
-filesystem (:func:`is_network_fs`, from the mount table), the live database stays on
-local disk and the writer publishes a snapshot to the requested path every few
-seconds (:func:`publish_snapshot`); readers open that snapshot immutable.
+filesystem (:func:`is_network_fs`, from the mount table), or in a directory other
+users may write to (SQLite would open its ``-wal``, ``-shm`` and journal files there
+through whatever they planted), the live database stays in the private root
+(:mod:`..paths`) and the writer publishes a snapshot to the requested path every few
+seconds (:func:`publish_snapshot`, created exclusively and renamed into place);
+readers open that snapshot immutable.
 """
 
 from __future__ import annotations
@@ -12,21 +15,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from .. import paths
 from ..errors import ContextExecutorError
-from ..privacy import private_dir as _private_dir
-from .models import SCHEMA_VERSION, Base, Meta
+from .migrations.runner import Revision, read_revision, upgrade
+from .models import SCHEMA_VERSION, Meta
 
 __all__ = [
     "MOUNT_TABLE",
@@ -39,7 +40,6 @@ __all__ = [
     "is_network_fs",
     "open_reader",
     "open_store",
-    "private_dir",
     "publish_snapshot",
     "resolve_location",
 ]
@@ -119,26 +119,18 @@ def is_network_fs(path: str | os.PathLike[str]) -> bool:
     return False
 
 
-def _local_dir() -> Path:
-    """Where live copies of network catalogs go: $SNAKEMAKE_CONTEXT_LOCAL_DIR, else
-    $XDG_RUNTIME_DIR (private to the user), else the temporary directory."""
-    base = os.environ.get("SNAKEMAKE_CONTEXT_LOCAL_DIR") or ""
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
-    if not base and runtime and os.path.isdir(runtime):
-        base = runtime
-    return Path(base or tempfile.gettempdir()) / f"snakemake-context-{os.getuid()}"
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` 0700, or check the one there (:mod:`..privacy`): another user
-    could otherwise plant it to read or redirect what is written inside."""
-    return _private_dir(
-        path,
-        CatalogError,
-        "remove it (another user may have planted it), or set SNAKEMAKE_CONTEXT_LOCAL_DIR "
-        "to a directory of your own; it must be yours and mode 0700.",
-        tighten=False,
-    )
+def others_may_write(directory: Path) -> bool:
+    """Whether users other than this one (and root) may create files in
+    ``directory`` (or the nearest existing directory above it): its mode lets group
+    or others write, or it is another user's."""
+    target = Path(os.path.abspath(directory))
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    try:
+        info = target.stat()
+    except OSError:
+        return False
+    return info.st_uid not in (os.getuid(), 0) or bool(info.st_mode & 0o022)
 
 
 def resolve_location(spec: str | os.PathLike[str]) -> CatalogLocation:
@@ -154,9 +146,9 @@ def resolve_location(spec: str | os.PathLike[str]) -> CatalogLocation:
             return CatalogLocation(requested=text, url=text)
         text = database
     requested = Path(text).expanduser().absolute()
-    if is_network_fs(requested):
+    if is_network_fs(requested) or others_may_write(requested.parent):
         digest = hashlib.sha256(str(requested).encode()).hexdigest()[:16]
-        live = _local_dir() / digest / requested.name
+        live = paths.root_path() / "catalogs" / digest / requested.name
         return CatalogLocation(
             requested=str(requested), url=f"sqlite:///{live}", path=live, snapshot=requested
         )
@@ -210,8 +202,7 @@ def open_store(spec: str | os.PathLike[str], *, create: bool = True) -> CatalogS
     try:
         if location.path is not None:
             if location.snapshot is not None:
-                private_dir(location.path.parent.parent)
-                private_dir(location.path.parent)
+                paths.private_path("catalogs", location.path.parent.name)
             location.path.parent.mkdir(parents=True, exist_ok=True)
             if location.snapshot is not None:
                 location.snapshot.parent.mkdir(parents=True, exist_ok=True)
@@ -222,7 +213,7 @@ def open_store(spec: str | os.PathLike[str], *, create: bool = True) -> CatalogS
             engine = create_engine(location.url, pool_pre_ping=True)
         store = CatalogStore(location, engine)
         check_schema(store, create=create)
-    except CatalogError:
+    except ContextExecutorError:  # a CatalogError, or a path refused (one line each)
         raise
     except Exception as error:
         raise CatalogError(
@@ -237,15 +228,18 @@ def _start_from_snapshot(live: Path, snapshot: Path) -> None:
     """Take the published snapshot as the live copy unless the local copy is newer
     (this node's own writer stopped before it published its last events): another
     node may have written the catalog since this node last did."""
-    if not snapshot.exists():
+    try:  # only a snapshot this user wrote: another user's may be planted
+        fd = paths.open_trusted(snapshot, fix=_MOVE_CATALOG)
+    except FileNotFoundError:
         return
-    sidecars = [Path(f"{live}{suffix}") for suffix in ("-wal", "-shm")]
-    local = [p.stat().st_mtime for p in (live, sidecars[0]) if p.exists()]
-    if local and max(local) > snapshot.stat().st_mtime:
-        return
-    for path in sidecars:
-        path.unlink(missing_ok=True)
-    shutil.copyfile(snapshot, live)
+    with os.fdopen(fd, "rb") as source:
+        sidecars = [Path(f"{live}{suffix}") for suffix in ("-wal", "-shm")]
+        local = [p.stat().st_mtime for p in (live, sidecars[0]) if p.exists()]
+        if local and max(local) > os.fstat(source.fileno()).st_mtime:
+            return
+        for path in sidecars:
+            path.unlink(missing_ok=True)
+        paths.write_private(live, source.read())
 
 
 def open_reader(spec: str | os.PathLike[str]) -> CatalogStore:
@@ -282,36 +276,50 @@ def open_reader(spec: str | os.PathLike[str]) -> CatalogStore:
 
 
 def check_schema(store: CatalogStore, *, create: bool) -> None:
-    """Create the tables of a new catalog, or refuse one of another schema version."""
-    names = set(inspect(store.engine).get_table_names())
-    if Meta.__tablename__ not in names:
-        if names - {Meta.__tablename__}:
-            raise _schema_error(store.location, None)
+    """Bring a writer's catalog to this release's schema (create a new one, upgrade
+    an older one in place: :mod:`.migrations`), or check a reader's; refuse a newer
+    or a foreign one, and a reader's older one, in one line each."""
+    with store.engine.connect() as connection:
+        found = read_revision(connection)
+    if found.current:
+        return
+    if found.version is None and not found.foreign:
         if not create:
             raise EmptyCatalogError(f"The catalog {store.location.describe()} is empty.")
-        Base.metadata.create_all(store.engine)
-        try:
-            with store.session() as session, session.begin():
-                session.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
-                session.add(Meta(key="created", value=json.dumps(time.time())))
-        except IntegrityError:
-            pass  # another writer created it at the same moment
-    with store.session() as session:
-        found = session.scalar(select(Meta.value).where(Meta.key == "schema_version"))
-    if found is None or found != str(SCHEMA_VERSION):
+    elif not found.older:
         raise _schema_error(store.location, found)
+    elif not create:
+        raise CatalogSchemaError(
+            f"The catalog {store.location.describe()} has schema version {found.version}, "
+            f"written by an older release; this plugin ({_version()}) reads schema version "
+            f"{SCHEMA_VERSION}. Fix: upgrade it in place with `snakemake-context upgrade "
+            f"--catalog {store.location.requested}` (the next run that writes to it does too)."
+        )
+    try:
+        upgrade(store.engine)
+    except Exception as error:
+        raise CatalogError(
+            f"Cannot bring the catalog {store.location.describe()} to schema version "
+            f"{SCHEMA_VERSION}: {type(error).__name__}: {error}. Fix: use a new catalog path "
+            "(--context-catalog NEW.db) or move this one aside, and report this with it."
+        ) from error
+    if found.version is None:
+        with store.session() as session, session.begin():
+            session.merge(Meta(key="created", value=json.dumps(time.time())))
 
 
-def _schema_error(location: CatalogLocation, found: str | None) -> CatalogSchemaError:
+def _version() -> str:
     from .._version import __version__
 
+    return __version__
+
+
+def _schema_error(location: CatalogLocation, found: Revision) -> CatalogSchemaError:
     where = location.describe()
-    what = "is not a catalog of this plugin" if found is None else f"has schema version {found}"
-    newer = found is not None and found.isdigit() and int(found) > SCHEMA_VERSION
-    upgrade = (
-        " or upgrade snakemake-executor-plugin-context to the version that wrote it;"
-        if newer
-        else ";"
+    what = (
+        "is not a catalog of this plugin"
+        if found.foreign
+        else f"has schema version {found.version}"
     )
     aside = (
         f" or move the old file aside (mv {location.snapshot or location.path} "
@@ -319,21 +327,34 @@ def _schema_error(location: CatalogLocation, found: str | None) -> CatalogSchema
         if location.path is not None
         else ""
     )
-    return CatalogSchemaError(
-        f"The catalog {where} {what}; this plugin ({__version__}) reads and writes "
-        f"schema version {SCHEMA_VERSION}, and no migration between them exists. "
-        "Nothing was written to it. Fix: use a new catalog path "
-        "(--context-catalog NEW.db, or `snakemake-context up --catalog NEW.db`)"
-        f"{aside}{upgrade} the old catalog stays readable by the version that wrote it."
+    upgrade = (
+        " or upgrade snakemake-executor-plugin-context to the release that wrote it;"
+        if found.newer
+        else ";"
     )
+    return CatalogSchemaError(
+        f"The catalog {where} {what}; this plugin ({_version()}) reads and writes schema "
+        f"version {SCHEMA_VERSION} and upgrades older ones it knows. Nothing was written "
+        "to it. Fix: use a new catalog path (--context-catalog NEW.db, or `snakemake-context "
+        f"up --catalog NEW.db`){aside}{upgrade} the catalog stays readable by the release "
+        "that wrote it."
+    )
+
+
+#: The fix for a catalog path another user planted.
+_MOVE_CATALOG = (
+    "remove it (another user may have planted it), or choose another catalog path "
+    "(--context-catalog, or `snakemake-context up --catalog`)"
+)
 
 
 def publish_snapshot(live: Path, target: Path) -> None:
     """Copy the live SQLite catalog to ``target`` atomically: SQLite's backup API
-    into a temporary file beside it, then a rename over the old snapshot."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(handle)
+    into a new file created exclusively beside it, then a rename over the old
+    snapshot (never over another user's file)."""
+    if not target.parent.exists():
+        paths.private_dir(target.parent, _MOVE_CATALOG)
+    temporary = str(paths.new_private_file(target.parent, f".{target.name}."))
     try:
         source = sqlite3.connect(f"file:{live}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
         try:
@@ -347,7 +368,7 @@ def publish_snapshot(live: Path, target: Path) -> None:
                 copy.close()
         finally:
             source.close()
-        os.replace(temporary, target)
+        paths.replace_private(Path(temporary), target, _MOVE_CATALOG)
     except BaseException:
         try:
             os.unlink(temporary)

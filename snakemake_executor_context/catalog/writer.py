@@ -1,12 +1,12 @@
-"""The catalog's one writer: a thread that drains a bounded queue into the database.
+"""The catalog's one writer: a thread that drains a bounded queue into the database
+(a :class:`~.sinks.QueuedSink`), and how a run or a cluster opens it (:func:`open_writer`).
 
-:meth:`CatalogWriter.submit` never blocks: when the queue is full the event is
-dropped, and counted. A database error (locked past the busy timeout, disk full, a
+A database error (locked past the busy timeout, disk full, a
 schema mismatch) warns once through the ``warn`` callback and the writer degrades:
 it keeps the failed batch and retries it after a pause, keeps draining the queue,
 and never fails or stalls the process it runs in. Each batch (at most
 :data:`BATCH_SIZE` events) is one transaction, so the catalog holds whole batches
-only. What was not recorded by the end is counted in :attr:`_Worker.dropped`, which
+only. What was not recorded by the end is counted in :attr:`~.sinks.QueuedSink.dropped`, which
 the run reports.
 
 A SQLite catalog has one writer, which holds its lease (:mod:`.lease`) and renews it
@@ -19,193 +19,32 @@ on a network filesystem (see :mod:`.store`).
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..fleet.events import Event, RunHeartbeat
+from ..fleet.events import Event
+from .sinks import BATCH_SIZE, QUEUE_SIZE, QueuedSink, first_line
 
 if TYPE_CHECKING:
     from .lease import WriterLease
     from .record import Recorder
-    from .store import CatalogStore
+    from .store import CatalogLocation, CatalogStore
 
-__all__ = ["CatalogWriter", "DaskRelay", "EventSink"]
+__all__ = ["CatalogWriter", "open_writer"]
 
-logger = logging.getLogger(__name__)
-
-#: Events a writer holds before it drops new ones.
-QUEUE_SIZE = 20_000
-#: Events written in one transaction at most (small: a transaction holds SQLite's
-#: write lock, which readers checkpointing the WAL also want).
-BATCH_SIZE = 200
 #: Seconds between two snapshots of a catalog on a network filesystem.
 SNAPSHOT_SECONDS = 3.0
-#: Seconds between two heartbeats of the run a writer records.
-HEARTBEAT_SECONDS = 5.0
 #: Seconds a failing writer pauses before it tries the database again.
 RETRY_SECONDS = 2.0
 #: Events a failing writer keeps back for its retries, at most.
 BACKLOG_SIZE = 100_000
 
-
-class EventSink:
-    """Where events go: a writer, or a relay to the writer on the scheduler."""
-
-    def submit(self, event: Event) -> bool:
-        """Queue one event; False if it was dropped. Never blocks."""
-        raise NotImplementedError
-
-    def close(self, timeout: float = 5.0, patience: float = 60.0) -> None:
-        """Write (or send) what is queued, and stop: give up after ``timeout`` seconds
-        without progress, or ``patience`` seconds in all."""
-        raise NotImplementedError
+logger = logging.getLogger(__name__)
 
 
-class _Worker(EventSink):
-    """A daemon thread draining a bounded queue in batches; warns once on failure."""
-
-    thread_name = "snakemake-context-sink"
-
-    def __init__(
-        self,
-        *,
-        warn: Callable[[str], None],
-        queue_size: int = QUEUE_SIZE,
-        tick: float = 0.5,
-        heartbeat_run: str | None = None,
-    ) -> None:
-        self.heartbeat_run = heartbeat_run
-        self._last_heartbeat = time.monotonic()
-        self._queue: queue.Queue[Event | None] = queue.Queue(maxsize=queue_size)
-        self._warn = warn
-        self._warned: set[str] = set()
-        self._tick = tick
-        self._stop = threading.Event()
-        self._idle = threading.Condition()
-        self._pending = 0
-        self.dropped = 0
-        self.written = 0
-        self.failures = 0
-        self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
-
-    def start(self) -> None:
-        """Start the thread."""
-        self._thread.start()
-
-    def warn_once(self, topic: str, message: str) -> None:
-        """Warn through the callback, once per topic."""
-        if topic in self._warned:
-            return
-        self._warned.add(topic)
-        try:
-            self._warn(message)
-        except Exception as error:
-            logger.debug("the warning callback failed (%r): %s", error, message)
-
-    def submit(self, event: Event) -> bool:
-        """Queue one event; False if it was dropped (the queue is full). Never blocks."""
-        with self._idle:
-            self._pending += 1
-        try:
-            self._queue.put_nowait(event)
-        except queue.Full:
-            with self._idle:
-                self._pending -= 1
-                self._idle.notify_all()
-            self.dropped += 1
-            self.warn_once(
-                "full",
-                f"The context catalog cannot keep up: its queue of {self._queue.maxsize} "
-                "events is full, so some events are not recorded. The workflow is not "
-                "affected.",
-            )
-            return False
-        return True
-
-    def unwritten(self) -> int:
-        """Events queued or kept back for a retry."""
-        return self._pending
-
-    def flush(self, timeout: float) -> bool:
-        """Wait until every queued event is handled (written, or sent); False on
-        timeout."""
-        deadline = time.monotonic() + timeout
-        with self._idle:
-            while self.unwritten() > 0:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._thread.is_alive():
-                    return False
-                self._idle.wait(min(left, 0.1))
-        return True
-
-    def close(self, timeout: float = 5.0, patience: float = 60.0) -> None:
-        """Handle what is queued, then stop the thread: wait while the writer makes
-        progress (for at most ``patience`` seconds), and give up when it made none for
-        ``timeout`` seconds; what is left is counted in :attr:`dropped`."""
-        if self._thread.is_alive():
-            deadline = time.monotonic() + max(timeout, patience)
-            while True:
-                with self._idle:
-                    before = self.unwritten()
-                if self.flush(min(timeout, max(0.0, deadline - time.monotonic()))):
-                    break
-                with self._idle:
-                    stalled = self.unwritten() >= before
-                if stalled or time.monotonic() >= deadline or not self._thread.is_alive():
-                    break
-            self._stop.set()
-            try:
-                self._queue.put_nowait(None)
-            except queue.Full:
-                pass
-            self._thread.join(max(0.1, min(timeout, 2.0)))
-        self.finish()
-        with self._idle:
-            # Still queued when the thread gave up: not recorded, and counted.
-            self.dropped += self._pending
-
-    def _loop(self) -> None:
-        while True:
-            try:
-                first = self._queue.get(timeout=self._tick)
-            except queue.Empty:
-                first = None
-            batch = [first] if first is not None else []
-            while len(batch) < BATCH_SIZE:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is not None:
-                    batch.append(item)
-            taken = len(batch)
-            now = time.monotonic()
-            if self.heartbeat_run and now - self._last_heartbeat >= HEARTBEAT_SECONDS:
-                batch.append(RunHeartbeat(run_id=self.heartbeat_run))
-                self._last_heartbeat = now
-            try:
-                self.handle(batch)
-            except Exception as error:  # handle() reports its own; this is a bug guard
-                self.warn_once("bug", f"The context catalog's writer failed: {error!r}")
-            finally:
-                with self._idle:
-                    self._pending -= taken
-                    self._idle.notify_all()
-            if self._stop.is_set() and self._queue.empty():
-                return
-
-    def handle(self, batch: list[Event]) -> None:
-        """Write or send one batch (may be empty: a tick)."""
-        raise NotImplementedError
-
-    def finish(self) -> None:
-        """Called once the thread has stopped (or given up)."""
-
-
-class CatalogWriter(_Worker):
+class CatalogWriter(QueuedSink):
     """Writes events into a catalog (the one writer of a SQLite catalog).
 
     ``heartbeat_run``: a run whose heartbeat the writer updates every few seconds
@@ -259,7 +98,7 @@ class CatalogWriter(_Worker):
                 self.warn_once(
                     "write",
                     f"The context catalog {self.store.location.describe()} cannot be "
-                    f"written ({type(error).__name__}: {_first_line(error)}); events are "
+                    f"written ({type(error).__name__}: {first_line(error)}); events are "
                     "kept and retried while this lasts. The workflow is not affected.",
                 )
                 return
@@ -321,7 +160,7 @@ class CatalogWriter(_Worker):
             self.warn_once(
                 "snapshot",
                 f"The context catalog's snapshot {location.snapshot} cannot be published "
-                f"({type(error).__name__}: {_first_line(error)}); the live catalog is "
+                f"({type(error).__name__}: {first_line(error)}); the live catalog is "
                 f"{location.path}.",
             )
         self._last_snapshot = now
@@ -343,40 +182,110 @@ class CatalogWriter(_Worker):
                 self.lease.release()
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:300] if text else ""
+def open_writer(
+    spec: str,
+    *,
+    owner: str,
+    warn: Callable[[str], None],
+    say: Callable[[str], None],
+    heartbeat_run: str | None = None,
+    fallback: bool = True,
+) -> CatalogWriter:
+    """The writer of a catalog, as a run or a cluster opens it: take the lease (or
+    take over a stale one, and ``say`` so), mark abandoned runs, and when another
+    live writer holds the lease, write a catalog of this run's own beside it and
+    ``say`` where. Raises :class:`CatalogError` when no catalog can be opened. A
+    SQLite catalog this call creates is 0600 from the start (SQLite would follow the
+    umask), and removed again if it failed to open before anything was written."""
+    from .store import resolve_location
+
+    location = resolve_location(spec)
+    created = _create_private(location.path)
+    try:
+        return _open_writer(location, spec, owner, warn, say, heartbeat_run, fallback)
+    except BaseException:
+        if created is not None:
+            _remove_if_empty(created)
+        raise
 
 
-class DaskRelay(_Worker):
-    """Sends events to the scheduler (``Client.log_event`` on :data:`..fleet.events.TOPIC`),
-    in batches, from its own thread: for an executor attached to a cluster whose
-    scheduler plugin writes the catalog."""
+def _create_private(path: Path | None) -> Path | None:
+    """Create a missing SQLite catalog file 0600; the path if this call created it."""
+    from .. import paths
 
-    thread_name = "snakemake-context-relay"
+    if path is None or not path.parent.is_dir():
+        return None
+    try:
+        return path if paths.create_exclusive(path) else None
+    except OSError:
+        return None
 
-    def __init__(
-        self, client: object, *, warn: Callable[[str], None], heartbeat_run: str | None = None
-    ) -> None:
-        super().__init__(warn=warn, tick=0.2, heartbeat_run=heartbeat_run)
-        self.client = client
-        self.start()
 
-    def handle(self, batch: list[Event]) -> None:
-        """Send one batch as one message; on failure warn once and drop it."""
-        if not batch:
-            return
-        from ..fleet.events import TOPIC, encode
+def _remove_if_empty(path: Path) -> None:
+    try:
+        if path.stat().st_size == 0:
+            path.unlink()
+    except OSError:
+        pass
 
+
+def _open_writer(
+    location: CatalogLocation,
+    spec: str,
+    owner: str,
+    warn: Callable[[str], None],
+    say: Callable[[str], None],
+    heartbeat_run: str | None,
+    fallback: bool,
+) -> CatalogWriter:
+    import socket
+
+    from .lease import LeaseHeld, WriterLease, lease_path, sibling_path
+    from .record import mark_abandoned
+    from .store import CatalogError, open_store
+
+    lease: WriterLease | None = None
+    path = lease_path(location)
+    if path is not None:
+        lease = WriterLease(path, owner)
         try:
-            self.client.log_event(TOPIC, encode(batch))  # type: ignore[attr-defined]
-        except Exception as error:
-            self.dropped += len(batch)
-            self.warn_once(
-                "relay",
-                "Events for the cluster's context catalog cannot be sent to its scheduler "
-                f"({type(error).__name__}: {_first_line(error)}); they are not recorded. "
-                "The workflow is not affected.",
+            taken = lease.acquire()
+        except LeaseHeld as held:
+            if not fallback:
+                raise
+            own = sibling_path(location.requested, owner)
+            say(
+                f"The context catalog {location.requested} is being written by "
+                f"{held.holder.describe() if held.holder else 'another run'}; this run "
+                f"records into its own catalog {own} instead (read it with "
+                f"`snakemake-context status --catalog {own}`)."
             )
-            return
-        self.written += len(batch)
+            return open_writer(
+                own, owner=owner, warn=warn, say=say, heartbeat_run=heartbeat_run, fallback=False
+            )
+        except OSError as error:
+            raise CatalogError(
+                f"Cannot open the catalog {location.describe()}: {type(error).__name__}: "
+                f"{error}. Fix: give a writable path or a reachable database URL "
+                "(--context-catalog, or `snakemake-context up --catalog`)."
+            ) from error
+        if taken is not None:
+            say(
+                f"The context catalog {location.requested} had a writer lease without a "
+                f"heartbeat ({taken.describe()}); this run took it over."
+            )
+    try:
+        store = open_store(spec)
+        with store.session() as session, session.begin():
+            abandoned = mark_abandoned(session, time.time(), socket.gethostname())
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
+    if abandoned:
+        say(
+            f"The context catalog {store.location.describe()}: marked "
+            f"{len(abandoned)} run(s) abandoned (their writer stopped without ending "
+            f"them): {', '.join(abandoned[:5])}{' ...' if len(abandoned) > 5 else ''}."
+        )
+    return CatalogWriter(store, warn=warn, heartbeat_run=heartbeat_run, lease=lease)

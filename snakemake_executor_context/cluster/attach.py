@@ -9,6 +9,7 @@ port. Each ends in one line naming the setting, the value and what is allowed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import ssl
@@ -84,7 +85,7 @@ def resolve_target(
     else:
         assert scheduler_file is not None
         setting = f"--context-scheduler-file {scheduler_file}"
-        found_address = _address_in(Path(scheduler_file))
+        found_address = _address_in(Path(scheduler_file), trusted=not allow_plaintext)
         scheme, host, port = parse_address(found_address, f"{setting}: the address")
     address = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
     if scheme == "tcp":
@@ -114,7 +115,14 @@ def resolve_target(
     )
 
 
-def _address_in(scheduler_file: Path) -> str:
+def _address_in(scheduler_file: Path, *, trusted: bool) -> str:
+    """The address in a scheduler file. ``trusted``: only from a file of this user's
+    that others cannot write (a forged one could point the client at another user's
+    scheduler); a plaintext scheduler someone else started is the exception the user
+    accepts with --context-allow-plaintext."""
+    from .. import paths
+    from .credentials import FIX
+
     setting = "--context-scheduler-file"
     if not scheduler_file.exists():
         raise ClusterError(
@@ -123,7 +131,12 @@ def _address_in(scheduler_file: Path) -> str:
             f"{setting} to use an embedded cluster."
         )
     try:
-        info: Any = json.loads(scheduler_file.read_text())
+        if trusted:
+            raw = paths.read_trusted(scheduler_file, FIX) or b""
+        else:
+            with os.fdopen(paths.open_nofollow(scheduler_file), "rb") as handle:
+                raw = handle.read()
+        info: Any = json.loads(raw)
         address = info["address"]
         if not isinstance(address, str):
             raise TypeError("address is not a string")

@@ -2,8 +2,10 @@
 
 SLURM keeps a finished job in ``scontrol show job`` for ``MinJobAge`` (300 s by
 default); clusters with accounting also answer ``sacct``; a cluster without slurmdbd
-but with ``JobCompType=jobcomp/filetxt`` answers ``sacct -c``. The other batch systems
-are not read yet: their pilots end as "unknown" (and count as preemptions).
+but with ``JobCompType=jobcomp/filetxt`` answers ``sacct -c``. Grid Engine's ``qacct``
+answers once a job has left ``qstat`` (:func:`.sge.end_state`, in SLURM's words). The
+other batch systems are not read yet: their pilots end as "unknown" (and count as
+preemptions).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ def _run(command: list[str]) -> str:
 
 def batch_state(backend: str, job_id: str) -> str | None:
     """The final state of a pilot's batch job (None while it has none, or unknown)."""
+    if backend == "sge" and job_id:
+        from .sge import end_state
+
+        return end_state(job_id)
     if backend != "slurm" or not job_id:
         return None
     found = re.search(r"JobState=(\S+)", _run(["scontrol", "show", "job", "-o", job_id]))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ClusterError, VersionSkewError
+from ..fleet.losses import signal_name
 from .attach import AttachTarget, probe, resolve_target
 from .process import LocalClusterProcess
 
@@ -43,11 +44,20 @@ class ClusterConnection:
         #: What to say once about this connection (a plaintext scheduler), or None.
         self.warning = warning
         self.closed = False
+        self._client_closed = False
 
     @property
     def embedded(self) -> bool:
         """Whether this run started the cluster (and stops it at the end)."""
         return self.local is not None
+
+    def start_steps(self) -> dict[str, float]:
+        """When each step of the embedded cluster's start ended ("cluster imports",
+        "cluster certificates", ...), as its process recorded them; {} when attached."""
+        if self.local is None:
+            return {}
+        recorded = (self.local.files.read_info() or {}).get("steps") or {}
+        return {f"cluster {name}": float(at) for name, at in recorded.items()}
 
     def pool_kinds(self) -> list[dict[str, Any]]:
         """The kinds of pilot of the cluster's pool of a batch system ([] without one)."""
@@ -125,6 +135,31 @@ class ClusterConnection:
             client.close()
             raise
         return connection
+
+    def scheduler_gone(self) -> str | None:
+        """Why the cluster's scheduler is gone, if it is: the embedded cluster's
+        process ended (it holds the scheduler), or the client gave up reconnecting to
+        an attached one. None while it runs. Cheap: called at every status check."""
+        if self.closed:
+            return None
+        process = self.local.process if self.local is not None else None
+        if process is not None and process.poll() is not None:
+            code = process.returncode
+            how = f"killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
+            log = self.local.files.log_file if self.local is not None else "?"
+            return f"the embedded cluster's process (pid {process.pid}) was {how}; its log: {log}"
+        if self.client.status in ("closed", "closing", "failed") and not self._client_closed:
+            return f"the client lost its connection to {self.description} and gave up"
+        return None
+
+    def abandon_client(self) -> None:
+        """Close the client at once, without waiting for a scheduler that is gone (no
+        reconnection attempts, none of their tracebacks)."""
+        self._client_closed = True
+        try:
+            self.client.close(timeout=1)
+        except Exception as error:
+            logger.debug("closing the client of a lost scheduler: %r", error)
 
     def workers(self) -> dict[str, dict[str, Any]]:
         """The workers Dask lists now, by address: name, resources and threads (for
@@ -204,10 +239,11 @@ class ClusterConnection:
         if self.closed:
             return
         self.closed = True
-        try:
-            self.client.close(timeout=5)
-        except Exception as error:
-            logger.debug("closing the client: %r", error)
+        if not self._client_closed:
+            try:
+                self.client.close(timeout=5)
+            except Exception as error:
+                logger.debug("closing the client: %r", error)
         if self.local is not None:
             self.local.stop()
 

@@ -7,7 +7,8 @@ certificate to be signed by that authority, so a client without the certificate,
 with another cluster's, cannot talk to any of the cluster's ports.
 
 The credentials lie in ``X.tls/`` beside the scheduler file ``X.json``: a directory
-created 0700 and checked (owner, mode, not a symlink) before use, files 0600.
+created 0700 and checked (owner, mode, not a symlink) before use, files 0600 created
+exclusively and read only when they are this user's (:mod:`..paths`).
 """
 
 from __future__ import annotations
@@ -15,19 +16,19 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import paths
 from ..errors import ClusterError
-from ..privacy import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
-from ..privacy import private_dir as _private_dir
+from ..paths import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
 
 if TYPE_CHECKING:
     from distributed import Security
 
 __all__ = [
+    "FIX",
     "PRIVATE_DIR_MODE",
     "PRIVATE_FILE_MODE",
     "Credentials",
@@ -41,49 +42,47 @@ __all__ = [
 VALIDITY = datetime.timedelta(days=365)
 
 
-def private_dir(path: Path, *, tighten: bool = True) -> Path:
-    """Create ``path`` 0700, or check the one there (:mod:`..privacy`); with
-    ``tighten``, one of this user open to others is made 0700 (else refused)."""
-    return _private_dir(
-        path, ClusterError, "remove it, or choose another --scheduler-file.", tighten=tighten
-    )
+#: The fix for a planted path beside a scheduler file.
+FIX = "remove it (another user may have planted it), or choose another --scheduler-file"
+
+
+def private_dir(path: Path, *, tighten: bool = True, fix: str = FIX) -> Path:
+    """Create ``path`` 0700, or check the one there (:func:`..paths.private_dir`);
+    with ``tighten``, one of this user open to others is made 0700 (else refused,
+    naming ``fix``: what to do, with the setting that chose the path)."""
+    return paths.private_dir(path, fix, tighten=tighten)
 
 
 def write_private(path: Path, data: str | bytes) -> None:
-    """Write ``path`` 0600, atomically (a new file renamed over the old one)."""
-    raw = data.encode() if isinstance(data, str) else data
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(raw)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    """Write ``path`` 0600, atomically (a new file renamed over the old one); never
+    over another user's file or a symlink (:func:`..paths.write_private`)."""
+    paths.write_private(path, data, FIX)
 
 
 def open_private_append(path: Path) -> int:
-    """A descriptor appending to ``path``, which is (made) 0600; not through a symlink."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
-    os.fchmod(fd, PRIVATE_FILE_MODE)
-    return fd
+    """A descriptor appending to ``path``, created 0600; another user's file or a
+    symlink is refused before anything is written (:func:`..paths.open_append`)."""
+    return paths.open_append(path, FIX)
 
 
-def private_file(path: Path) -> Path:
-    """Make ``path`` a file only its owner reads: created empty 0600 if missing (its
-    directory 0700 if missing), else made 0600 if it is this user's. An SQLite catalog
-    made so keeps its journal and WAL files 0600 too (SQLite copies the mode)."""
+#: What SQLite creates beside a database file, with the database's mode.
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def private_file(path: Path, fix: str = FIX) -> Path:
+    """Make ``path`` a file only its owner reads: created empty 0600 (exclusively) if
+    missing (its directory 0700 if missing), else made 0600 if it is this user's; a
+    symlink, another user's file, or another user's SQLite sidecar beside it (which
+    SQLite would open) is refused. An SQLite catalog made so keeps its journal and
+    WAL files 0600 too (SQLite copies the mode). ``fix``: as for :func:`private_dir`."""
     if not path.parent.exists():
-        private_dir(path.parent)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
-    except FileExistsError:
-        info = os.lstat(path)
-        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
-            os.chmod(path, PRIVATE_FILE_MODE)
-    else:
-        os.close(fd)
+        private_dir(path.parent, fix=fix)
+    if not paths.create_exclusive(path):
+        os.close(paths.open_append(path, fix))  # checks it, and makes it 0600
+    for suffix in SQLITE_SIDECARS:
+        sidecar = path.with_name(path.name + suffix)
+        if os.path.lexists(sidecar):
+            os.close(paths.open_append(sidecar, fix))
     return path
 
 
@@ -125,9 +124,10 @@ class Credentials:
         return credentials
 
     def check(self, setting: str) -> Credentials:
-        """These credentials, once their directory and files are there and private.
+        """These credentials, once their directory and files are there and private
+        (each file opened without following a symlink, and this user's).
         ``setting`` names where they came from, for the message."""
-        if not self.directory.is_dir():
+        if not os.path.lexists(self.directory):
             raise ClusterError(
                 f"{setting}: no TLS credentials directory {self.directory}. Fix: attach "
                 "with the scheduler file of a cluster started by this plugin (its "
@@ -135,12 +135,14 @@ class Credentials:
             )
         private_dir(self.directory, tighten=False)
         for path in (self.ca_file, self.cert_file, self.key_file):
-            if not path.is_file():
+            try:
+                os.close(paths.open_trusted(path, fix=FIX))
+            except FileNotFoundError:
                 raise ClusterError(
                     f"{setting}: the TLS credentials in {self.directory} are incomplete "
                     f"({path.name} is missing). Fix: restart the cluster "
                     "(snakemake-context down; snakemake-context up)."
-                )
+                ) from None
         return self
 
     def security(self) -> Security:
@@ -160,9 +162,12 @@ class Credentials:
         )
 
     def remove(self) -> None:
-        """Delete the files and their directory (the cluster is gone)."""
+        """Delete the files and their directory (the cluster is gone); only from a
+        directory of this user's, never through a symlink."""
+        if paths.dir_problem(self.directory, tighten=False, create=False):
+            return  # missing, or not ours to empty
         for path in (self.ca_file, self.cert_file, self.key_file):
-            path.unlink(missing_ok=True)
+            paths.remove_own(path)
         try:
             self.directory.rmdir()
         except OSError:

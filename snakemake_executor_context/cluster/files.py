@@ -3,7 +3,11 @@
 The scheduler file ``X.json`` (Dask's), ``X.pid`` (what the cluster process runs, and
 what identifies it), ``X.log`` (its log and its servers'), ``X.tls/`` (its TLS
 credentials) and, for a persistent cluster, ``X.db`` (its catalog). All are private to
-their owner: files 0600, directories the plugin creates 0700.
+their owner: files 0600, created exclusively and renamed into place, directories the
+plugin creates 0700. They may lie in a directory other users write to (a lab's
+project directory, a sticky scratch directory): each is trusted only when it is this
+user's and not writable by others, checked at each open (:mod:`..paths`). Dask writes
+its own scheduler file in the private root; the cluster process copies it here.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .credentials import Credentials, private_dir, write_private
+from .. import paths
+from ..errors import UnsafePathError
+from ..processes import pid_alive
+from .credentials import FIX, Credentials, private_dir, write_private
 
-__all__ = ["ClusterFiles", "alive", "identity", "kill_group", "tail"]
+__all__ = ["ClusterFiles", "identity", "kill_group", "tail"]
 
 
 @dataclass(frozen=True)
@@ -48,10 +55,34 @@ class ClusterFiles:
 
     def prepare(self, *, own_directory: bool) -> None:
         """Make the directory of the files: created 0700 when missing; one the plugin
-        owns by name (``own_directory``) is also checked and tightened to 0700."""
+        owns by name (``own_directory``) is also checked and tightened to 0700. Any
+        of the files already there must be this user's (a symlink or another user's
+        file is refused in one line: :class:`..errors.UnsafePathError`)."""
         directory = self.scheduler_file.parent
         if own_directory or not directory.exists():
             private_dir(directory)
+        for path in (self.scheduler_file, self.pid_file, self.log_file):
+            paths.refuse_planted(path, FIX)
+        for folder in (self.credentials.directory, self.hold_dir):
+            if os.path.lexists(folder):
+                private_dir(folder)
+
+    @property
+    def dask_scheduler_file(self) -> Path:
+        """Where Dask writes its scheduler file (with ``open(..., "w")``, which would
+        follow a symlink planted at ``X.json``): in the private root, keyed by this
+        scheduler file's path; :meth:`publish_scheduler_file` copies it beside."""
+        import hashlib
+
+        key = hashlib.sha256(str(self.scheduler_file).encode()).hexdigest()[:16]
+        return paths.private_path("clusters") / f"{key}.json"
+
+    def publish_scheduler_file(self) -> None:
+        """Copy Dask's scheduler file to ``X.json`` (0600, created exclusively)."""
+        data = paths.read_trusted(self.dask_scheduler_file)
+        if data is None:
+            raise FileNotFoundError(self.dask_scheduler_file)
+        write_private(self.scheduler_file, data)
 
     @property
     def hold_dir(self) -> Path:
@@ -60,9 +91,13 @@ class ClusterFiles:
         return self.scheduler_file.with_suffix(".holds")
 
     def read_info(self) -> dict[str, Any] | None:
-        """The cluster process's record, or None if it is not (yet) written."""
+        """The cluster process's record, or None if it is not (yet) written. A pid
+        file that is not this user's is refused (:class:`..errors.UnsafePathError`):
+        anyone who can write beside the scheduler file could forge one that names
+        any process of this user's."""
         try:
-            return dict(json.loads(self.pid_file.read_text()))
+            data = paths.read_trusted(self.pid_file, FIX)
+            return None if data is None else dict(json.loads(data))
         except (OSError, ValueError, TypeError):
             return None
 
@@ -80,7 +115,7 @@ class ClusterFiles:
             pid = int(info["pid"])
         except (KeyError, TypeError, ValueError):
             return None
-        if not alive(pid):
+        if not pid_alive(pid):
             return None
         now = identity(pid)
         if not now or any(info.get(key) != value for key, value in now.items()):
@@ -100,12 +135,10 @@ class ClusterFiles:
         )
 
     def remove(self) -> None:
-        """Remove the scheduler and pid files and the credentials (the log stays)."""
+        """Remove the scheduler and pid files and the credentials (the log stays);
+        only this user's own files (another user's are left where they are)."""
         for path in (self.scheduler_file, self.pid_file):
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
+            paths.remove_own(path)
         self.credentials.remove()
 
 
@@ -123,21 +156,6 @@ def identity(pid: int) -> dict[str, Any]:
     # After the ")" of the command name, field 3 (state) is index 0: starttime, the
     # 22nd field of stat(5), is index 19.
     return {"start_ticks": int(fields[19]), "cmdline": [part for part in command if part]}
-
-
-def alive(pid: int) -> bool:
-    """Whether a process runs (a zombie does not count)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def kill_group(pid: int) -> None:
@@ -160,6 +178,9 @@ def kill_group(pid: int) -> None:
 def tail(path: Path, lines: int = 30) -> str:
     """The last lines of a log, for an error message."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = (paths.read_trusted(path) or b"(no log)").decode(errors="replace")
     except OSError:
         return "(no log)"
+    except UnsafePathError:
+        return "(the log is not yours: not shown)"
+    return "\n".join(text.splitlines()[-lines:])

@@ -10,9 +10,12 @@ any other Dask scheduler), it
   source of fleet membership;
 - drains a server whose last jobs of a rule all failed while others succeeded on it
   (a black hole);
+- assembles gang pilots into servers that span nodes (:mod:`.roster`);
 - keeps a :class:`~..fleet.state.FleetState` from every event on
   :data:`~..fleet.events.TOPIC`, which an executor that attaches takes as its starting
-  point (:func:`fleet_snapshot`);
+  point (:func:`fleet_snapshot`), and whose measured rates of a context's loads and
+  transfers a server asks for before it takes a template from a peer or the source
+  (:data:`~..defaults.PEER_RATES_HANDLER`);
 - with a catalog (``snakemake-context up``), writes every event into it: the one
   writer of that catalog. Executors then send their events here, never to the
   database.
@@ -26,14 +29,18 @@ import os
 import re
 import threading
 import time
+from dataclasses import asdict
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from ..defaults import PEER_RATES_HANDLER
 from ..fleet import events as ev
 from ..fleet.keys import is_attempt_key, rule_of
 from ..fleet.losses import FailureStreaks
 from ..fleet.state import FleetState
+from .roster import HANDLER as ROSTER_HANDLER
+from .roster import GangRoster
 
 __all__ = ["PLUGIN_NAME", "FleetHub", "fleet_snapshot"]
 
@@ -59,8 +66,11 @@ class FleetHub(SchedulerPlugin):
     def __init__(self, catalog: str | None = None) -> None:
         self.catalog = catalog
         self.injected: dict[str, int] = {}
+        self.restarting: dict[str, str] = {}
         self.heartbeat_lost: set[str] = set()
         self.drained: dict[str, str] = {}
+        #: Servers whose drain was a crash (ServerDraining.crashed).
+        self.drained_crash: set[str] = set()
         self.streaks = FailureStreaks()
         self._waiting: set[asyncio.Future[None]] = set()
         self.view = FleetState()
@@ -68,14 +78,19 @@ class FleetHub(SchedulerPlugin):
         self.writer: Any = None
         self.error: str | None = None
         self.scheduler: Any = None
+        #: Gang pilots waiting for the rest of their gang, and the gangs made.
+        self.roster = GangRoster(self._publish)
 
     async def start(self, scheduler: Any) -> None:
-        """Open the catalog (a failure is logged once; the cluster runs on)."""
+        """Open the catalog (a failure is logged once; the cluster runs on), and
+        take the gang pilots' calls (:mod:`.roster`)."""
         self.scheduler = scheduler
+        scheduler.handlers[ROSTER_HANDLER] = self.roster.join
+        scheduler.handlers[PEER_RATES_HANDLER] = self.rates
         if self.catalog:
             try:
-                from ..catalog.lease import open_writer
                 from ..catalog.seed import placement_measurements
+                from ..catalog.writer import open_writer
 
                 self.writer = open_writer(
                     self.catalog,
@@ -92,6 +107,11 @@ class FleetHub(SchedulerPlugin):
                 logger.warning("context catalog disabled: %s", error)
         for address in list(scheduler.workers):
             self.add_worker(scheduler, address)
+
+    def rates(self, identity: str, model: str = "") -> dict[str, Any]:
+        """The measured rates of a context's loads and transfers (a handler: plain data)."""
+        with self.lock:
+            return asdict(self.view.measure.rates(identity, model))
 
     def _job_finished(self, event: ev.JobFinished) -> None:
         """A server whose last jobs of a rule all failed while others succeeded on
@@ -144,8 +164,12 @@ class FleetHub(SchedulerPlugin):
                     self.view.apply(item)
                     if isinstance(item, ev.ServerKillInjected):
                         self.injected[item.address] = item.signal
+                    elif isinstance(item, ev.ServerRestarting):
+                        self.restarting[item.address] = item.why
                     elif isinstance(item, ev.ServerDraining):
                         self.drained[item.address] = item.why
+                        if item.crashed:
+                            self.drained_crash.add(item.address)
                     elif isinstance(item, ev.JobFinished) and not item.cancelled:
                         self._job_finished(item)
             if self.writer is not None:
@@ -157,6 +181,7 @@ class FleetHub(SchedulerPlugin):
             self.heartbeat_lost.update(str(w) for w in msg.get("workers") or ())
         elif topic == "all" and msg.get("action") == "remove-worker":
             address = str(msg.get("worker", ""))
+            self.roster.strike(address)
             with self.lock:
                 server = self.view.servers.get(address)
                 started = dict(server.started) if server else {}
@@ -185,7 +210,8 @@ class FleetHub(SchedulerPlugin):
         self, msg: dict[str, Any], started: dict[str, float], slots: int, name: str
     ) -> None:
         address = str(msg.get("worker", ""))
-        expected = bool(msg.get("expected"))
+        restarted = self.restarting.pop(address, "")
+        expected = bool(msg.get("expected")) or bool(restarted)
         # The hub learns of jobs from their servers' JobStarted (what holds a slot
         # here has started), or, better, from what the dead process recorded.
         recorded = self.running_at_exit.pop(address, None)
@@ -214,16 +240,25 @@ class FleetHub(SchedulerPlugin):
             heartbeat=address in self.heartbeat_lost or "worker-ttl" in stimulus,
             running=recorded,
             drained=self.drained.pop(address, ""),
+            drained_crash=address in self.drained_crash,
+            restarted=restarted,
         )
         self.heartbeat_lost.discard(address)
+        self.drained_crash.discard(address)
         cause = left.cause()
         # The classification leads the reason, so the catalog's loss records say it.
         left.reason = f"{cause.kind}: {cause.why}" + (f" ({stimulus})" if stimulus else "")
         self._publish(left)
 
     async def close(self) -> None:
-        """Write what is queued (a few seconds at most) and close the catalog."""
+        """Record the end of every server still in the fleet (Dask closes its workers
+        after its plugins: no remove-worker will come for them), write what is queued
+        (a few seconds at most) and close the catalog."""
         if self.writer is not None:
+            with self.lock:
+                closing = self.view.closing("closed: the cluster shut down")
+            for left in closing:
+                self.writer.submit(left)
             self.writer.close(timeout=5.0)
 
     def info(self) -> dict[str, Any]:

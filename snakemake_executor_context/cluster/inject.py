@@ -25,9 +25,11 @@ from typing import Any
 
 import psutil
 
+from .. import paths
 from ..errors import ClusterError
 from ..fleet import events as ev
 from ..server.pgroups import GroupRecord
+from .credentials import FIX, private_dir, write_private
 from .files import ClusterFiles
 
 __all__ = ["add_parser", "choose_targets", "inject"]
@@ -92,7 +94,7 @@ def inject(args: argparse.Namespace) -> int:
     down = args.hold if args.fraction > 0 else args.replace_after
     rng = random.Random(args.seed)
     started = time.time()
-    log = args.log.open("a") if args.log else None
+    log = os.fdopen(paths.open_append(args.log, FIX), "a") if args.log else None
     # The cluster's own credentials (X.tls/ beside X.json): every port requires them.
     target = resolve_target(address=None, scheduler_file=files.scheduler_file)
     client = Client(target.address, security=target.security, timeout=30, set_as_default=False)
@@ -140,8 +142,8 @@ def _kill(
     if not isinstance(pid, int) or not pid:
         raise ClusterError(f"server {name} ({address}) reports no pid ({pid!r}): cannot kill it")
     if down > 0:
-        files.hold_dir.mkdir(parents=True, exist_ok=True)
-        (files.hold_dir / name).write_text(str(time.time() + down))
+        private_dir(files.hold_dir)  # the nanny holds a restart back on what it reads
+        write_private(files.hold_dir / name, str(time.time() + down))
     announce = ev.ServerKillInjected(address=address, name=name, pid=pid, signal=int(signum))
     client.log_event(ev.TOPIC, ev.encode([announce]))
     at = time.time()

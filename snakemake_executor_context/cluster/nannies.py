@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 from distributed import Nanny
 
+from .. import paths
+from ..errors import UnsafePathError
 from ..server.pgroups import GroupRecord
 from .hub import FleetHub
 
@@ -29,12 +31,13 @@ logger = logging.getLogger(__name__)
 
 
 def held_until(hold_dir: Path | None, name: str) -> float:
-    """Until when server ``name``'s restart is held back (0: not held)."""
+    """Until when server ``name``'s restart is held back (0: not held; a hold file
+    that is not this user's own holds nothing back)."""
     if hold_dir is None:
         return 0.0
     try:
-        return float((hold_dir / name).read_text().strip() or 0)
-    except (OSError, ValueError):
+        return float((paths.read_trusted(hold_dir / name) or b"").strip() or 0)
+    except (OSError, ValueError, UnsafePathError):
         return 0.0
 
 

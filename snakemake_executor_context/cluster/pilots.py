@@ -13,30 +13,43 @@ Batch-system facts the translation relies on:
 - HTCondor has no walltime: a running pilot is removed by ``periodic_remove`` once it has
   run that long; GPUs are ``request_gpus``, a GPU type a ``require_gpus`` expression.
 - PBS Pro asks for GPUs in a chunk (``select=1:ncpus=C:ngpus=N``), SGE through a
-  consumable (``-l gpu=N``), LSF with ``-gpu "num=N[:gmodel=TYPE]"``.
+  consumable (``-l gpu=N``; the rest of Grid Engine's side is :mod:`.sge`), LSF with
+  ``-gpu "num=N[:gmodel=TYPE]"``.
 - dask-jobqueue's ``--lifetime`` retires a worker but never resubmits its job (its issue
   #691): the adaptive pool here replaces retired pilots while work remains.
+- A pilot's Dask worker and nanny would take ``$TMPDIR/dask-scratch-space`` on the node
+  as their local directory (Dask reuses one that exists, whoever made it, and puts it
+  first on ``sys.path``): the job script first makes and checks the private root on
+  the node (:mod:`..paths`, ``python -m ... --shell``; the job ends there with one line
+  if it is unfit) and names its scratch space with ``--local-directory``. Python runs
+  with ``-P``: the job's working directory is not put on ``sys.path`` either.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shlex
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..defaults import (
+    BATCH_STARTED_VARIABLE,
+    GANG_TIMEOUT_SECONDS,
+    MODEL_CACHE_VARIABLE,
+    PILOT_VARIABLE,
+)
 from ..errors import ClusterError
-from ..server.pilot import PILOT_ENV
+from ..walltime import WalltimeError, WalltimeReading, read_walltime
 from .plan import SERVER_DASK_CONFIG
+from .sge import GPU_COMPLEX, sge_directives, sge_h_rt
 
 __all__ = [
     "BACKENDS",
-    "PILOT_ENV",
     "PilotOptions",
     "jobqueue_arguments",
-    "parse_walltime",
     "start_pilot_cluster",
+    "walltime_of",
 ]
 
 #: The batch systems pilots can be submitted to, and their dask-jobqueue classes.
@@ -50,8 +63,8 @@ BACKENDS: dict[str, str] = {
 
 #: The module every pilot's worker preloads: it turns the worker into a context server.
 PILOT_PRELOAD = "snakemake_executor_context.server.pilot"
-
-_WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
+#: The module whose ``--shell`` makes the private root on a pilot's node.
+PATHS_MODULE = "snakemake_executor_context.paths"
 
 
 @dataclass(frozen=True)
@@ -64,9 +77,11 @@ class PilotOptions:
     account: str | None = None
     #: SLURM quality of service.
     qos: str | None = None
-    #: HH:MM:SS, or D-HH:MM:SS (SLURM's forms); a pilot retires before it.
+    #: As the backend writes it (see :mod:`...walltime`); a pilot retires before it.
     walltime: str = "01:00:00"
     gpus: int = 1
+    #: Pilots that form one server spanning that many nodes (1: each its own).
+    nodes: int = 1
     #: The batch system's GPU types (SLURM GRES type, LSF gmodel), one kind of pilot
     #: each; also the model a pilot advertises where NVML sees no GPU.
     gpu_types: tuple[str, ...] = ()
@@ -99,6 +114,13 @@ class PilotOptions:
     threads_per_slot: int = 0
     batch_max: int = 0
     batch_wait: float = 0.0
+    #: Template sharing between pilots (see :class:`.triples.Shape`).
+    peer_transfers: int = 2
+    peer_mbps: float = 0.0
+    own_caches: str = ""
+    model_cache_size: str | None = None
+    #: Seconds a gang's collectives may take (a context spanning a pilot's GPUs).
+    gang_timeout: float = GANG_TIMEOUT_SECONDS
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -119,7 +141,9 @@ class PilotOptions:
         return [
             {
                 "gpu_type": k.gpu_type,
-                "gpus": k.gpus,
+                # A server of several pilots offers all of their GPUs.
+                "gpus": k.gpus * k.nodes,
+                "nodes": k.nodes,
                 "memory": k.memory,
                 "memory_bytes": int(parse_bytes(k.memory)),
             }
@@ -128,16 +152,16 @@ class PilotOptions:
 
     def lifetime_seconds(self) -> float:
         """When a pilot retires: walltime minus margin and stagger, at least 20 s."""
-        seconds = parse_walltime(self.walltime)
+        seconds = walltime_of(self).seconds
         return max(20.0, seconds - self.retire_margin - self.lifetime_stagger)
 
     def server_settings(self) -> dict[str, Any]:
-        """What the pilot's preload reads from :data:`PILOT_ENV`."""
+        """What the pilot's preload reads from :data:`~..defaults.PILOT_VARIABLE`."""
         return {
             "memory_budget": self.memory_budget,
             "gpus": self.gpus,
             "gpu_type": self.gpu_type,
-            "walltime_seconds": parse_walltime(self.walltime),
+            "walltime_seconds": walltime_of(self).seconds,
             "lifetime_seconds": self.lifetime_seconds(),
             "lifetime_stagger": self.lifetime_stagger,
             "model_cache": self.model_cache,
@@ -145,7 +169,19 @@ class PilotOptions:
             "threads_per_slot": self.threads_per_slot,
             "batch_max": self.batch_max,
             "batch_wait": self.batch_wait,
+            "peer_transfers": self.peer_transfers,
+            "peer_mbps": self.peer_mbps,
+            "own_caches": self.own_caches,
+            "model_cache_bytes": self._model_cache_bytes(),
+            "gang_timeout": self.gang_timeout,
+            "gang_nodes": self.nodes,
+            "gang_kind": self.gpu_type or "",
         }
+
+    def _model_cache_bytes(self) -> int:
+        from dask.utils import parse_bytes
+
+        return int(parse_bytes(self.model_cache_size)) if self.model_cache_size else 0
 
     def to_json(self) -> str:
         """These options as JSON (how ``serve`` receives them)."""
@@ -160,20 +196,13 @@ class PilotOptions:
         return cls(**data)
 
 
-def parse_walltime(text: str) -> float:
-    """Seconds of a walltime written HH:MM:SS, HH:MM or D-HH:MM:SS.
-
-    >>> parse_walltime("1-02:00:00")
-    93600.0
-    """
-    match = _WALLTIME.match(text.strip())
-    if not match:
-        raise ClusterError(
-            f"--walltime (--context-pilot-walltime) {text!r} is not a walltime: write HH:MM:SS "
-            "(e.g. 02:00:00) or D-HH:MM:SS."
-        )
-    days, hours, minutes, seconds = (int(part) if part else 0 for part in match.groups())
-    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+def walltime_of(options: PilotOptions) -> WalltimeReading:
+    """The pilots' walltime as their batch system reads it (ClusterError if it cannot:
+    the settings' check refuses such a walltime before anything starts)."""
+    try:
+        return read_walltime(options.backend, options.walltime)
+    except WalltimeError as error:
+        raise ClusterError(f"The pilots' walltime {options.walltime!r}: {error}.") from None
 
 
 def _dask_environ() -> list[tuple[str, str]]:
@@ -184,11 +213,6 @@ def _dask_environ() -> list[tuple[str, str]]:
         name = "DASK_" + key.upper().replace(".", "__").replace("-", "_")
         found.append((name, repr(value)))
     return found
-
-
-def _hhmm(seconds: float) -> str:
-    minutes = int(seconds // 60)
-    return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
 def _gpu_directives(options: PilotOptions) -> tuple[list[str], dict[str, Any]]:
@@ -207,7 +231,7 @@ def _gpu_directives(options: PilotOptions) -> tuple[list[str], dict[str, Any]]:
             chunk += f":gpu_model={kind}"
         return [], {"resource_spec": chunk}
     if options.backend == "sge":
-        return [], {"resource_spec": f"gpu={n}"}
+        return [], {"resource_spec": f"{GPU_COMPLEX}={n}"}
     return [], {}
 
 
@@ -226,21 +250,26 @@ def jobqueue_arguments(
             f"--backend (--context-backend) {options.backend!r} is not a batch system this plugin "
             f"knows: choose one of {', '.join(sorted(BACKENDS))}."
         )
-    if options.gpus < 0 or options.cores < 1:
-        raise ClusterError(
-            f"--context-pilot-gpus must be >= 0 and --context-pilot-cores >= 1 "
-            f"(got {options.gpus} and {options.cores})."
-        )
-    walltime_s = parse_walltime(options.walltime)
+    walltime = walltime_of(options)
     directives, gpu_kwargs = _gpu_directives(options)
-    prologue = [f"export {PILOT_ENV}={shlex.quote(json.dumps(options.server_settings()))}"]
+    interpreter = f"{options.python or python or sys.executable} -P"
+    prologue = [
+        # First: when the batch system started the job (it charges from then; the
+        # ledger's allocated_before is the time from here to the server's registration).
+        f"export {BATCH_STARTED_VARIABLE}=`date +%s.%N`",
+        # On the node: the private root and Dask's scratch space in it, or the job ends
+        # (backquotes: HTCondor's submit file would take $(...) for one of its macros).
+        f"snakemake_context_paths=`{interpreter} -m {PATHS_MODULE} --shell` || exit 1",
+        'eval "$snakemake_context_paths"',
+        f"export {PILOT_VARIABLE}={shlex.quote(json.dumps(options.server_settings()))}",
+    ]
     prologue += [f"export {name}={shlex.quote(value)}" for name, value in _dask_environ()]
     if options.model_cache:
         # Loaders keep converted weights there (SmolLM2's does): node-local disk that
         # the user's prologue lines, run next, may stage weights into.
         # Double quotes: $USER, $TMPDIR and the like expand on the node.
         cache = '"' + options.model_cache.replace('"', "") + '"'
-        prologue += [f"export SNAKEMAKE_CONTEXT_MODEL_CACHE={cache}", f"mkdir -p {cache}"]
+        prologue += [f"export {MODEL_CACHE_VARIABLE}={cache}", f"mkdir -p -m 700 {cache}"]
     prologue += list(options.prologue)
     kwargs: dict[str, Any] = {
         "cores": options.cores,
@@ -261,7 +290,9 @@ def jobqueue_arguments(
             "--nthreads",
             str(max(1, options.slots)),
         ],
-        "python": options.python or python or None,
+        "python": interpreter,
+        # Set by the prologue's first lines (the private root on the node).
+        "local_directory": '"$DASK_TEMPORARY_DIRECTORY"',
         "security": security,
         "log_directory": options.log_directory,
         "interface": options.interface,
@@ -275,7 +306,7 @@ def jobqueue_arguments(
     elif backend == "htcondor":
         condor: dict[str, Any] = {
             "periodic_remove": f"(JobStatus == 2) && "
-            f"(time() - EnteredCurrentStatus > {int(walltime_s)})"
+            f"(time() - EnteredCurrentStatus > {walltime.seconds})"
         }
         if options.gpus > 0:
             condor["request_gpus"] = str(options.gpus)
@@ -288,21 +319,22 @@ def jobqueue_arguments(
         kwargs.update(
             queue=options.queue,
             account=options.account,
-            walltime=_hhmm(walltime_s) + ":00",
+            walltime=walltime.hms,
             **gpu_kwargs,
         )
     elif backend == "sge":
+        directives += sge_directives(options.cores, options.memory, options.extra_directives)
         kwargs.update(
             queue=options.queue,
             project=options.account,
-            walltime=_hhmm(walltime_s) + ":00",
+            walltime=sge_h_rt(walltime.seconds),
             **gpu_kwargs,
         )
     elif backend == "lsf":
         kwargs.update(
             queue=options.queue,
             project=options.account,
-            walltime=_hhmm(walltime_s),
+            walltime=walltime.hhmm,
             ncpus=options.cores,
             use_stdin=True,
         )
@@ -324,7 +356,6 @@ def start_pilot_cluster(
 ) -> Any:
     """A dask-jobqueue cluster (with no pilots yet) whose scheduler runs here; with
     several GPU types, each new pilot is of the kind :func:`choose_kind` picks."""
-    import sys
     import types
 
     import dask_jobqueue

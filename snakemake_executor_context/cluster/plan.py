@@ -7,15 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..allowed import BUDGET, WHOLE, Allowed
 from ..errors import ClusterError
 from ..fleet.gpus import GpuInfo
 from ..fleet.resources import server_resources
 
 __all__ = [
+    "MEMORY_BUDGET",
+    "SERVERS",
     "SERVER_DASK_CONFIG",
     "ServerPlan",
-    "check_memory_budget",
-    "check_servers",
     "plan_servers",
 ]
 
@@ -49,24 +50,41 @@ class ServerPlan:
     gpu: GpuInfo | None = None
     resources: dict[str, float] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    #: The GPUs it owns (``gpu`` is the first), or the GPUs a CPU server stands in for.
+    devices: int = 1
+    gpus: tuple[GpuInfo, ...] = ()
 
 
 def plan_servers(
-    gpus: Sequence[GpuInfo], cpu_servers: int | None, total_memory: int, cpu_count: int
+    gpus: Sequence[GpuInfo],
+    cpu_servers: int | None,
+    total_memory: int,
+    cpu_count: int,
+    gpus_per_server: int = 1,
 ) -> list[ServerPlan]:
-    """One server per GPU (pinned by UUID), or ``cpu_servers`` CPU servers that stand
-    in for ``gpu=1`` when the machine has no GPU. Memory is shared out evenly."""
+    """One server per ``gpus_per_server`` GPUs (pinned by UUID, in NVML's order), or
+    ``cpu_servers`` CPU servers that each stand in for ``gpus_per_server`` GPUs when
+    the machine has no GPU. Memory is shared out evenly."""
+    k = gpus_per_server
     if gpus:
-        share = total_memory // len(gpus)
+        if len(gpus) < k:
+            raise ClusterError(
+                f"--context-gpus-per-server {k} (up: --gpus-per-server), but this machine "
+                f"has {len(gpus)} GPU(s) visible. Fix: ask for at most {len(gpus)}."
+            )
+        groups = [tuple(gpus[i : i + k]) for i in range(0, len(gpus) - k + 1, k)]
+        share = total_memory // len(groups)
         return [
             ServerPlan(
-                name=gpu.server_name,
+                name=_server_name(group),
                 memory_bytes=share,
-                gpu=gpu,
-                resources=server_resources(share, [gpu]),
-                env={"CUDA_VISIBLE_DEVICES": gpu.uuid},
+                gpu=group[0],
+                resources=server_resources(share, list(group)),
+                env={"CUDA_VISIBLE_DEVICES": ",".join(gpu.uuid for gpu in group)},
+                devices=k,
+                gpus=group,
             )
-            for gpu in gpus
+            for group in groups
         ]
     count = cpu_servers if cpu_servers is not None else max(1, min(4, cpu_count))
     if count < 1:
@@ -76,39 +94,22 @@ def plan_servers(
         ServerPlan(
             name=f"cpu{index}",
             memory_bytes=share,
-            resources=server_resources(share, stand_in_gpus=1),
+            resources=server_resources(share, stand_in_gpus=k),
             env={"CUDA_VISIBLE_DEVICES": ""},
+            devices=k,
         )
         for index in range(count)
     ]
 
 
-def check_servers(value: int | None, setting: str) -> None:
-    """Refuse a server count below 1 (None: the default), in one line naming ``setting``."""
-    if value is not None and (isinstance(value, bool) or int(value) < 1):
-        raise ClusterError(
-            f"{setting} {value} is not allowed: a whole number of servers, at least 1 "
-            "(or leave it out for the default)."
-        )
+def _server_name(group: Sequence[GpuInfo]) -> str:
+    """``gpu0`` for one GPU, ``gpu2-3`` for a server of GPUs 2 and 3."""
+    if len(group) == 1:
+        return group[0].server_name
+    return f"{group[0].server_name}-{group[-1].index}"
 
 
-def check_memory_budget(value: str, setting: str) -> None:
-    """Refuse a memory budget that is neither a fraction in (0, 1] nor a positive size,
-    in one line naming ``setting``."""
-    from dask.utils import parse_bytes
-
-    text = str(value).strip()
-    try:
-        fraction = float(text)
-    except ValueError:
-        try:
-            ok = bool(text) and parse_bytes(text) > 0
-        except (ValueError, TypeError, KeyError):
-            ok = False
-    else:
-        ok = 0 < fraction <= 1
-    if not ok:
-        raise ClusterError(
-            f"{setting} {value!r} is not allowed: a fraction of a server's memory in (0, 1] "
-            "(e.g. 0.8) or a size (e.g. 6GB)."
-        )
+#: The servers a local cluster starts (--context-servers, up --servers).
+SERVERS = Allowed(WHOLE, least=1, most=256, optional=True, unit="servers")
+#: What a server may fill with contexts (--context-memory-budget, up --memory-budget).
+MEMORY_BUDGET = Allowed(BUDGET)

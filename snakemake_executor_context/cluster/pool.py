@@ -2,7 +2,7 @@
 
 :class:`DemandAdaptive` replaces Dask's task-count target with
 :func:`~..fleet.pool.pilots_wanted` over the demand the executor publishes in the
-scheduler's metadata (:data:`DEMAND_KEY`), releases only pilots idle longer than the
+scheduler's metadata (:data:`~..defaults.DEMAND_KEY`), releases only pilots idle longer than the
 idle timeout, and forgets pilots that left (retired at their lifetime, preempted,
 cancelled) so that the pool submits replacements while work remains: dask-jobqueue
 never resubmits a retired job itself (its issue #691).
@@ -17,6 +17,8 @@ from typing import Any
 from distributed.deploy.adaptive import Adaptive
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from ..defaults import DEMAND_KEY
+from ..fleet import events as ev
 from ..fleet.pilotbook import PilotRecord, account
 from ..fleet.pool import (
     PoolDemand,
@@ -24,19 +26,24 @@ from ..fleet.pool import (
     growth_limit,
     pilots_to_release,
     pilots_wanted,
+    useful_pilots,
 )
 from .batchstate import batch_state
 
-__all__ = ["DEMAND_KEY", "POOL_KEY", "DemandAdaptive", "demand_from_metadata", "kind_wanted"]
+__all__ = ["POOL_KEY", "DemandAdaptive", "demand_from_metadata", "kind_wanted"]
 
 logger = logging.getLogger(__name__)
 
 #: Where the executor publishes its demand in the scheduler's metadata.
-DEMAND_KEY = ["snakemake-context", "demand"]
 #: Where the pool publishes its books (:mod:`..fleet.pilotbook`) for ``status``.
 POOL_KEY = ["snakemake-context", "pool"]
 #: Seconds the pool keeps asking the batch system how a departed pilot ended.
 _STATE_PATIENCE = 60.0
+#: Seconds a departed pilot's batch job has to end by itself before the pool cancels
+#: it: a pilot that retired at its lifetime is still exiting when its server leaves,
+#: and cancelling it then makes the batch system record it as cancelled (measured on
+#: Grid Engine: qacct's failed 100, exit status 137, instead of failed 0, exit 0).
+_EXIT_GRACE = 30.0
 
 
 def demand_from_metadata(published: Any, tasks_waiting: int) -> PoolDemand:
@@ -79,7 +86,11 @@ class DemandAdaptive(Adaptive):
         self.book: dict[str, PilotRecord] = {}
         #: When each worker registered, by name (exact: from the scheduler's hook).
         self.registrations: dict[str, float] = {}
+        #: The batch jobs of departed pilots, by name, and when to cancel each.
+        self._departed: dict[str, tuple[Any, float]] = {}
         self._sampled = time.time()
+        #: Each pilot's record as last sent to the catalog (a PilotBooked event).
+        self._booked: dict[str, dict[str, Any]] = {}
         cluster.scheduler.add_plugin(_Registrations(self.registrations))
 
     @property
@@ -98,18 +109,8 @@ class DemandAdaptive(Adaptive):
         return min(wanted, growth_limit(self._useful(), self._unregistered(), self.shape))
 
     def _useful(self) -> int:
-        """Pilots that are proving useful: busy within the idle timeout, or registered
-        so recently that they may still get their first job."""
-        now = time.time()
-        useful = 0
-        for record in self.book.values():
-            if record.registered is None or record.ended is not None:
-                continue
-            idle_since = self._idle_since.get(record.name)
-            recent = now - record.registered < self.idle_timeout
-            if recent or idle_since is None or now - idle_since < self.idle_timeout:
-                useful += 1
-        return useful
+        """Pilots that are proving useful now (:func:`~..fleet.pool.useful_pilots`)."""
+        return useful_pilots(self.book.values(), self._idle_since, time.time(), self.idle_timeout)
 
     def _unregistered(self) -> int:
         return sum(1 for r in self.book.values() if r.registered is None and r.ended is None)
@@ -197,6 +198,22 @@ class DemandAdaptive(Adaptive):
             "maximum": self.maximum,
         }
         self._cluster.scheduler.set_metadata(keys=POOL_KEY, value=books)
+        self._book()
+
+    def _book(self) -> None:
+        """Send the records that changed to the catalog (the hub writes them), with the
+        busy seconds whole: a pilot at work is not sent again every second."""
+        changed = []
+        for record in self.book.values():
+            wire = record.to_wire()
+            wire["busy_seconds"] = float(int(wire["busy_seconds"]))
+            if self._booked.get(record.name) != wire:
+                self._booked[record.name] = wire
+                wire = dict(wire, pilot_kind=wire.pop("kind"))
+                changed.append(ev.PilotBooked(**wire))
+        scheduler = self._cluster.scheduler
+        if changed and scheduler is not None:
+            scheduler.log_event(ev.TOPIC, ev.encode(changed))
 
     async def _forget_departed(self) -> None:
         observed = {str(name) for name in self.observed}
@@ -211,10 +228,33 @@ class DemandAdaptive(Adaptive):
             self._cluster.worker_spec.pop(name, None)
             job = self._cluster.workers.pop(name, None)
             if job is not None:
-                try:
-                    await job.close()
-                except Exception as error:  # the batch job is already gone
-                    logger.debug("closing departed pilot %s: %r", name, error)
+                self._departed[name] = (job, time.monotonic() + _EXIT_GRACE)
+        for name, (job, deadline) in list(self._departed.items()):
+            if time.monotonic() < deadline:
+                continue
+            del self._departed[name]
+            try:
+                await job.close()
+            except Exception as error:  # the batch job is already gone
+                logger.debug("closing departed pilot %s: %r", name, error)
+
+    def stop(self, reason: str = "unknown") -> None:
+        """Stop scaling; the departed pilots' jobs go back to the cluster, which
+        cancels every job it holds as it closes. Every pilot still held ends now,
+        released, and the catalog hears it (its books)."""
+        for name, (job, _) in self._departed.items():
+            self._cluster.workers.setdefault(name, job)
+        self._departed.clear()
+        now = time.time()
+        for record in self.book.values():
+            if record.ended is None:
+                record.ended = now
+                record.released = True
+        try:
+            self._book()
+        except Exception as error:  # the scheduler closed first
+            logger.debug("booking the pilots at the pool's end: %r", error)
+        super().stop(reason)
 
 
 def kind_wanted(cluster: Any, kinds: list[Any]) -> int:

@@ -16,14 +16,26 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import ClusterError
+from .. import paths
+from ..errors import ClusterError, UnsafePathError
+from ..processes import pid_alive
 from .credentials import open_private_append
-from .files import ClusterFiles, alive, identity, kill_group, tail
+from .files import ClusterFiles, identity, kill_group, tail
 
 __all__ = ["SERVE_MODULE", "LocalClusterProcess"]
 
 #: The module whose ``serve`` command runs a local cluster.
 SERVE_MODULE = "snakemake_executor_context.cluster.serve"
+
+
+def _read_info_or_stop(files: ClusterFiles, process: subprocess.Popen[bytes]) -> object:
+    """The cluster's record, or None; a pid file someone else put there while the
+    cluster started stops the cluster (its one line is the error)."""
+    try:
+        return files.read_info()
+    except UnsafePathError:
+        kill_group(process.pid)
+        raise
 
 
 class LocalClusterProcess:
@@ -54,15 +66,23 @@ class LocalClusterProcess:
         extra_args: Sequence[str] = (),
         own_directory: bool = False,
         tls: bool = True,
+        timeout_setting: str = "--context-connect-timeout",
     ) -> LocalClusterProcess:
-        """Start the cluster process and wait until its servers are up. Its files go
-        to a directory made 0700 if missing (or, ``own_directory``, tightened to
-        0700); ``tls=False`` only for benchmarks and tests (a plaintext cluster)."""
+        """Start the cluster process and wait until its servers are up (``timeout``
+        seconds, the setting called ``timeout_setting``). Its files go to a directory
+        made 0700 if missing (or, ``own_directory``, tightened to 0700); ``tls=False``
+        only for benchmarks and tests (a plaintext cluster)."""
         files = ClusterFiles(scheduler_file.resolve())
         files.prepare(own_directory=own_directory)
+        # The cluster process checks these again; checked here, a planted path is one
+        # line of this command instead of a traceback in the cluster's log.
+        paths.scratch_dir()
+        paths.private_temporary_directory()
         files.remove()
         command = [
             sys.executable,
+            # No current directory on sys.path: it may be one others write to.
+            "-P",
             "-m",
             SERVE_MODULE,
             "serve",
@@ -96,7 +116,7 @@ class LocalClusterProcess:
         finally:
             os.close(log)
         deadline = time.monotonic() + timeout
-        while files.read_info() is None:
+        while _read_info_or_stop(files, process) is None:
             if process.poll() is not None:
                 raise ClusterError(
                     f"The local context cluster exited with status {process.returncode} "
@@ -106,7 +126,7 @@ class LocalClusterProcess:
                 kill_group(process.pid)
                 raise ClusterError(
                     f"The local context cluster did not start within {timeout:g} s "
-                    f"(--context-connect-timeout). Its log {files.log_file} ends:\n"
+                    f"({timeout_setting}). Its log {files.log_file} ends:\n"
                     f"{tail(files.log_file)}"
                 )
             time.sleep(0.05)
@@ -120,6 +140,19 @@ class LocalClusterProcess:
         files = ClusterFiles(scheduler_file.resolve())
         pid = files.running_pid()
         return cls(files, None, pid) if pid is not None else None
+
+    @classmethod
+    def find_to_stop(cls, scheduler_file: Path) -> LocalClusterProcess | None:
+        """:meth:`find`, for ``down``: a pid file that is not this user's stops it in
+        one line saying why nothing was signalled."""
+        try:
+            return cls.find(scheduler_file)
+        except UnsafePathError as error:
+            raise ClusterError(
+                f"Signalled nothing for {scheduler_file}: a pid file is trusted only when "
+                "it is yours (anyone who can write beside the scheduler file could name "
+                f"any process of yours in it). {error}"
+            ) from None
 
     @staticmethod
     def remove_stale(scheduler_file: Path) -> bool:
@@ -140,12 +173,17 @@ class LocalClusterProcess:
         return bool(self.identity) and identity(self.pid) == self.identity
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Shut the cluster down: SIGTERM (it closes its servers), then kill its group."""
-        if self._same() and alive(self.pid):
+        """Shut the cluster down: SIGTERM (it closes its servers), then kill what is
+        left of its session (at once if it does not end in ``timeout``): a server's
+        zygote or a worker the cluster process left behind (killed, it closes none)."""
+        ours = self._same()
+        if ours and pid_alive(self.pid):
             os.kill(self.pid, signal.SIGTERM)
         if not self._wait(timeout) and self._same():
             kill_group(self.pid)
             self._wait(5)
+        if ours:
+            kill_group(self.pid)
         self.files.remove()
 
     def kill(self) -> None:
@@ -161,7 +199,7 @@ class LocalClusterProcess:
             if self.process is not None:
                 if self.process.poll() is not None:
                     return True
-            elif not alive(self.pid) or identity(self.pid) != self.identity:
+            elif not pid_alive(self.pid) or identity(self.pid) != self.identity:
                 return True
             time.sleep(0.05)
         return False

@@ -3,6 +3,13 @@
 Runs a local cluster (a scheduler with the hub, one server per GPU or CPU servers)
 until it is shut down, idle too long, or orphaned, in a session of its own (see
 :mod:`.process`). Writes the files of :mod:`.files`.
+
+Dask's local directory (``local_directory``) of the scheduler and of every nanny and
+server is the private root's scratch space (:func:`..paths.scratch_dir`): by default
+Dask takes ``$TMPDIR/dask-scratch-space``, reuses one that exists without checking
+whose it is, and the nanny (and each server it spawns) puts it first on ``sys.path``,
+so a package another user planted there would run in every server. This process's
+own temporary files go to the private root too.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -20,8 +28,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .. import paths
 from ..defaults import DEFAULT_MEMORY_BUDGET
-from .credentials import PRIVATE_FILE_MODE, Credentials
+from ..processes import process_tree, stop_processes
+from .credentials import Credentials
 from .files import ClusterFiles
 from .plan import SERVER_DASK_CONFIG, plan_servers
 from .process import SERVE_MODULE
@@ -65,6 +75,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
     Shape.add_arguments(parser)
     args = parser.parse_args(argv)
     shape = Shape.from_args(args).check("--")
+    # When each step of the start ended (the executor's --verbose breakdown).
+    steps: dict[str, float] = {"process": time.time()}
     # `python -m` put the directory it started in first on sys.path; the servers'
     # jobs must not import from there (a job in a fresh interpreter would not).
     if sys.path and sys.path[0] in ("", os.getcwd()):
@@ -74,26 +86,38 @@ def serve(argv: Sequence[str] | None = None) -> int:
     import psutil
     from distributed import Scheduler, SpecCluster
 
+    from ..server.config import ServerConfig
     from ..server.nvml import discover_gpus
     from ..server.plugin import ContextServerPlugin
-    from ..server.server import ServerConfig
     from .hub import FleetHub
     from .nannies import ContextNanny
 
+    steps["imports"] = time.time()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    base = paths.local_base()
+    scratch = str(paths.scratch_dir())
+    # dask-jobqueue writes each job script under a name it reserved with mkstemp and
+    # then released (dask.utils.tmpfile): in a shared /tmp another user could take it.
+    tempfile.tempdir = str(paths.private_temporary_directory())
     dask.config.set(SERVER_DASK_CONFIG)
     dask.config.set(loss_config(args.heartbeat_timeout))
+    dask.config.set({"temporary-directory": scratch})
     files = ClusterFiles(args.scheduler_file.resolve())
     FleetHub.exit_wait = 1.5
     ContextNanny.hold_dir = files.hold_dir
     files.remove()
     # Every listener requires TLS with a certificate of this cluster's own authority.
     security = None if args.no_tls else Credentials.generate(files.credentials.directory).security()
+    steps["certificates"] = time.time()
     plans = (
         []  # a pool of pilots: its servers are batch jobs
         if args.pilots
         else plan_servers(
-            discover_gpus(), args.servers, psutil.virtual_memory().total, os.cpu_count() or 1
+            discover_gpus(),
+            args.servers,
+            psutil.virtual_memory().total,
+            os.cpu_count() or 1,
+            shape.gpus_per_server,
         )
     )
     scheduler_options: dict[str, Any] = {
@@ -102,7 +126,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
         "port": 0,
         "dashboard": False,
         "dashboard_address": f"{args.host}:0",
-        "scheduler_file": str(files.scheduler_file),
+        "scheduler_file": str(files.dask_scheduler_file),
+        "local_directory": scratch,
         # The fleet's event hub; with --catalog, the catalog's one writer.
         "plugins": [FleetHub(catalog=args.catalog)],
         "security": security,
@@ -118,7 +143,9 @@ def serve(argv: Sequence[str] | None = None) -> int:
                 "nthreads": shape.slots,
                 "memory_limit": plan.memory_bytes,
                 "resources": plan.resources,
-                "env": plan.env,
+                "local_directory": scratch,
+                # The servers' root stays this one while a job points TMPDIR elsewhere.
+                "env": {**plan.env, paths.LOCAL_DIR_VARIABLE: str(base)},
                 "silence_logs": logging.WARNING,
                 "security": security,
                 "plugins": (
@@ -127,11 +154,17 @@ def serve(argv: Sequence[str] | None = None) -> int:
                             name=plan.name,
                             memory_budget=args.memory_budget,
                             gpu=asdict(plan.gpu) if plan.gpu else None,
+                            devices=plan.devices,
+                            gang_timeout=shape.gang_timeout,
                             memory_bytes=plan.memory_bytes,
                             warm_zygote=not args.parent_pid,
                             threads_per_slot=shape.threads_per_slot,
                             batch_max=shape.batch_max,
                             batch_wait=shape.batch_wait,
+                            peer_transfers=shape.peer_transfers,
+                            peer_rate=shape.peer_mbps * 1e6,
+                            own_cache=shape.own_caches,
+                            model_cache_bytes=shape.model_cache_bytes,
                         )
                     ),
                 ),
@@ -152,8 +185,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
             name="snakemake-context",
             security=security,
         )
-    # Dask writes the scheduler file with the umask's mode: the address is private too.
-    os.chmod(files.scheduler_file, PRIVATE_FILE_MODE)
+    steps["scheduler and servers"] = time.time()
+    files.publish_scheduler_file()
     info = {
         "pid": os.getpid(),
         "address": cluster.scheduler_address,
@@ -161,6 +194,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
             {
                 "name": plan.name,
                 "gpu": asdict(plan.gpu) if plan.gpu else None,
+                "devices": plan.devices,
                 "resources": plan.resources,
             }
             for plan in plans
@@ -171,6 +205,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
         "tls": security is not None,
         "slots": shape.slots,
         "threads_per_slot": shape.threads_per_slot,
+        "steps": steps,
     }
     files.write_info(info)
     logging.info("context cluster up at %s with %d servers", info["address"], len(plans))
@@ -183,12 +218,24 @@ def serve(argv: Sequence[str] | None = None) -> int:
                 logging.info("the Snakemake process %d is gone: stopping", args.parent_pid)
                 break
     finally:
+        closing = time.time()
+        logging.info(
+            "closing the cluster (%s)", "asked to stop" if stop.is_set() else "its loop ended"
+        )
+        if stop.is_set() and args.parent_pid and not args.pilots:
+            _end_with_the_run(files, closing)
         try:
             cluster.close(timeout=10)
         except Exception as error:  # the scheduler closed first (idle timeout)
             logging.info("closing the cluster: %s", error)
+        closed = time.time()
         _kill_children()
         files.remove()
+        logging.info(
+            "cluster closed in %.2f s, what was left killed in %.2f s",
+            closed - closing,
+            time.time() - closed,
+        )
     return 0
 
 
@@ -209,6 +256,11 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], sec
         threads_per_slot=triple.threads_per_slot,
         batch_max=triple.batch_max,
         batch_wait=triple.batch_wait,
+        peer_transfers=triple.peer_transfers,
+        peer_mbps=triple.peer_mbps,
+        own_caches=triple.own_caches,
+        model_cache_size=triple.model_cache_size,
+        gang_timeout=triple.gang_timeout,
     )
     scheduler_options.pop("host", None)
     if not options.interface:
@@ -228,17 +280,31 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], sec
     return cluster
 
 
+def _end_with_the_run(files: ClusterFiles, closing: float) -> None:
+    """The embedded cluster of a run that ended: its results are in and its catalog
+    is written (by the run's own process), so its servers are killed at once, as a
+    lost node's would be (nothing of theirs outlives them: their jobs and zygotes go
+    with them), instead of closed one by one (0.8 s for two servers here, more for
+    more), and this process ends without the interpreter's teardown. The run's exit
+    waits for this process: that wait is its shutdown."""
+    # SIGKILL, not waited for: they are gone when the signal lands, and this process's
+    # exit hands their remains to init (waiting here took 1.9 s: the nannies reap
+    # and restart their workers meanwhile).
+    stop_processes(process_tree(os.getpid())[:-1], grace=0)
+    killed = time.time()
+    files.remove()
+    logging.info(
+        "the run's servers killed in %.2f s, the cluster gone in %.2f s",
+        killed - closing,
+        time.time() - closing,
+    )
+    logging.shutdown()
+    os._exit(0)
+
+
 def _kill_children() -> None:
     """Kill what is left of this process's descendants (servers, their jobs)."""
-    import psutil
-
-    children = psutil.Process().children(recursive=True)
-    for child in children:
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(children, timeout=5)
+    stop_processes(process_tree(os.getpid())[:-1], grace=0, wait=5)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """The fleet's shape, LLSC's "triples": servers per node x slots per server x threads
-per slot, and the batching defaults servers give ``batched()`` functions.
+per slot, the GPUs each server owns (a context may span them: a gang), the batching
+defaults servers give ``batched()`` functions, and how servers share context templates
+(peer transfers, whether each has a cache of its own, and what a cache may hold).
 
 One set of options for the three ways servers start (the embedded cluster, `up`,
 pilots): checked once (one line naming the setting), passed to the cluster process
@@ -11,37 +13,88 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from ..errors import ClusterError
+from ..allowed import NUMBER, SIZE, TEXT, WHOLE, Allowed, Setting, add_argument, check
+from ..defaults import GANG_TIMEOUT_SECONDS
 
-__all__ = ["Shape"]
+__all__ = [
+    "BATCH_MAX",
+    "BATCH_WAIT",
+    "GANG_TIMEOUT",
+    "GPUS_PER_SERVER",
+    "MODEL_CACHE_SIZE",
+    "OWN_CACHES",
+    "PEER_MBPS",
+    "PEER_TRANSFERS",
+    "SLOTS",
+    "THREADS_PER_SLOT",
+    "Shape",
+]
+
+#: Jobs one server runs at once (its Dask threads).
+SLOTS = Allowed(WHOLE, least=1, most=256, unit="jobs at once")
+#: Threads of each in-process job's pools.
+THREADS_PER_SLOT = Allowed(WHOLE, least=0, most=1024, zero="the rule's threads")
+#: Most items one merged batched() call takes.
+BATCH_MAX = Allowed(WHOLE, least=0, most=1_000_000, zero="each function's own max_batch")
+#: Seconds a batched() call waits for other jobs' items.
+BATCH_WAIT = Allowed(NUMBER, least=0, most=1, unit="seconds")
+#: Transfers of its templates one server serves to peers at once.
+PEER_TRANSFERS = Allowed(WHOLE, least=0, most=64, zero="no peer transfer")
+#: MB a second each transfer a server serves may take.
+PEER_MBPS = Allowed(NUMBER, least=0, most=1e6, zero="no limit", unit="MB/s")
+#: A directory of per-server model caches.
+OWN_CACHES = Allowed(TEXT)
+#: What a node-local model cache may hold ("20GB"; None: no limit).
+MODEL_CACHE_SIZE = Allowed(SIZE, optional=True, least=2**20)
+#: GPUs each server owns (or, without GPUs, stands in for).
+GPUS_PER_SERVER = Allowed(WHOLE, least=1, most=64, unit="GPUs")
+#: Seconds a gang's collectives may take.
+GANG_TIMEOUT = Allowed(NUMBER, least=1, most=86_400, unit="seconds")
+_SHAPE = {
+    "slots": SLOTS,
+    "threads_per_slot": THREADS_PER_SLOT,
+    "batch_max": BATCH_MAX,
+    "batch_wait": BATCH_WAIT,
+    "peer_transfers": PEER_TRANSFERS,
+    "peer_mbps": PEER_MBPS,
+    "own_caches": OWN_CACHES,
+    "model_cache_size": MODEL_CACHE_SIZE,
+    "gpus_per_server": GPUS_PER_SERVER,
+    "gang_timeout": GANG_TIMEOUT,
+}
 
 
 @dataclass(frozen=True)
 class Shape:
-    """Slots per server, threads per slot, and the batching defaults."""
+    """Slots per server, threads per slot, the batching defaults, template sharing, and
+    the GPUs each server owns with the timeout of the gangs spanning them."""
 
     slots: int = 1
     threads_per_slot: int = 0
     batch_max: int = 0
     batch_wait: float = 0.0
+    peer_transfers: int = 2
+    peer_mbps: float = 0.0
+    own_caches: str = ""
+    gpus_per_server: int = 1
+    gang_timeout: float = GANG_TIMEOUT_SECONDS
+    model_cache_size: str | None = None
+
+    @property
+    def model_cache_bytes(self) -> int:
+        """The model cache's size limit in bytes (0: no limit)."""
+        from dask.utils import parse_bytes
+
+        return int(parse_bytes(self.model_cache_size)) if self.model_cache_size else 0
 
     def check(self, prefix: str = "--context-") -> Shape:
         """Refuse a bad value in one line naming the setting (``prefix`` + name)."""
-        for name, value, least in (
-            ("slots", self.slots, 1),
-            ("threads-per-slot", self.threads_per_slot, 0),
-            ("batch-max", self.batch_max, 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ClusterError(
-                    f"{prefix}{name} {value!r} is not allowed: a whole number, at least "
-                    f"{least}" + (" (0: the default)." if least == 0 else ".")
-                )
-        if not isinstance(self.batch_wait, (int, float)) or not 0 <= self.batch_wait <= 1:
-            raise ClusterError(
-                f"{prefix}batch-wait {self.batch_wait!r} is not allowed: seconds from 0 "
-                "to 1 (default 0: a lone call is not delayed)."
-            )
+        defaults = Shape()
+        settings = [
+            Setting(name, prefix + name.replace("_", "-"), getattr(defaults, name), allowed)
+            for name, allowed in _SHAPE.items()
+        ]
+        check({name: getattr(self, name) for name in _SHAPE}, settings)
         return self
 
     def serve_args(self) -> list[str]:
@@ -55,41 +108,127 @@ class Shape:
             str(self.batch_max),
             "--batch-wait",
             repr(float(self.batch_wait)),
+            "--peer-transfers",
+            str(self.peer_transfers),
+            "--peer-mbps",
+            repr(float(self.peer_mbps)),
+            *(["--own-caches", self.own_caches] if self.own_caches else []),
+            "--gpus-per-server",
+            str(self.gpus_per_server),
+            "--gang-timeout",
+            repr(float(self.gang_timeout)),
+            *(["--model-cache-size", self.model_cache_size] if self.model_cache_size else []),
         ]
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Shape:
         """The shape of parsed arguments (see :meth:`add_arguments`)."""
-        return cls(args.slots, args.threads_per_slot, args.batch_max, args.batch_wait)
+        return cls(
+            args.slots,
+            args.threads_per_slot,
+            args.batch_max,
+            args.batch_wait,
+            args.peer_transfers,
+            args.peer_mbps,
+            args.own_caches,
+            args.gpus_per_server,
+            args.gang_timeout,
+            args.model_cache_size,
+        )
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser, *, helps: bool = True) -> None:
-        """--slots, --threads-per-slot, --batch-max, --batch-wait."""
+        """--slots, --threads-per-slot, --batch-max, --batch-wait, --peer-transfers,
+        --peer-mbps, --own-caches, --gpus-per-server, --gang-timeout,
+        --model-cache-size."""
 
         def text(message: str) -> str:
             return message if helps else argparse.SUPPRESS
 
-        parser.add_argument(
+        add_argument(
+            parser,
             "--slots",
-            type=int,
+            SLOTS,
             default=1,
             help=text("jobs each server runs at once against one loaded context (default 1)"),
         )
-        parser.add_argument(
+        add_argument(
+            parser,
             "--threads-per-slot",
-            type=int,
+            THREADS_PER_SLOT,
             default=0,
             help=text("thread pools' size of each in-process job (0: the rule's threads)"),
         )
-        parser.add_argument(
+        add_argument(
+            parser,
             "--batch-max",
-            type=int,
+            BATCH_MAX,
             default=0,
             help=text("most items per merged batched() call (0: the context's max_batch)"),
         )
-        parser.add_argument(
+        add_argument(
+            parser,
             "--batch-wait",
-            type=float,
+            BATCH_WAIT,
             default=0.0,
             help=text("seconds a batched() call waits for other jobs' items (default 0)"),
+        )
+        add_argument(
+            parser,
+            "--peer-transfers",
+            PEER_TRANSFERS,
+            default=2,
+            help=text(
+                "transfers of its context templates each server serves to peers at once "
+                "(default 2; 0: none, every load reads its source)"
+            ),
+        )
+        add_argument(
+            parser,
+            "--peer-mbps",
+            PEER_MBPS,
+            default=0.0,
+            help=text("MB/s each transfer a server serves may take (default 0: no limit)"),
+        )
+        add_argument(
+            parser,
+            "--own-caches",
+            OWN_CACHES,
+            default="",
+            help=text(
+                "a directory of per-server model caches, DIR/<server name>, as servers on "
+                "different nodes have (default: the servers share one)"
+            ),
+        )
+        add_argument(
+            parser,
+            "--gpus-per-server",
+            GPUS_PER_SERVER,
+            default=1,
+            help=text(
+                "GPUs each server owns (default 1); without GPUs, the GPUs each CPU server "
+                "stands in for. A loader sees them (server_devices()); a context declared "
+                "with ranks=k puts one process on each of k of them"
+            ),
+        )
+        add_argument(
+            parser,
+            "--gang-timeout",
+            GANG_TIMEOUT,
+            default=GANG_TIMEOUT_SECONDS,
+            help=text(
+                "seconds a collective of a context spanning several processes may take "
+                f"before it fails (default {GANG_TIMEOUT_SECONDS:g})"
+            ),
+        )
+        add_argument(
+            parser,
+            "--model-cache-size",
+            MODEL_CACHE_SIZE,
+            default=None,
+            help=text(
+                "what each node-local model cache may hold, such as 20GB: the least "
+                "recently used templates no server of the node uses are removed to make "
+                "room (default: no limit)"
+            ),
         )

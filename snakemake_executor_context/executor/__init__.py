@@ -3,13 +3,23 @@
 - :mod:`.adapter`: :class:`~.adapter.Executor`, the ``RemoteExecutor`` Snakemake
   talks to (thin: stimuli in, commands out);
 - :mod:`.dispatch` and :mod:`.vocabulary`: the dispatch state machine and what it
-  takes and returns (pure: no Dask, no Snakemake); :mod:`.demand`: the work still to
-  come per context, which placement weighs against a load;
+  takes and returns (pure: no Dask, no Snakemake); :mod:`.inflight`: the jobs and
+  attempts it holds; :mod:`.story`: every decision it took about a job, with its
+  stimulus; :mod:`.demand`: the work still to come per context, which placement
+  weighs against a load; :mod:`.refusals`: placement's refusals, remembered for
+  the rest of one pass over the queue;
 - :mod:`.tasks`: the attempts' Dask futures; :mod:`.results`: what a finished one says;
 - :mod:`.jobbuild`: a Snakemake job as a ticket and a spec; :mod:`.rulecheck`: the
-  checks at start; :mod:`.settings`: the ``--context-*`` settings;
+  checks at start; :mod:`.settings`: the ``--context-*`` settings (the pilots' in
+  :mod:`.pilotsettings`), each declaring what it allows;
+  :mod:`.serverlimits`: the servers' limits handed to the embedded cluster;
+- :mod:`.localjobs`: plain rules run in Snakemake's process, and their watchdog;
 - :mod:`.recording`: the run's catalog side; :mod:`.summary`: the run summary;
-  :mod:`.startup` and :mod:`.wake`: connecting, and waking the status loop.
+  :mod:`.startup` and :mod:`.wake`: connecting, and waking the status loop;
+  :mod:`.announce`: what the run says of its fleet at start;
+  :mod:`.startsteps`: how long each step of the start took (``--verbose``);
+  :mod:`.probes`: the servers' cache probes, asked in the background;
+  :mod:`.fleetpoll`: the periodic fleet check.
 
 Importing this package is cheap: Snakemake imports the discovery shim, and so
 :mod:`.settings`, on every start.

@@ -7,6 +7,7 @@ Imports are cheap: Snakemake imports this module on every start, in every job.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -22,21 +23,20 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from ..fleet import events as ev
 from ..fleet.keys import job_key_of
 from ..jobspec import remove_outputs
-from . import startup
+from ..snakemake_internals import cancel_scheduler_timers
+from . import announce, startup
 from . import vocabulary as v
-from .dispatch import FLEET_CHECK_SECONDS
+from .fleetpoll import FleetPoll
 from .jobbuild import SpecBuilder, output_specs
+from .probes import CacheProbes
 from .recording import Recording
-from .results import attempt_ended
 from .settings import ExecutorSettings
+from .startsteps import StartSteps
 from .summary import LoadTally, write_summary
 from .tasks import Tasks
-from .wake import Waker
+from .wake import WAKING_EVENTS, Waker
 
 __all__ = ["Executor"]
-
-#: Events after which placement may find a free slot or a warm server.
-WAKING_EVENTS = (ev.JobFinished, ev.ServerJoined, ev.ServerLeft, ev.ContextEvicted)
 
 
 class _Job(NamedTuple):
@@ -59,7 +59,9 @@ class Executor(RemoteExecutor):
 
     def __post_init__(self) -> None:
         workflow = self.workflow
+        steps = StartSteps(startup.process_started())
         self.declarations = startup.checked_declarations(workflow)
+        steps.mark("checks")
         self.workdir = os.getcwd()
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         self.started = time.time()
@@ -69,31 +71,37 @@ class Executor(RemoteExecutor):
         self._jobs: dict[str, _Job] = {}
         self._summary: list[dict[str, Any]] = []
         self._loads = LoadTally()
-        self._group_warnings = startup.GroupWarnings()
-        self._last_check = 0.0
+        self._group_warnings = announce.GroupWarnings()
         startup.log_dask_to_file(self.workdir, self.run_id)
-        self.connection = startup.connect(
-            self.settings, self.workdir, self.run_id, self.logger.warning
-        )
-        self.tasks = Tasks(self.connection)
-        self.local_jobs = startup.local_plain_jobs(self)
-        self.dispatch = startup.make_dispatch(self)
+        settings, say, warn = self.settings, self.logger.info, self.logger.warning
+        self.connection = connection = startup.connect(settings, self.workdir, self.run_id, warn)
+        steps.marks(connection.start_steps())
+        steps.mark("client")
+        self.tasks = Tasks(connection)
+        self.local_jobs = startup.local_plain_jobs(settings, workflow, connection, say)
+        self.dispatch = startup.make_dispatch(self.run_id, settings, workflow, connection, warn)
+        self._fleet_poll = FleetPoll(connection, self.dispatch, self._inbox.put, self.logger.debug)
+        steps.mark("plain jobs and dispatch")
         self.recording = Recording(
-            self.connection, self.run_id, self.workdir, self.settings.catalog, self.logger
+            connection, self.run_id, self.workdir, settings.catalog, self.logger, settings.report
         )
-        fleet = self.dispatch.fleet
         planned = startup.planned_jobs(workflow, self.declarations)
+        declared = list(self.declarations.values())
+        total = None if planned is None else len(planned)
         self.dispatch.hub = self.recording.begin(
-            fleet,
-            self._on_events,
-            jobs_total=len(planned) if planned is not None else None,
-            declarations=list(self.declarations.values()),
+            self.dispatch.fleet, self._on_events, jobs_total=total, declarations=declared
         )
+        self._probes = CacheProbes(lambda: self.recording.probe_caches(declared), self._push)
+        self._probes.ask()
+        steps.mark("catalog")
         if planned is not None:  # else the executor's queue is the demand
             self.dispatch.handle(v.DagPlanned(planned, time.time()))
         if not self.dispatch.hub:  # no hub, no events: Dask's list is the membership
             self.dispatch.handle(v.ServersPolled(self.connection.workers(), time.time()))
-        startup.announce_fleet(self)
+        announce.announce_fleet(len(self.dispatch.fleet.servers), workflow, connection, say)
+        announce.announce_walltime(settings, say)
+        steps.mark("plan")
+        self.logger.debug(steps.line())
         self._ready = True
 
     # -- stimuli in --------------------------------------------------------------------
@@ -106,7 +114,12 @@ class Executor(RemoteExecutor):
         info = SubmittedJobInfo(job=job, external_jobid=made.key, aux={})
         self._jobs[made.key] = _Job(info, spec, made)
         self.report_job_submission(info)
-        self._inbox.put(v.JobReady(made, time.time(), error))
+        self._push(v.JobReady(made, time.time(), error))
+
+    def _push(self, item: v.Stimulus | str) -> None:
+        """Queue a stimulus, or the key of an attempt whose future is done (a Dask
+        callback), from any thread, and wake the status loop."""
+        self._inbox.put(item)
         self._waker.set()
 
     def _on_events(self, event: tuple[float, Any]) -> None:
@@ -116,9 +129,7 @@ class Executor(RemoteExecutor):
         except Exception as error:
             logging.getLogger(__name__).debug("undecodable fleet event: %r", error)
             return
-        if self.recording.writes:
-            for item in decoded:
-                self.recording.emit(item)
+        self.recording.relay(decoded)
         now = time.time()
         self._loads.see(decoded)
         for item in decoded:
@@ -126,45 +137,34 @@ class Executor(RemoteExecutor):
         if any(isinstance(item, WAKING_EVENTS) for item in decoded):
             self._waker.set()
 
-    def _attempt_done(self, key: str) -> None:
-        """An attempt's future is done (a Dask callback, on the client's thread)."""
-        self._inbox.put(key)
-        self._waker.set()
-
     async def check_active_jobs(
         self, active_jobs: list[SubmittedJobInfo]
     ) -> AsyncGenerator[SubmittedJobInfo, None]:
         """Feed dispatch what happened, carry out its commands, yield unreported jobs."""
         if self._ready:
             now = time.time()
-            if now - self._last_check >= FLEET_CHECK_SECONDS:
-                self._last_check = now
-                try:
-                    self._inbox.put(v.ServersPolled(self.connection.workers(), now))
-                    startup.publish_demand(self.connection, self.dispatch)
-                except Exception as error:
-                    self.logger.debug(f"Cannot list the cluster's workers: {error}")
-                self._inbox.put(v.Tick(now))
-            self._handle_inbox()
+            self._fleet_poll(now)
+            first = startup.run_stimuli(self.dispatch, self.connection, self.workflow, now)
+            self._handle_inbox(first)
         for info in active_jobs:
             if not info.aux.get("reported"):
                 yield info
 
-    def _handle_inbox(self) -> None:
+    def _handle_inbox(self, first: list[v.Stimulus] | None = None) -> None:
         with self._handling:
+            for early in first or ():
+                self._execute(self.dispatch.handle(early))
             while True:
                 try:
                     stimulus = self._inbox.get_nowait()
                 except queue.Empty:
                     return
                 if isinstance(stimulus, str):
-                    found = self.tasks.pop(stimulus)
-                    if found is None:
-                        continue  # cancelled by dispatch: fenced off already
-                    ticket = self._jobs[job_key_of(stimulus)].ticket
-                    ended, entry = attempt_ended(stimulus, *found, ticket)
+                    job = self._jobs.get(job_key_of(stimulus))
+                    ticket = job.ticket if job else None
+                    ended, entry = self.tasks.ended(stimulus, ticket, self._push)
                     if ended is None:
-                        continue  # lost with its server: the server's loss requeues it
+                        continue  # cancelled by dispatch, or lost with its server
                     stimulus = ended
                     if entry is not None:
                         self._summary.append(entry)
@@ -178,11 +178,9 @@ class Executor(RemoteExecutor):
         for command in commands:
             if isinstance(command, v.Submit):
                 spec = self._jobs[command.ticket.key].spec
-                refused = self.tasks.submit(command, spec, self._attempt_done)
+                refused = self.tasks.submit(command, spec, self._push)
                 if refused is not None:
-                    self._inbox.put(
-                        v.AttemptEnded(command.key, time.time(), ok=False, message=refused)
-                    )
+                    self._inbox.put(v.AttemptEnded(command.key, time.time(), message=refused))
             elif isinstance(command, v.Cancel):
                 self.tasks.cancel(command.key)
             elif isinstance(command, v.Poll):
@@ -195,17 +193,20 @@ class Executor(RemoteExecutor):
             elif isinstance(command, v.Log):
                 getattr(self.logger, command.level)(command.message)
             elif isinstance(command, v.ProbeCaches):
-                found = self.recording.probe_caches(list(self.declarations.values()))
-                self._inbox.put(v.CachesProbed(found, time.time()))
+                self._probes.ask()  # its answer comes back as a stimulus
+            elif isinstance(command, v.ReportSuccess):
+                self.report_job_success(self._reported(command.ticket))
+            elif isinstance(command, v.ReportError):
+                info = self._reported(command.ticket)
+                self.report_job_error(info, msg=command.message, aux_logs=list(command.aux_logs))
             else:
-                info = self._jobs.pop(command.ticket.key).info
-                info.aux["reported"] = True
-                if isinstance(command, v.ReportSuccess):
-                    self.report_job_success(info)
-                else:
-                    self.report_job_error(
-                        info, msg=command.message, aux_logs=list(command.aux_logs)
-                    )
+                raise TypeError(f"a command of dispatch that nothing carries out: {command!r}")
+
+    def _reported(self, ticket: v.JobTicket) -> SubmittedJobInfo:
+        """The job's Snakemake record, taken out of the jobs in flight (reported once)."""
+        info = self._jobs.pop(ticket.key).info
+        info.aux["reported"] = True
+        return info
 
     def report_job_error(
         self, job_info: SubmittedJobInfo, msg: str | None = None, **kwargs: Any
@@ -239,12 +240,10 @@ class Executor(RemoteExecutor):
             self.wait = False
         self._waker.set()
         super().shutdown()
-        try:
+        cancel_scheduler_timers()  # the scheduler is done: its wake-ups only delay the exit
+        with contextlib.ExitStack() as closing:  # run last to first, whatever raises
+            closing.callback(self.local_jobs.close)
+            closing.callback(self.connection.close)
+            closing.callback(self.recording.finished, ok=self.dispatch.failures == 0)
             run = (self.workdir, self.run_id, self.started, self.connection, self._summary)
             write_summary(*run, self.logger.info, self._loads.lost)
-        finally:
-            try:
-                self.recording.finished(ok=self.dispatch.failures == 0)
-            finally:
-                self.connection.close()
-                self.local_jobs.close()

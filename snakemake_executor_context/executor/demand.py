@@ -5,8 +5,9 @@ It is the run's, not the executor's: Snakemake hands a remote executor at most
 context has left. At the start of a run the DAG's jobs that will reach the executor
 are counted per context (:meth:`Demand.plan`); then a job is added when it becomes
 ready (a retry, a job a checkpoint added) and removed when it ends. Jobs whose
-context is not known before they run (a ``context`` resource given by a function)
-count as unknown: no load happens on their behalf, and a context that only such jobs
+context is not known before they run (a ``context`` resource given by a function
+that needs more than the job's wildcards, such as its input files) count as
+unknown: no load happens on their behalf, and a context that only such jobs
 use is weighed as before this existed (the jobs the executor holds, and for a load
 only the jobs queued ahead of the one placed). The same holds without a DAG (the
 attribute is not part of Snakemake's plugin interface).
@@ -29,6 +30,9 @@ class Demand:
         self._planned: set[str] = set()
         #: Jobs of the plan whose context is not known before they run.
         self.unknown = 0
+        #: Whether a job became ready whose context the DAG did not name (the work to
+        #: come for it is then counted from the jobs held, see :meth:`counts`).
+        self.unplanned = False
 
     def plan(self, jobs: Mapping[str, str | None]) -> None:
         """Count the DAG's jobs (Snakemake job id -> context identity, or None)."""
@@ -47,6 +51,7 @@ class Demand:
         """A job became ready (counted once, however often it is retried)."""
         if identity is not None:
             self._remaining.setdefault(identity, set()).add(jobid)
+            self.unplanned = self.unplanned or identity not in self._planned
 
     def ended(self, identity: str | None, jobid: str) -> None:
         """A job ended (reported to Snakemake, either way)."""

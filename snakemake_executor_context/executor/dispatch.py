@@ -11,6 +11,11 @@ frees the slot early; each slot is released once, by whichever comes first; an a
 whose event came but whose result did not is polled at the next fleet check, and a
 result that beats its event records the attempt's end itself: nothing waits.
 
+**Its story.** Every command carries the id of the stimulus that caused it, and
+every decision about a job is kept (:mod:`.story`): :meth:`Dispatch.story` answers
+what happened to a job, and the decisions its dispatch and report do not record go
+to the catalog too (``snakemake-context story``).
+
 **Membership** comes from the hub's events and the attach snapshot (Dask's list of
 workers is only compared with it, unless there is no hub). A server that leaves takes
 its attempts: their jobs go back to the queue, each loss charged to the job's
@@ -19,18 +24,25 @@ preemption or crash budget (:mod:`..fleet.losses`), never to Snakemake's retries
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from operator import attrgetter
+from statistics import mean
+from typing import Any
 
 from ..errors import ContextExecutorError, NoServerError
 from ..fleet import events as ev
 from ..fleet.keys import attempt_key, attempt_log
-from ..fleet.losses import Budgets, LossHistory, loss_line, ran_there
+from ..fleet.losses import Budgets, loss_line, ran_there
+from ..fleet.pilotkinds import PilotKinds
 from ..fleet.placement import PlacementStep, choose_server
 from ..fleet.resources import explain_unrunnable
 from ..fleet.state import FleetState
 from .demand import Demand
+from .inflight import Attempt, QueuedJob
+from .refusals import Refusals
+from .story import StoryEntry, StoryLog, stamped, stimulus_id
 from .vocabulary import (
     AttemptEnded,
     CachesProbed,
@@ -47,8 +59,10 @@ from .vocabulary import (
     Record,
     ReportError,
     ReportSuccess,
+    SchedulerLost,
     ServersPolled,
     Stimulus,
+    StopQueued,
     StopRunning,
     Submit,
     Tick,
@@ -60,30 +74,6 @@ __all__ = ["FLEET_CHECK_SECONDS", "Dispatch"]
 FLEET_CHECK_SECONDS = 2.0
 
 
-@dataclass
-class _Job:
-    ticket: JobTicket
-    seq: int
-    dispatches: int = 0
-    attempt: str | None = None
-    waiting_since: float | None = None
-    cancelled: bool = False
-    losses: LossHistory = field(default_factory=LossHistory)
-    #: A job lost with a server not confirmed dead waits for that server's lease.
-    not_before: float = 0.0
-
-
-@dataclass
-class _Attempt:
-    key: str
-    job: _Job
-    address: str | None
-    step: PlacementStep
-    holds_slot: bool = True
-    event_seen: float | None = None
-    pinned: bool = True
-
-
 class Dispatch:
     """The queue, the attempts in flight, requeues and unrunnable jobs of one run.
 
@@ -92,6 +82,8 @@ class Dispatch:
     (or while restarts go on) it waits ``wait_for_server`` seconds for servers.
     ``placement``: ``affinity`` (this project's policy) or ``dask`` (Dask chooses).
     ``lease_wait``: how long a job lost with a server that may still run it waits.
+    ``pool``: the kinds of pilot of a pool: a job none can run, once pilots have
+    registered, fails instead of waiting for the batch queue.
     """
 
     def __init__(
@@ -105,24 +97,34 @@ class Dispatch:
         fleet: FleetState | None = None,
         planned: int = 0,
         lease_wait: float = 0.0,
+        pool: PilotKinds | None = None,
     ) -> None:
         self.run_id, self.embedded, self.placement = run_id, embedded, placement
         self.wait_for_server, self.budgets = wait_for_server, budgets or Budgets()
         self.planned, self.lease_wait = planned, lease_wait
         self.fleet = fleet if fleet is not None else FleetState()
+        #: What each kind of pilot of a pool can run; why the scheduler is gone.
+        self.pool = pool
+        self.scheduler_lost: str | None = None
         #: Whether fleet membership comes from the hub's events (else from polls).
         self.hub = True
         #: Per-context work still to come, which placement weighs against a load.
         self.demand = Demand()
-        self._jobs: dict[str, _Job] = {}
-        self._queue: list[_Job] = []
-        self._attempts: dict[str, _Attempt] = {}
+        self._jobs: dict[str, QueuedJob] = {}
+        self._queue: list[QueuedJob] = []
+        self._attempts: dict[str, Attempt] = {}
         self._seq = self.failures = 0
+        #: Every decision about a job, with its stimulus (:meth:`story`).
+        self.log = StoryLog()
+        self._stimuli, self._stimulus, self._now = 0, "", 0.0
 
     # -- the one entry point ---------------------------------------------------------
 
     def handle(self, stimulus: Stimulus) -> list[Command]:
-        """Take one stimulus; return the commands it leads to (in order)."""
+        """Take one stimulus; return the commands it leads to (in order), each
+        stamped with the stimulus's id."""
+        self._stimuli += 1
+        self._stimulus, self._now = stimulus_id(stimulus, self._stimuli), stimulus.now
         out: list[Command] = []
         if isinstance(stimulus, JobReady):
             self._ready(stimulus, out)
@@ -136,18 +138,58 @@ class Dispatch:
             self._tick(stimulus.now, out)
         elif isinstance(stimulus, CancelAll):
             self._cancel_all(out)
+        elif isinstance(stimulus, SchedulerLost):
+            self._scheduler_lost(stimulus.why, out)
+        elif isinstance(stimulus, StopQueued):
+            self._stop_queued(stimulus.why, out)
         elif isinstance(stimulus, DagPlanned):
             self.demand.plan(stimulus.jobs)
         elif isinstance(stimulus, CachesProbed):
             self.fleet.probed(stimulus.found)
-        if not isinstance(stimulus, CancelAll):
+        if not isinstance(stimulus, CancelAll) and self.scheduler_lost is None:
             self._place(stimulus.now, out)
-        return out
+        return [stamped(command, self._stimulus) for command in out]
+
+    def story(self, key: str) -> list[StoryEntry]:
+        """What happened to a job (its key, or an attempt's), in order."""
+        return self.log.story(key)
+
+    def _tell(
+        self,
+        ticket: JobTicket,
+        what: str,
+        detail: str = "",
+        attempt: str | None = None,
+        out: list[Command] | None = None,
+    ) -> None:
+        """Keep a decision in the job's story; with ``out``, record it in the catalog."""
+        self.log.add(StoryEntry(self._now, self._stimulus, ticket.key, attempt, what, detail))
+        if out is not None:
+            out.append(Record(ticket.story(self.run_id, attempt, what, detail, self._now)))
 
     @property
     def queued(self) -> int:
         """Jobs waiting in the queue."""
         return len(self._queue)
+
+    def pool_demand(self) -> dict[str, Any]:
+        """What the run asks of a pool of pilots (:mod:`..cluster.pool` sizes itself
+        from it, not from Dask's task count, which affinity placement keeps low): jobs
+        ready (queued and running) and still to come, per GPU model too, and the
+        measured job and load times (0 when unmeasured)."""
+        queued = [job.ticket for job in self._queue if not job.cancelled]
+        tickets = queued + [attempt.job.ticket for attempt in self._attempts.values()]
+        by_model = Counter(t.requirements.gpu_model for t in queued if t.requirements.gpu_model)
+        to_come = self.demand.counts(t.identity for t in tickets if t.identity)
+        jobs = [m.value for m in self.fleet.measure.job.values()]
+        loads = [m.value for m in self.fleet.measure.load.values()]
+        return {
+            "ready": len(tickets),
+            "remaining": max(len(tickets), sum(to_come.values())),
+            "by_gpu_model": dict(by_model),
+            "job_seconds": mean(jobs) if jobs else 0.0,
+            "load_seconds": mean(loads) if loads else 0.0,
+        }
 
     # -- jobs ------------------------------------------------------------------------
 
@@ -157,16 +199,26 @@ class Dispatch:
             error = stimulus.error
             self._report_error(ticket, str(error), ev.JobOutcome.INVALID, out, error=error)
             return
+        if self.scheduler_lost is not None:
+            message = f"{ticket.title}: not run: the cluster's scheduler died."
+            self._report_error(ticket, message, ev.JobOutcome.FAILED, out)
+            return
         self._seq += 1
-        job = self._jobs[ticket.key] = _Job(ticket, self._seq)
+        job = self._jobs[ticket.key] = QueuedJob(ticket, self._seq)
+        self._tell(ticket, "ready")
         self.demand.ready(ticket.identity, ticket.jobid)
         self.fleet.note_context(ticket.identity, shareable=ticket.shareable)
-        if not self.fleet.runnable(ticket.wanted):
+        if not self._runnable(job):
             job.waiting_since = stimulus.now
             if self._fixed_fleet:
                 self._fail_unrunnable(job, stimulus.now, out)
                 return
-        self._queue.append(job)
+        insort(self._queue, job, key=attrgetter("order"))
+
+    def _runnable(self, job: QueuedJob) -> bool:
+        """Whether a server of the fleet has the resources the job wants."""
+        fleet = self.fleet
+        return bool(fleet.index.candidates(fleet.servers, job.ticket.wanted, job.wanted).runnable)
 
     @property
     def _fixed_fleet(self) -> bool:  # embedded, and no server is restarting
@@ -174,21 +226,20 @@ class Dispatch:
 
     def _place(self, now: float, out: list[Command]) -> None:
         """Submit the queued jobs placement finds a server for, in Snakemake's
-        priority order; the others stay queued."""
+        priority order (the queue's); the others stay queued. A job asking what an
+        earlier one of this pass was refused is refused the same until a job is
+        placed (:mod:`.refusals`)."""
         if not self._queue:
             return
-        self._queue.sort(key=lambda j: (-j.ticket.priority, j.seq))
-        held = [j.ticket.identity for j in self._queue] + [
-            a.job.ticket.identity for a in self._attempts.values()
-        ]
-        demand = self.demand.counts(identity for identity in held if identity)
+        demand: Counter[str] | None = None  # the pass's, once a job needs it
         ahead: Counter[str] = Counter()
-        placed: list[_Job] = []
+        refusals = Refusals()
+        placed: list[QueuedJob] = []
         for job in self._queue:
             ticket = job.ticket
             if job.not_before > now:
                 continue
-            if not self.fleet.runnable(ticket.wanted):
+            if not self._runnable(job):
                 if job.waiting_since is None:
                     job.waiting_since = now
                 continue
@@ -197,20 +248,37 @@ class Dispatch:
                 self._submit(job, None, PlacementStep.DASK, now, out)
                 placed.append(job)
                 continue
-            decision = choose_server(
+            if demand is None:
+                demand = self._demand()
+            remaining = self._remaining(ticket.identity, demand, ahead)
+            decision = refusals.get(job.wanted, ticket.identity, remaining) or choose_server(
                 self.fleet,
                 ticket.wanted,
                 ticket.identity,
-                remaining=self._remaining(ticket.identity, demand, ahead),
+                remaining=remaining,
                 demand=demand,
                 now=now,
             )
-            if decision.address is not None:
-                self._submit(job, decision.address, decision.step, now, out)
-                placed.append(job)
+            if decision.address is None:
+                refusals.refused(job.wanted, ticket.identity, remaining, decision)
+                continue
+            self._submit(job, decision.address, decision.step, now, out)
+            placed.append(job)
+            refusals.forget()
         if placed:
             done = {id(job) for job in placed}
             self._queue = [job for job in self._queue if id(job) not in done]
+
+    def _demand(self) -> Counter[str]:
+        """The work to come per context: the DAG's for the contexts it named, else
+        the jobs held (queued and in flight; counted only when a job of a context it
+        did not name became ready)."""
+        if not self.demand.unplanned:
+            return self.demand.counts(())
+        held = [j.ticket.identity for j in self._queue] + [
+            a.job.ticket.identity for a in self._attempts.values()
+        ]
+        return self.demand.counts(identity for identity in held if identity)
 
     def _remaining(self, identity: str | None, demand: Counter[str], ahead: Counter[str]) -> int:
         """The work to weigh a load against: the run's, when its DAG named the context;
@@ -221,16 +289,23 @@ class Dispatch:
         return demand[identity] if self.demand.knows(identity) else ahead[identity]
 
     def _submit(
-        self, job: _Job, address: str | None, step: PlacementStep, now: float, out: list[Command]
+        self,
+        job: QueuedJob,
+        address: str | None,
+        step: PlacementStep,
+        now: float,
+        out: list[Command],
     ) -> None:
         job.dispatches += 1
         key = attempt_key(job.ticket.key, job.dispatches)
         job.attempt = key
-        self._attempts[key] = _Attempt(key, job, address, step, pinned=address is not None)
+        self._attempts[key] = Attempt(key, job, address, step, pinned=address is not None)
         if address is not None:
             self.fleet.dispatched(key, address, job.ticket.identity, now)
         out.append(Submit(key, job.ticket, address, step))
         out.append(Record(job.ticket.dispatched(self.run_id, key, address, str(step), now)))
+        where = f"on {self.fleet.name_of(address)}" if address else "to Dask's choice"
+        self._tell(job.ticket, "placed", f"{where} ({step})", attempt=key)
 
     # -- ends ------------------------------------------------------------------------
 
@@ -240,16 +315,15 @@ class Dispatch:
             out.append(Log("debug", f"fenced off the result of given-up attempt {ended.key}"))
             return
         job = attempt.job
+        how = "ok" if ended.ok else ("cancelled" if ended.cancelled else "failed")
+        self._tell(job.ticket, "ended", how, attempt=ended.key)
         self._release(attempt)
         self._jobs.pop(job.ticket.key, None)
-        learned = ended.learned
-        if learned is not None and learned.address is not None:
-            learned.teach(self.fleet, job.ticket.identity, ok=ended.ok)
+        outcome = ended.outcome
+        if outcome is not None and outcome.server.address:
+            self.fleet.learn(outcome)
             if attempt.event_seen is None:  # record the end from the result
-                server = self.fleet.servers.get(learned.address)
-                model = ended.gpu_model or (server.gpu_model if server else "")
-                event = learned.finished_event(self.run_id, ended, job.ticket.identity, model)
-                out.append(Record(event))
+                out.append(Record(outcome.finished_event(self.run_id, at=ended.now)))
         if ended.ok:
             out.append(ReportSuccess(job.ticket))
             out.append(self._reported(attempt.key, job.ticket, ev.JobOutcome.OK, None))
@@ -263,7 +337,7 @@ class Dispatch:
                 job.ticket, message, ev.JobOutcome.FAILED, out, ended.aux_logs, key=attempt.key
             )
 
-    def _release(self, attempt: _Attempt) -> None:
+    def _release(self, attempt: Attempt) -> None:
         if attempt.holds_slot:
             attempt.holds_slot = False
             self.fleet.release(attempt.key)
@@ -286,14 +360,17 @@ class Dispatch:
     def _reported(
         self, key: str, ticket: JobTicket, outcome: ev.JobOutcome, message: str | None
     ) -> Record:
+        self._tell(ticket, "reported", outcome, attempt=key)
         if outcome not in (ev.JobOutcome.OK, ev.JobOutcome.CANCELLED):
             self.failures += 1
         self.demand.ended(ticket.identity, ticket.jobid)
         return Record(ticket.reported(self.run_id, key, outcome, message))
 
-    def _fail_unrunnable(self, job: _Job, now: float, out: list[Command]) -> None:
+    def _fail_unrunnable(
+        self, job: QueuedJob, now: float, out: list[Command], message: str = ""
+    ) -> None:
         waited = 0.0 if job.waiting_since is None else now - job.waiting_since
-        message = explain_unrunnable(
+        message = message or explain_unrunnable(
             job.ticket.label, job.ticket.requirements, self.fleet.servers.values(), waited=waited
         )
         job.cancelled = True
@@ -322,9 +399,12 @@ class Dispatch:
                 attempt.event_seen = now
                 self._release(attempt)
                 self.fleet.touch(event.address, event.context, event.finished)
+                self._tell(attempt.job.ticket, "slot freed", attempt=event.key)
             return
         if mine:
             return  # this run's own dispatches and reports, echoed by the scheduler
+        if isinstance(event, ev.ServerJoined) and self.pool is not None:
+            self.pool.joined(event.name, event.resources)
         if isinstance(event, ev.ServerJoined) or getattr(event, "conversions", None):
             out.append(ProbeCaches())  # a new server's disk, or caches a conversion filled
         if isinstance(event, ev.ServerLeft):
@@ -348,14 +428,49 @@ class Dispatch:
             self._release(attempt)
             out.append(Cancel(attempt.key))
             job, log = attempt.job, attempt_log(attempt.job.ticket.log_path, attempt.job.dispatches)
-            title, where = job.ticket.title, name or address
-            failed = job.losses.charge(cause, where, log, self.budgets, title, attempt.key in ran)
+            title, where, started = job.ticket.title, name or address, attempt.key in ran
+            failed = job.losses.charge(cause, where, log, self.budgets, title, started)
+            charge = job.losses.describe_charge(cause, self.budgets, started)
+            detail = f"{where} left ({cause.kind}: {cause.why}); {charge}"
+            self._tell(job.ticket, "lost", detail, attempt=attempt.key, out=out)
             if failed is not None:
                 self._report_error(job.ticket, failed, ev.JobOutcome.FAILED, out, key=attempt.key)
                 continue
             job.attempt = None
             job.not_before = now + self.lease_wait if unconfirmed else 0.0
-            self._queue.append(job)
+            wait = f"after its server's lease, {self.lease_wait:g} s" if unconfirmed else "at once"
+            self._tell(job.ticket, "requeued", f"placed again {wait}", out=out)
+            insort(self._queue, job, key=attrgetter("order"))
+
+    def _scheduler_lost(self, why: str, out: list[Command]) -> None:
+        """The scheduler is gone: every job held fails (none can run any more), the
+        attempts in flight are lost with their servers, and the servers leave."""
+        if self.scheduler_lost is not None:
+            return
+        self.scheduler_lost = why
+        out.append(Log("error", f"Context executor: the cluster's scheduler died: {why}."))
+        reason = f"the cluster's scheduler died: {why}"
+        for address, server in list(self.fleet.servers.items()):
+            lost = [a for a in self._attempts.values() if a.address == address]
+            wire = [
+                ev.LostJob(key=a.key, run_id=self.run_id, started=server.started.get(a.key))
+                for a in lost
+            ]
+            left = ev.ServerLeft(
+                address=address, name=server.name, reason=reason, lost=[j.to_wire() for j in wire]
+            )
+            out.append(Record(left))
+            self.fleet.remove_server(address)
+        held = [*self._queue, *(a.job for a in self._attempts.values())]
+        attempts = {id(a.job): a.key for a in self._attempts.values()}
+        out.extend(Cancel(key) for key in self._attempts)  # their futures: Dask's cancellations
+        self._attempts.clear()
+        self._queue.clear()
+        for job in held:
+            message = f"{job.ticket.title}: not finished: the cluster's scheduler died."
+            key = attempts.get(id(job))
+            self._tell(job.ticket, "lost", reason, attempt=key)
+            self._report_error(job.ticket, message, ev.JobOutcome.FAILED, out, key=key)
 
     def _polled(self, polled: ServersPolled, out: list[Command]) -> None:
         present = polled.workers
@@ -376,13 +491,18 @@ class Dispatch:
 
     def _tick(self, now: float, out: list[Command]) -> None:
         for job in list(self._queue):
-            if job.waiting_since is None or self.fleet.runnable(job.ticket.wanted):
+            if job.waiting_since is None or self._runnable(job):
+                continue
+            ticket, pool = job.ticket, self.pool
+            refused = pool and pool.refusal(ticket.label, ticket.requirements, ticket.wanted)
+            if refused:
+                self._fail_unrunnable(job, now, out, refused)
                 continue
             if self._fixed_fleet or now - job.waiting_since >= self.wait_for_server:
                 self._fail_unrunnable(job, now, out)
         for attempt in list(self._attempts.values()):
             job = attempt.job
-            if not self.fleet.runnable(job.ticket.wanted):
+            if not self._runnable(job):
                 if job.waiting_since is None:
                     job.waiting_since = now
                 if now - job.waiting_since >= self.wait_for_server:
@@ -392,9 +512,20 @@ class Dispatch:
             if attempt.event_seen is not None and now - attempt.event_seen >= FLEET_CHECK_SECONDS:
                 out.append(Poll(attempt.key))
 
+    def _stop_queued(self, why: str, out: list[Command]) -> None:
+        """Snakemake stops after its running jobs (SIGTERM): the queued ones, which no
+        server has started, end now; the attempts in flight finish."""
+        for job in self._queue:
+            job.cancelled = True
+            self._tell(job.ticket, "cancelled", why)
+            message = f"{job.ticket.title}: not started: {why}."
+            self._report_error(job.ticket, message, ev.JobOutcome.CANCELLED, out)
+        self._queue = []
+
     def _cancel_all(self, out: list[Command]) -> None:
         for job in [*self._queue, *(attempt.job for attempt in self._attempts.values())]:
             job.cancelled = True
+            self._tell(job.ticket, "cancelled", "the run was cancelled", attempt=job.attempt)
         self._queue = []
         if self._attempts:
             out.append(StopRunning(tuple(self._attempts)))

@@ -5,7 +5,6 @@ a plain job spec (Snakemake's own job command)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
 import re
 import time
@@ -13,6 +12,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .. import snakemake_internals as internals
 from ..contexts import ContextDeclaration, undeclared
 from ..defaults import CONTEXT_DIR
 from ..errors import ContextExecutorError
@@ -79,7 +79,9 @@ class SpecBuilder:
         integers: ``group: 0``)."""
         name = job.groupid if job.is_group() else job.rule.name
         wildcards = (
-            "" if job.is_group() else ",".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
+            ""
+            if job.is_group()
+            else ",".join(f"{k}={v}" for k, v in internals.wildcards_dict(job).items())
         )
         text = re.sub(r"[^A-Za-z0-9_.,=+-]+", "_", wildcards)[:80] or "job"
         suffix = key.rsplit("-", 1)[-1]
@@ -103,36 +105,13 @@ class SpecBuilder:
 
     def context(self, job: Any, key: str, declaration: ContextDeclaration) -> ContextJobSpec:
         """A context job: its script, run in a server's process."""
-        from snakemake.common import get_snakemake_searchpaths
-        from snakemake.iocontainers import Snakemake
-        from snakemake.sourcecache import LocalSourceFile
-
         from ..jobspec import ContextJobSpec
 
         source_file, source, _, is_local, cache_path = self._script_source(job)
-        if isinstance(source_file, LocalSourceFile):
-            script_path = os.path.realpath(source_file.get_path_or_uri(secret_free=True))
-        else:
-            script_path = source_file.get_path_or_uri(secret_free=True)
-        scriptdir = source_file.get_basedir().get_path_or_uri(secret_free=True)
-        search_paths = get_snakemake_searchpaths()
-        if cache_path:
-            search_paths.append(os.path.dirname(cache_path))
-        if is_local:
-            search_paths.append(scriptdir)
-        snakemake_object = Snakemake(
-            job.input,
-            job.output,
-            job.params,
-            job.wildcards,
-            job.threads,
-            job.resources,
-            job.log,
-            self.workflow.config,
-            job.rule.name,
-            None,
-            scriptdir,
-        )
+        located = internals.script_location(source_file, is_local, cache_path)
+        script_path, scriptdir, search_paths = located
+        config = internals.workflow_config(self.workflow)
+        snakemake_object = internals.script_object(job, config, scriptdir)
         benchmark = str(job.benchmark) if job.benchmark is not None else None
         return ContextJobSpec(
             key=key,
@@ -149,32 +128,26 @@ class SpecBuilder:
             outputs=output_specs(job),
             logs=[str(f) for f in job.log],
             benchmark=benchmark,
-            benchmark_repeats=job.benchmark_repeats or 1,
-            benchmark_extended=bool(
-                getattr(self.workflow.output_settings, "benchmark_extended", False)
-            ),
+            benchmark_repeats=internals.benchmark_repeats(job) or 1,
+            benchmark_extended=internals.benchmark_extended(self.workflow),
             threads=int(job.threads),
             envvars=dict(self.envvars()),
-            latency_wait=float(self.workflow.execution_settings.latency_wait),
+            latency_wait=internals.latency_wait(self.workflow),
             log_path=self.log_path(job, key),
             shell_exec=job.resources.get("shell_exec"),
             run_id=self.run_id,
             reuse=not getattr(self.workflow.executor_settings, "agnostic", False),
-            cleanup_scripts=bool(self.workflow.execution_settings.cleanup_scripts),
+            cleanup_scripts=internals.cleanup_scripts(self.workflow),
             runtime_minutes=runtime_minutes(job),
         )
 
     def _script_source(self, job: Any) -> tuple[Any, ...]:
         """snakemake.script.get_source for the job's script, cached per rule."""
-        from snakemake.script import get_source
-
         rule = job.rule
-        cacheable = "{" not in str(rule.script)
+        cacheable = "{" not in internals.rule_script(rule)
         if cacheable and rule.name in self._scripts:
             return self._scripts[rule.name]
-        found = get_source(
-            rule.script, self.workflow.sourcecache, rule.basedir, job.wildcards, job.params
-        )
+        found = internals.script_source(job, self.workflow)
         if cacheable:
             self._scripts[rule.name] = found
         return found
@@ -205,10 +178,12 @@ def ticket(job: Any, *, kind: str, declaration: ContextDeclaration | None = None
 
 def output_specs(job: Any) -> list[OutputSpec]:
     """The job's declared outputs, with what changes their removal."""
-    from snakemake.io import is_flagged
-
     return [
-        OutputSpec(str(f), is_directory=bool(f.is_directory), keep=bool(is_flagged(f, "update")))
+        OutputSpec(
+            str(f),
+            is_directory=internals.is_directory(f),
+            keep=internals.is_flagged(f, "update"),
+        )
         for f in job.output
     ]
 
@@ -222,7 +197,7 @@ def title(job: Any) -> str:
     """'Rule 'score' (shard=3)' or 'Group 'g'', for messages."""
     if job.is_group():
         return f"Group '{job.groupid}'"
-    wildcards = ", ".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
+    wildcards = ", ".join(f"{k}={v}" for k, v in internals.wildcards_dict(job).items())
     return f"Rule '{job.rule.name}'" + (f" ({wildcards})" if wildcards else "")
 
 
@@ -237,12 +212,12 @@ def job_wildcards(job: Any) -> dict[str, str]:
     """The job's wildcards as strings ({} for a group)."""
     if job is None or job.is_group():
         return {}
-    return {str(k): str(v) for k, v in job.wildcards_dict.items()}
+    return {str(k): str(v) for k, v in internals.wildcards_dict(job).items()}
 
 
 def priority(job: Any) -> int:
     """Snakemake's job priority, clamped for Dask."""
-    priority = getattr(job, "priority", 0) or 0
+    priority = internals.job_priority(job)
     return int(max(-(10**9), min(10**9, priority)))
 
 

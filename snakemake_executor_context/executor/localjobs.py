@@ -25,13 +25,25 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable
 from typing import Any
 
 from ..jobspec import remove_outputs
+from ..processes import stop_processes
+from ..snakemake_internals import (
+    graceful_shutdown_requested,
+    is_local_rule,
+    is_run,
+    pipe_grouped_rules,
+    rule_group,
+    rule_has_pipe_or_service_output,
+    rule_resource,
+    running_jobs,
+    shadow_depth,
+    workflow_rules,
+)
 from .jobbuild import output_specs
 
-__all__ = ["LocalJobs", "NoLocalJobs", "local_plain_rules", "mark_local", "run_locally"]
+__all__ = ["LocalJobs", "NoLocalJobs", "local_plain_rules", "run_locally"]
 
 #: Seconds between two snapshots of the watchdog, and between two looks for SIGTERM.
 WATCH_SECONDS = 0.25
@@ -51,11 +63,8 @@ def run_locally(setting: str | None, embedded: bool) -> bool:
 
 def _asks_for(rule: Any, name: str) -> bool:
     """The rule sets resource ``name`` to a non-zero constant or to a function."""
-    resources = getattr(rule, "resources", None)
-    if resources is None or name not in resources:
-        return False
-    resource = resources[name]
-    return bool(resource.is_evaluable() or resource.value)
+    resource = rule_resource(rule, name)
+    return resource is not None and bool(resource.evaluable or resource.value)
 
 
 def local_plain_rules(workflow: Any) -> list[str]:
@@ -65,37 +74,23 @@ def local_plain_rules(workflow: Any) -> list[str]:
     local jobs in threads of its own process, where a shadow job's chdir would move them
     all and a ``run:`` block's Python cannot be stopped (Ctrl-C would wait for it); and
     its local execution does not enforce ``runtime``, which servers do."""
-    from snakemake.io import is_flagged
-
-    dag = getattr(workflow, "dag", None)
-    grouped = {job.rule.name for job in getattr(dag, "_group", {}) or {}}
+    grouped = pipe_grouped_rules(workflow)
     names = []
-    for rule in workflow.rules:
+    for rule in workflow_rules(workflow):
         if (
-            workflow.is_local(rule)
-            or rule.group is not None
-            or rule.shadow_depth
-            or rule.is_run
+            is_local_rule(workflow, rule)
+            or rule_group(rule) is not None
+            or shadow_depth(rule)
+            or is_run(rule)
             or rule.name in grouped
             or _asks_for(rule, "context")
             or _asks_for(rule, "gpu")
             or _asks_for(rule, "runtime")
-            or any(is_flagged(f, "pipe") or is_flagged(f, "service") for f in rule.output)
+            or rule_has_pipe_or_service_output(rule)
         ):
             continue
         names.append(rule.name)
     return names
-
-
-def mark_local(workflow: Any, names: Iterable[str]) -> None:
-    """Make the rules local, as a ``localrules:`` directive would have (the jobs
-    already built forget resources evaluated as remote, like ``tmpdir``)."""
-    names = set(names)
-    workflow._localrules.update(names)
-    for job in getattr(workflow.dag, "jobs", ()):
-        if job.rule.name in names:
-            job._resources = None
-            job._scheduler_resources = None
 
 
 def _below(root: int, skip: set[int]) -> list[Any]:
@@ -120,19 +115,7 @@ def _below(root: int, skip: set[int]) -> list[Any]:
 
 def _stop(processes: list[Any]) -> None:
     """SIGTERM, then SIGKILL for those alive after the grace period."""
-    import psutil
-
-    for process in processes:
-        try:
-            process.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(processes, timeout=GRACE_SECONDS)
-    for process in alive:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
+    stop_processes(processes, GRACE_SECONDS)
 
 
 class NoLocalJobs:
@@ -163,8 +146,7 @@ class LocalJobs:
         """Ctrl-C: stop every process the local jobs started, remove their outputs
         (Snakemake's scheduler, interrupted, no longer does)."""
         self._stop_processes()
-        scheduler = getattr(self.workflow, "scheduler", None)
-        for job in list(getattr(scheduler, "running", ())):
+        for job in running_jobs(self.workflow):
             if job.is_local and not job.is_group():
                 remove_outputs(output_specs(job))
 
@@ -175,8 +157,7 @@ class LocalJobs:
         # Snakemake's SIGTERM handler (set after the executor starts) only flags a
         # graceful shutdown, which would wait for the local jobs to finish.
         while not self._done.wait(WATCH_SECONDS):
-            scheduler = getattr(self.workflow, "scheduler", None)
-            if getattr(scheduler, "_user_kill", None) == "graceful":
+            if graceful_shutdown_requested(self.workflow):
                 self._stop_processes()  # their jobs fail: Snakemake removes the outputs
                 return
 

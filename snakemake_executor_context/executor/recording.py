@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from ..fleet import events as ev
 from ..fleet.state import FleetState
 
 if TYPE_CHECKING:
-    from ..catalog.writer import EventSink
+    from ..catalog.sinks import EventSink
     from ..cluster.connection import ClusterConnection
 
 __all__ = ["Recording", "versions"]
@@ -40,11 +41,14 @@ class Recording:
         workdir: str,
         catalog: str | None,
         log: Any,
+        report: bool = False,
     ) -> None:
         self.connection = connection
         self.run_id = run_id
         self.workdir = workdir
         self.catalog = catalog
+        #: Write the run's GPU ledger report at its end (--context-report).
+        self.report = report
         self._warn = log.warning
         self._info = log.info
         self._warned = False
@@ -52,6 +56,8 @@ class Recording:
         #: Whether this process writes the catalog (else a relay, or nothing).
         self.writes = False
         self.location: str | None = None
+        #: The run's view of the fleet (from :meth:`begin`).
+        self.fleet: FleetState | None = None
 
     def warn_once(self, message: str) -> None:
         """A catalog problem: said once, never fatal."""
@@ -69,18 +75,19 @@ class Recording:
     ) -> bool:
         """Follow the fleet's events (``on_events``), seed ``fleet`` from the hub's
         snapshot (installing the hub on a scheduler this project did not start), open
-        the sink, record the run's start and ask the servers' caches. Returns whether
-        the cluster has a hub (the source of fleet membership)."""
+        the sink and record the run's start (the servers' caches are probed apart, in
+        the background: :mod:`.probes`). Returns whether the cluster has a hub (the
+        source of fleet membership)."""
         try:
             self.connection.client.subscribe_topic(ev.TOPIC, on_events)
         except Exception as error:
             self.warn_once(f"Cannot follow the fleet's events: {error}")
+        self.fleet = fleet
         snapshot = self._snapshot()
         if snapshot:
             fleet.load_wire(snapshot.get("view") or {})
         self.sink = self._open_sink(snapshot, fleet)
         self._started(fleet, jobs_total)
-        fleet.probed(self.probe_caches(declarations))
         return snapshot is not None
 
     def _snapshot(self) -> dict[str, Any] | None:
@@ -99,7 +106,7 @@ class Recording:
 
     def _open_sink(self, snapshot: dict[str, Any] | None, fleet: FleetState) -> EventSink | None:
         """A relay to the cluster's writer, or this process's own writer."""
-        from ..catalog.writer import DaskRelay
+        from ..catalog.sinks import DaskRelay
 
         if snapshot and snapshot.get("writer"):
             self.location = (snapshot.get("catalog") or {}).get("requested")
@@ -114,13 +121,13 @@ class Recording:
             return None
         writer = None
         try:
-            from ..catalog.lease import open_writer
             from ..catalog.seed import placement_measurements
+            from ..catalog.writer import open_writer
             from ..cluster.credentials import private_dir
 
             private = _outside(spec, self.workdir)
             if private is not None and not private.parent.exists():
-                private_dir(private.parent)
+                private_dir(private.parent, fix="remove it, or choose another --context-catalog.")
             writer = open_writer(
                 spec,
                 owner=f"run {self.run_id}",
@@ -199,8 +206,25 @@ class Recording:
         if self.sink is not None:
             self.sink.submit(event)
 
+    def relay(self, events: list[ev.Event]) -> None:
+        """The fleet's events, as the hub sent them: recorded if this run writes the
+        catalog itself (else the cluster's own writer records them)."""
+        if self.writes:
+            for event in events:
+                self.emit(event)
+
+    def servers_closed(self) -> None:
+        """The run's own (embedded) cluster stops with it: record every server's end
+        (nothing else would: its hub writes no catalog, and the writer here closes
+        before the cluster does). An attached cluster's servers live on."""
+        if self.writes and self.connection.embedded and self.fleet is not None:
+            for left in self.fleet.closing("closed: the run's cluster stopped with the run"):
+                self.emit(left)
+
     def finished(self, ok: bool) -> None:
-        """Record the run's end and write what is queued (a few seconds at most)."""
+        """Record the servers' end (:meth:`servers_closed`), the run's end, and write
+        what is queued (a few seconds at most)."""
+        self.servers_closed()
         self.emit(ev.RunFinished(run_id=self.run_id, ok=ok))
         try:
             self.connection.client.unsubscribe_topic(ev.TOPIC)
@@ -219,6 +243,30 @@ class Recording:
                     f"event(s) of run {self.run_id} (see the warning above for why). The "
                     "workflow's results are not affected."
                 )
+            self._ledger()
+
+    def _ledger(self) -> None:
+        """Write the run's GPU ledger report (``--context-report``), or name the command
+        that writes it. Never fails the run."""
+        from ..report.command import build_report, default_output
+
+        spec = self.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
+        if "://" not in spec and self.location and not self.writes:
+            spec = self.location  # the cluster's own catalog
+        command = f"snakemake-context report --run {self.run_id}"
+        if spec != str(Path(self.workdir) / DEFAULT_CATALOG):
+            command += f" --catalog {spec}"
+        if not self.report:
+            self._info(f"Where this run's GPU-seconds went (the ledger): {command}")
+            return
+        try:
+            page, _ = build_report(spec, run=self.run_id)
+            output = default_output(Path(self.workdir), self.run_id)
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(page)
+            self._info(f"Where this run's GPU-seconds went (the ledger): {output}")
+        except Exception as error:
+            self._warn(f"Cannot write the run's ledger report ({command}): {error}")
 
 
 def versions() -> dict[str, str]:
@@ -226,9 +274,9 @@ def versions() -> dict[str, str]:
     from .._version import __version__
 
     try:
-        import snakemake
+        from ..snakemake_internals import snakemake_version
 
-        return {"snakemake": snakemake.__version__, "plugin": __version__}
+        return {"snakemake": snakemake_version(), "plugin": __version__}
     except Exception as error:
         logger.debug("no snakemake version: %r", error)
         return {"plugin": __version__}
@@ -249,7 +297,8 @@ def _make_private(path: Path) -> None:
     suffixes = ("-wal", "-shm", "-journal", ".writer")  # .writer: its lease (catalog.lease)
     for candidate in (path, *(path.with_name(path.name + s) for s in suffixes)):
         try:
-            if candidate.is_file() and candidate.stat().st_uid == os.geteuid():
+            info = os.lstat(candidate)  # never through a symlink
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
                 os.chmod(candidate, 0o600)
         except OSError:
             pass

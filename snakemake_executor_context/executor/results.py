@@ -7,9 +7,10 @@ import time
 from typing import Any
 
 from ..jobspec import JobResult
-from .vocabulary import AttemptEnded, JobTicket, Learned
+from .summary import summary_entry
+from .vocabulary import AttemptEnded, JobTicket
 
-__all__ = ["RESULT_TIMEOUT", "attempt_ended", "summary_entry"]
+__all__ = ["RESULT_TIMEOUT", "attempt_ended"]
 
 #: Seconds a finished task's result may take to arrive (its server may die meanwhile).
 RESULT_TIMEOUT = 30.0
@@ -27,13 +28,21 @@ def attempt_ended(
     if ended is None or result is None:
         return ended, None
     if result.extra.get("warnings") or result.extra.get("notes"):
-        from snakemake.logging import logger  # the run's log, as the executor's own
+        from ..snakemake_internals import snakemake_logger
 
+        logger = snakemake_logger()  # the run's log, as the executor's own
         for warning in result.extra.get("warnings", ()):
             logger.warning(warning)
         for note in result.extra.get("notes", ()):
             logger.info(note)
-    return ended, summary_entry(result, placed_by=placed_by, submitted=ticket.submitted)
+    entry = summary_entry(
+        result.outcome,
+        result.extra,
+        placed_by=placed_by,
+        submitted=ticket.submitted,
+        reported=time.time(),
+    )
+    return ended, entry
 
 
 def _ended(key: str, future: Any, title: str) -> tuple[AttemptEnded | None, JobResult | None]:
@@ -42,39 +51,22 @@ def _ended(key: str, future: Any, title: str) -> tuple[AttemptEnded | None, JobR
         try:
             result = _fetch(future)
         except Exception as error:  # the result could not be fetched
-            return AttemptEnded(key, now, ok=False, message=f"{title}: {error}"), None
+            return AttemptEnded(key, now, message=f"{title}: {error}"), None
         if result is None:
             return None, None
-        learned = Learned(
-            address=result.server.address or None,
-            started=result.started,
-            finished=result.finished,
-            items=result.items,
-            load_seconds=result.load_seconds,
-            loaded=tuple(result.loaded),
-            reused=tuple(result.reused),
-            evicted=tuple(result.evicted),
-            conversions=result.conversions,
-            reload_seconds=result.reload_seconds,
-        )
         aux = (result.log_path,) if result.log_path and not result.ok else ()
-        ended = AttemptEnded(
-            key,
-            now,
-            ok=result.ok,
-            cancelled=result.cancelled,
-            message=result.message,
-            aux_logs=aux,
-            learned=learned,
-        )
+        ended = AttemptEnded(key, now, outcome=result.outcome, message=result.message, aux_logs=aux)
         return ended, result
     if future.status == "cancelled":
         return AttemptEnded(
-            key, now, ok=False, cancelled=True, message=f"{title}: cancelled in Dask."
+            key, now, message=f"{title}: cancelled in Dask.", dask_cancelled=True
         ), None
-    return AttemptEnded(
-        key, now, ok=False, message=explain_task_error(title, _exception(future))
-    ), None
+    if future.status == "error":
+        return AttemptEnded(key, now, message=explain_task_error(title, _exception(future))), None
+    # 'lost' (or 'pending' again): the task had finished, and the server holding its
+    # result died before the result was fetched (a job that crashed the server next,
+    # for one). Not this job's failure: the server's loss requeues it.
+    return None, None
 
 
 def _exception(future: Any) -> BaseException | None:
@@ -111,27 +103,3 @@ def explain_task_error(title: str, error: BaseException | None) -> str:
             "rule more memory, or raise allowed-failures for preemptible servers."
         )
     return f"{title}: the task failed in Dask: {name}: {error}"
-
-
-def summary_entry(result: JobResult, *, placed_by: str, submitted: float) -> dict[str, Any]:
-    """One job of the run summary (``.snakemake/context/runs/<run>.json``)."""
-    return {
-        "key": result.key,
-        "ok": result.ok,
-        "server": result.server.name,
-        "address": result.server.address,
-        "placed_by": placed_by,
-        "pid": result.server.pid,
-        "started": result.started,
-        "finished": result.finished,
-        "items": result.items,
-        "load_seconds": result.load_seconds,
-        "loaded": result.loaded,
-        "reused": result.reused,
-        "reported": time.time(),
-        "submitted": submitted,
-        # What the server warns about the job (threads or files it left behind).
-        "warnings": list(result.extra.get("warnings", ())),
-        # Calls of batched functions the job led, by size (batching across jobs).
-        "batches": dict(result.extra.get("batches", {})),
-    }

@@ -3,15 +3,30 @@ workflow's rules and settings. Each refusal names the rule, the context and the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
 from ..contexts import ContextDeclaration, undeclared
 from ..errors import ContextDeclarationError, ContextExecutorError
+from ..snakemake_internals import (
+    RuleResource,
+    rule_action,
+    rule_resource,
+    rule_script,
+    shadow_depth,
+    software_directives,
+)
 
-__all__ = ["REQUIRED_SHARED_FS", "check_context_rules", "check_shared_fs", "constant_resource"]
+__all__ = [
+    "REQUIRED_SHARED_FS",
+    "check_context_rules",
+    "check_fleet_fits",
+    "check_pool_fits",
+    "check_shared_fs",
+    "constant_resource",
+]
 
 #: What servers need to share with the Snakemake process: they read inputs and write
 #: outputs in place, plain jobs write Snakemake's metadata, read the Snakefile, and
@@ -47,8 +62,8 @@ def check_context_rules(
         if resource is None:
             continue
         name = rule.name
-        label = f"context '{resource.value}'" if not resource.is_evaluable() else "a context"
-        if not resource.is_evaluable() and resource.value not in declarations:
+        label = f"context '{resource.value}'" if not resource.evaluable else "a context"
+        if not resource.evaluable and resource.value not in declarations:
             raise undeclared(name, resource.value, declarations)
         kind = _rule_kind(rule)
         if kind is not None:
@@ -57,19 +72,23 @@ def check_context_rules(
                 "Python `script:` (.py) inside a context server. Fix: move the code into "
                 "a .py script, or remove `context=` from the rule's resources."
             )
-        if rule.shadow_depth:
+        if shadow_depth(rule):
             raise ContextDeclarationError(
-                f"Rule '{name}' names {label} and `shadow: \"{rule.shadow_depth}\"`; a "
+                f"Rule '{name}' names {label} and `shadow: \"{shadow_depth(rule)}\"`; a "
                 "context job runs in the server's process, in the workflow directory, "
                 "not in a shadow directory. Fix: remove `shadow:` from the rule."
             )
         software = []
-        if "conda" in deployment and rule.conda_env:
+        has = software_directives(rule)
+        if "conda" in deployment and has["conda"]:
             software.append("conda:")
-        if "apptainer" in deployment and rule.container_img:
+        if "apptainer" in deployment and has["apptainer"]:
             software.append("container:")
-        if "env-modules" in deployment and rule.env_modules:
+        if "env-modules" in deployment and has["env-modules"]:
             software.append("envmodules:")
+        declaration = declarations.get(resource.value) if not resource.evaluable else None
+        if declaration is not None and declaration.ranks > 1:
+            _check_gang_gpus(rule, declaration)
         if software:
             raise ContextDeclarationError(
                 f"Rule '{name}' names {label} and {' and '.join(software)} while "
@@ -80,34 +99,47 @@ def check_context_rules(
             )
 
 
+def _check_gang_gpus(rule: Any, declaration: ContextDeclaration) -> None:
+    """A context of k ranks puts one process on each of k devices: its rules ask for
+    them, so that placement and Snakemake's ``--resources gpu=N`` count them."""
+    gpus = constant_resource(rule, "gpu")
+    if gpus is None and _resource_of(rule, "gpu") is not None:
+        return  # evaluated per job: placement checks each job's own
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus < declaration.ranks:
+        k = declaration.ranks
+        raise ContextDeclarationError(
+            f"Rule '{rule.name}' uses context '{declaration.name}', which spans {k} "
+            f"ranks (one process per device), but asks for gpu={gpus or 0}. Fix: give the "
+            f"rule gpu={k} in its resources (--set-resources {rule.name}:gpu={k})."
+        )
+
+
+#: How a refusal names a rule's action (by :func:`rule_action`), if not a script.
+_ACTIONS = {
+    "shell": "`shell:`",
+    "wrapper": "`wrapper:`",
+    "notebook": "`notebook:`",
+    "cwl": "`cwl:`",
+    "template_engine": "`template_engine:`",
+    "norun": "no action (no `script:`)",
+    "run": "`run:`",
+}
+
+
 def _rule_kind(rule: Any) -> str | None:
-    if rule.is_shell:
-        return "`shell:`"
-    if rule.is_wrapper:
-        return "`wrapper:`"
-    if rule.is_notebook:
-        return "`notebook:`"
-    if rule.is_cwl:
-        return "`cwl:`"
-    if rule.is_template_engine:
-        return "`template_engine:`"
-    if rule.norun:
-        return "no action (no `script:`)"
-    if rule.is_run:
-        return "`run:`"
-    script = str(rule.script)
+    action = rule_action(rule)
+    if action in _ACTIONS:
+        return _ACTIONS[action]
+    script = rule_script(rule)
     if not script.endswith(".py"):
         return f"a non-Python script ({script})"
     return None
 
 
-def _resource_of(rule: Any, name: str) -> Any:
-    """The rule's Resource called ``name``; None if the rule does not set it."""
-    resources = getattr(rule, "resources", None)
-    if resources is None or name not in resources:
-        return None
-    resource = resources[name]
-    if not resource.is_evaluable() and resource.value is None:
+def _resource_of(rule: Any, name: str) -> RuleResource | None:
+    """The rule's resource called ``name``; None if the rule does not set it."""
+    resource = rule_resource(rule, name)
+    if resource is None or (not resource.evaluable and resource.value is None):
         return None
     return resource
 
@@ -115,7 +147,7 @@ def _resource_of(rule: Any, name: str) -> Any:
 def constant_resource(rule: Any, name: str) -> Any:
     """The value of a rule's resource when it is a constant (None otherwise)."""
     resource = _resource_of(rule, name)
-    if resource is None or resource.is_evaluable():
+    if resource is None or resource.evaluable:
         return None
     return resource.value
 
@@ -125,7 +157,7 @@ def check_pool_fits(rules: Iterable[Any], kinds: Sequence[Mapping[str, Any]]) ->
     waits for a pilot however long the batch queue takes; one that fits none fails
     here, at start, naming the rule, the kinds and the fix."""
     from ..fleet.pool import kind_resources
-    from ..fleet.resources import covers, job_resources, requirements_from
+    from ..fleet.resources import covers
 
     offered = [
         kind_resources(k.get("gpu_type"), int(k.get("gpus", 0)), int(k.get("memory_bytes", 0)))
@@ -134,15 +166,49 @@ def check_pool_fits(rules: Iterable[Any], kinds: Sequence[Mapping[str, Any]]) ->
     described = "; ".join(
         f"{k.get('gpus', 0)} x {k.get('gpu_type') or 'GPU'}, {k.get('memory', '?')}" for k in kinds
     )
-    for rule in rules:
-        if getattr(rule, "is_local", False):
-            continue
-        names = ("gpu", "gpu_model", "gpu_manufacturer", "mem_mb")
-        req = requirements_from({n: constant_resource(rule, n) for n in names})
-        wanted = job_resources(req)
-        if wanted and not any(covers(kind, wanted) for kind in offered):
+    for rule, req, wanted in _asking(rules):
+        if not any(covers(kind, wanted) for kind in offered):
             raise ContextExecutorError(
                 f"Rule '{rule.name}' asks for {req.describe()}, which no pilot of the pool "
                 f"can offer (pilots: {described}). Fix: --context-pilot-gpu-types, "
                 "--context-pilot-gpus or --context-pilot-memory, or the rule's resources."
             )
+
+
+def check_fleet_fits(rules: Iterable[Any], servers: Sequence[Mapping[str, Any]]) -> None:
+    """Every rule fits one server of a fleet that will not grow (the embedded
+    cluster's): one that fits none fails at start, naming the rule, what it asks, what
+    the servers offer and the fix."""
+    from ..fleet.resources import covers, describe_offer
+
+    offers = [(str(s.get("name", "?")), dict(s.get("resources") or {})) for s in servers]
+    described = "; ".join(f"{name} ({describe_offer(offer)})" for name, offer in offers)
+    for rule, req, wanted in _asking(rules):
+        if not any(covers(offer, wanted) for _, offer in offers):
+            most = max((offer.get("gpu", 0) for _, offer in offers), default=0)
+            more = (
+                f" --context-gpus-per-server {req.gpu} for servers of {req.gpu} GPUs,"
+                if req.gpu > most
+                else ""
+            )
+            raise ContextExecutorError(
+                f"Rule '{rule.name}' asks for {req.describe()}, which no server of the "
+                f"embedded cluster offers (servers: {described}). Fix:{more} "
+                f"--set-resources {rule.name}:..., or attach to servers that have them "
+                "(--context-scheduler-file)."
+            )
+
+
+def _asking(rules: Iterable[Any]) -> Iterator[tuple[Any, Any, dict[str, float]]]:
+    """(rule, its requirements, its Dask resources) of each rule that runs on a server
+    and asks for something (GPUs, a model, a maker, memory) in constant resources."""
+    from ..fleet.resources import job_resources, requirements_from
+
+    names = ("gpu", "gpu_model", "gpu_manufacturer", "mem_mb")
+    for rule in rules:
+        if getattr(rule, "is_local", False):
+            continue
+        req = requirements_from({n: constant_resource(rule, n) for n in names})
+        wanted = job_resources(req)
+        if wanted:
+            yield rule, req, wanted

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 
+from ..defaults import MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE
 from ..errors import ContextExecutorError
+from ..fleet.resources import parse_memory_cap
 from .settings import ExecutorSettings
 
 __all__ = ["export_server_limits"]
@@ -15,11 +17,9 @@ __all__ = ["export_server_limits"]
 def export_server_limits(settings: ExecutorSettings) -> None:
     """Check --context-memory-cap and --context-recycle-after-leaks and set them for
     the embedded cluster's servers. Raises ContextExecutorError on a bad value."""
-    from ..server.limits import MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE, memory_cap
-
     if settings.memory_cap is not None:
         try:
-            memory_cap(settings.memory_cap)
+            parse_memory_cap(settings.memory_cap)
         except ValueError as error:
             raise ContextExecutorError(
                 f"--context-memory-cap {settings.memory_cap!r}: {error}."

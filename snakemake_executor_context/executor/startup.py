@@ -6,77 +6,104 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..cluster.triples import Shape
 from ..contexts import ContextDeclaration, declarations_from_config
-from ..defaults import CONTEXT_DIR
+from ..defaults import (
+    CONTEXT_DIR,
+    LEASE_GRACE_SECONDS,
+    NO_TLS_VARIABLE,
+    SERVER_LEASE_SECONDS,
+)
 from ..errors import ContextExecutorError
+from ..fleet.pilotkinds import PilotKinds
+from ..snakemake_internals import (
+    check_snakemake,
+    graceful_shutdown_requested,
+    job_group,
+    job_is_norun,
+    mark_local,
+    needrun_jobs,
+    preemptible_retries,
+    rule_resource,
+    wildcard_resource,
+    workflow_config,
+    workflow_rules,
+)
 from .dispatch import Dispatch
-from .pooldemand import DEMAND_KEY, pool_demand
-from .rulecheck import check_context_rules, check_pool_fits, check_shared_fs, constant_resource
+from .rulecheck import (
+    check_context_rules,
+    check_fleet_fits,
+    check_pool_fits,
+    check_shared_fs,
+    constant_resource,
+)
 from .settings import ExecutorSettings
+from .vocabulary import SchedulerLost, Stimulus, StopQueued
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
     from .localjobs import LocalJobs, NoLocalJobs
 
 __all__ = [
-    "NO_TLS_VARIABLE",
-    "GroupWarnings",
-    "announce_fleet",
     "checked_declarations",
     "connect",
     "dispatch_options",
-    "group_warning",
+    "export_local_dir",
     "local_plain_jobs",
     "log_dask_to_file",
     "make_dispatch",
     "planned_jobs",
-    "publish_demand",
+    "process_started",
+    "rules_to_run",
+    "run_stimuli",
     "wait_for_server",
 ]
 
 
-#: Benchmarks and tests only: ``SNAKEMAKE_CONTEXT_BENCH_NO_TLS=1`` starts the embedded
-#: cluster without TLS (to measure what TLS costs, in one run). Never for real use.
-NO_TLS_VARIABLE = "SNAKEMAKE_CONTEXT_BENCH_NO_TLS"
+def process_started() -> float:
+    """When this (Snakemake's) process started, by the system's clock (now, if the
+    system does not say)."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:
+        return time.time()
 
 
 def checked_declarations(workflow: Any) -> dict[str, ContextDeclaration]:
-    """The run's declared contexts, once the checks at start pass (the shared
-    filesystem, every rule that names a context)."""
+    """The run's declared contexts, once the checks at start pass (the Snakemake
+    internals the plugin reads, the shared filesystem, every rule that names a context)."""
+    try:
+        check_snakemake()
+    except ContextExecutorError as error:  # one line: the plugin's frames say nothing
+        raise error.with_traceback(None) from None
     check_shared_fs(workflow.storage_settings.shared_fs_usage)
-    declarations = declarations_from_config(workflow.config)
+    declarations = declarations_from_config(workflow_config(workflow))
     methods = {m.item_to_choice() for m in workflow.deployment_settings.deployment_method}
-    check_context_rules(workflow.rules, declarations, methods)
+    check_context_rules(workflow_rules(workflow), declarations, methods)
     return declarations
-
-
-def check_settings(settings: ExecutorSettings) -> None:
-    """Refuse a bad setting at start, in one line naming it, its value and what is
-    allowed (before any cluster starts or any connection is tried)."""
-    from ..cluster.attach import parse_address
-    from ..cluster.plan import check_memory_budget, check_servers
-    from ..errors import ClusterError
-
-    check_servers(settings.servers, "--context-servers")
-    shape_of(settings).check()
-    check_memory_budget(settings.memory_budget, "--context-memory-budget")
-    if settings.scheduler_address is not None:
-        parse_address(settings.scheduler_address, "--context-scheduler-address")
-    if not settings.connect_timeout > 0:
-        raise ClusterError(
-            f"--context-connect-timeout {settings.connect_timeout} is not allowed: "
-            "a number of seconds above 0."
-        )
 
 
 def shape_of(settings: ExecutorSettings) -> Shape:
     """The servers' shape and batching defaults the settings ask for."""
-    return Shape(settings.slots, settings.threads_per_slot, settings.batch_max, settings.batch_wait)
+    return Shape(
+        settings.slots,
+        settings.threads_per_slot,
+        settings.batch_max,
+        settings.batch_wait,
+        settings.peer_transfers,
+        settings.peer_mbps,
+        settings.own_caches or "",
+        settings.gpus_per_server,
+        settings.gang_timeout,
+        settings.model_cache_size,
+    )
 
 
 def connect(
@@ -84,7 +111,6 @@ def connect(
 ) -> ClusterConnection:
     """Attach to the cluster the settings name, or start the run's embedded one (a
     warning, if any, goes to ``say``)."""
-    from ..errors import ContextExecutorError
 
     try:
         connection = _connect(settings, workdir, run_id, say)
@@ -105,13 +131,7 @@ def _connect(
 
     cluster_dir = Path(workdir) / CONTEXT_DIR / "cluster"
     pool = pilot_settings_args(settings, str(cluster_dir / f"{run_id}-pilots"))
-    if pool and (settings.scheduler_address or settings.scheduler_file):
-        raise ContextExecutorError(
-            "--context-backend starts a pool of pilots for this run; it cannot be combined "
-            "with --context-scheduler-file/--context-scheduler-address. Fix: drop one (a "
-            "pool kept across runs: snakemake-context up --backend ...)."
-        )
-    check_settings(settings)
+    export_local_dir(settings)
     if settings.scheduler_address or settings.scheduler_file:
         return ClusterConnection.attach(
             address=settings.scheduler_address,
@@ -136,19 +156,24 @@ def _connect(
     )
 
 
+def export_local_dir(settings: ExecutorSettings) -> None:
+    """--context-local-dir: where this process and the embedded cluster's make the
+    private root (see :mod:`..paths`), through the variable they all read."""
+    from ..paths import LOCAL_DIR_VARIABLE
+
+    if settings.local_dir:
+        os.environ[LOCAL_DIR_VARIABLE] = str(Path(settings.local_dir).expanduser().absolute())
+
+
 def dispatch_options(
     settings: ExecutorSettings, workflow: Any, connection: ClusterConnection, warn: Any
 ) -> dict[str, Any]:
     """The dispatch machine's loss settings: the budgets, the servers planned (the
     embedded cluster's), how long a job lost with an unconfirmed server waits."""
     from ..fleet.losses import Budgets
-    from ..server.server import ServerConfig
 
-    remote = getattr(workflow, "remote_execution_settings", None)
     budgets = Budgets.resolve(
-        settings.preemption_budget,
-        settings.crash_budget,
-        getattr(remote, "preemptible_retries", None),
+        settings.preemption_budget, settings.crash_budget, preemptible_retries(workflow)
     )
     info = connection.local.files.read_info() if connection.local else None
     if connection.local is None:
@@ -162,12 +187,8 @@ def dispatch_options(
         "placement": settings.placement,
         "budgets": budgets,
         "planned": len((info or {}).get("servers", [])),
-        "lease_wait": ServerConfig.lease + LEASE_GRACE,
+        "lease_wait": SERVER_LEASE_SECONDS + LEASE_GRACE_SECONDS,
     }
-
-
-#: Seconds beyond a server's lease before its lost jobs run elsewhere.
-LEASE_GRACE = 5.0
 
 
 def check_allowed_failures(connection: ClusterConnection, needed: int, warn: Any) -> None:
@@ -192,56 +213,101 @@ def _allowed_failures(dask_scheduler: Any) -> int:
     return int(dask_scheduler.allowed_failures)
 
 
-def make_dispatch(executor: Any) -> Dispatch:
-    """The executor's dispatch state machine. A pool of pilots is not a fixed fleet: a
+def make_dispatch(
+    run_id: str,
+    settings: ExecutorSettings,
+    workflow: Any,
+    connection: ClusterConnection,
+    warn: Callable[[str], None],
+) -> Dispatch:
+    """The run's dispatch state machine. A pool of pilots is not a fixed fleet: a
     job that fits a kind of pilot waits for one, however long the batch queue takes."""
-    settings, connection = executor.settings, executor.connection
-    workflow = executor.workflow
-    options = dispatch_options(settings, workflow, connection, executor.logger.warning)
-    options["embedded"] = connection.embedded and not connection.pool_kinds()
-    options["wait_for_server"] = wait_for_server(settings, connection, workflow.rules)
-    return Dispatch(executor.run_id, **options)
+    options = dispatch_options(settings, workflow, connection, warn)
+    kinds = connection.pool_kinds()
+    options["embedded"] = connection.embedded and not kinds
+    options["wait_for_server"] = wait_for_server(settings, connection, rules_to_run(workflow))
+    options["pool"] = PilotKinds.from_summaries(kinds) if kinds else None
+    dispatch = Dispatch(run_id, **options)
+    # An attached cluster's servers were started with their own setting.
+    dispatch.fleet.peer_transfers = settings.peer_transfers > 0 or not connection.embedded
+    return dispatch
 
 
-def publish_demand(connection: ClusterConnection, dispatch: Dispatch) -> None:
-    """Tell the cluster's pool of pilots, if any, what the run still asks of it."""
-    connection.client.set_metadata(DEMAND_KEY, pool_demand(dispatch))
+def run_stimuli(
+    dispatch: Dispatch, connection: ClusterConnection, workflow: Any, now: float
+) -> list[Stimulus]:
+    """What the run must hear before anything else at a status check: the cluster's
+    scheduler is gone (every job fails at once, in one line, instead of Dask's
+    cancellations and the client's tracebacks), or Snakemake stops after its running
+    jobs (SIGTERM: the queued jobs, which no server started, end now)."""
+    found: list[Stimulus] = []
+    if dispatch.scheduler_lost is None:
+        why = connection.scheduler_gone()
+        if why is not None:
+            connection.abandon_client()
+            found.append(SchedulerLost(why, now))
+    if dispatch.queued and graceful_shutdown_requested(workflow):
+        why = "Snakemake was asked to stop (SIGTERM) and only waits for running jobs"
+        found.append(StopQueued(why, now))
+    return found
+
+
+def rules_to_run(workflow: Any) -> list[Any]:
+    """The rules of the jobs this run will run (every rule of the workflow when the
+    DAG cannot tell): a rule the targets do not need is never checked against servers."""
+    try:
+        found = {job.rule.name: job.rule for job in needrun_jobs(workflow)}
+    except Exception as error:
+        logging.getLogger(__name__).debug("no plan from the DAG: %r", error)
+        return list(workflow_rules(workflow))
+    return list(found.values())
 
 
 def wait_for_server(settings: ExecutorSettings, connection: ClusterConnection, rules: Any) -> float:
     """How long a job may wait for a server that can run it: with a pool of pilots,
     as long as the batch queue takes (once every rule fits a kind of pilot)."""
     kinds = connection.pool_kinds()
-    if not kinds:
-        return settings.wait_for_server
-    check_pool_fits(rules, kinds)
+    try:
+        if not kinds:
+            info = connection.local.files.read_info() if connection.local else None
+            if connection.embedded and info and info.get("servers"):
+                # The embedded cluster's servers are all there is: a rule none can run
+                # fails now, not as each of its jobs' error after a wait.
+                check_fleet_fits(rules, info["servers"])
+            return settings.wait_for_server
+        check_pool_fits(rules, kinds)
+    except ContextExecutorError as error:  # one line: the plugin's frames say nothing
+        raise error.with_traceback(None) from None
     return math.inf
 
 
-def local_plain_jobs(executor: Any) -> LocalJobs | NoLocalJobs:
+def local_plain_jobs(
+    settings: ExecutorSettings,
+    workflow: Any,
+    connection: ClusterConnection,
+    say: Callable[[str], None],
+) -> LocalJobs | NoLocalJobs:
     """Mark the plain rules local when plain jobs run in Snakemake's process (see
     :mod:`.localjobs`), and have the servers start their zygotes now if plain jobs
     will still reach them; the local jobs' watchdog."""
-    from .localjobs import LocalJobs, NoLocalJobs, local_plain_rules, mark_local, run_locally
+    from .localjobs import LocalJobs, NoLocalJobs, local_plain_rules, run_locally
 
-    workflow = executor.workflow
     local: LocalJobs | NoLocalJobs = NoLocalJobs()
     # A pool's pilots are the servers: plain jobs go there, not to the login node.
-    embedded = executor.connection.embedded and not executor.connection.pool_kinds()
-    if run_locally(executor.settings.plain_jobs, embedded):
+    embedded = connection.embedded and not connection.pool_kinds()
+    if run_locally(settings.plain_jobs, embedded):
         names = local_plain_rules(workflow)
         if names:
             mark_local(workflow, names)
-            say = executor.logger.info
             say(f"Context executor: plain rules run locally: {', '.join(sorted(names))}.")
             local = LocalJobs(workflow)
     if _plain_jobs_for_servers(workflow):
         from ..server.plain import warm_zygote
 
         try:  # quick: each server only starts a process that imports in the background
-            executor.connection.client.run(warm_zygote, on_error="return")
+            connection.client.run(warm_zygote, on_error="return")
         except Exception as error:
-            executor.logger.debug(f"Cannot warm the servers' zygotes: {error}")
+            logging.getLogger(__name__).debug("Cannot warm the servers' zygotes: %r", error)
     return local
 
 
@@ -251,8 +317,8 @@ def _plain_jobs_for_servers(workflow: Any) -> bool:
     try:
         return any(
             not job.is_local
-            and (job.group is not None or not constant_resource(job.rule, "context"))
-            for job in workflow.dag.needrun_jobs()
+            and (job_group(job) is not None or not constant_resource(job.rule, "context"))
+            for job in needrun_jobs(workflow)
         )
     except Exception as error:
         logging.getLogger(__name__).debug("no plan from the DAG: %r", error)
@@ -261,14 +327,20 @@ def _plain_jobs_for_servers(workflow: Any) -> bool:
 
 def log_dask_to_file(workdir: str, run_id: str) -> None:
     """Dask's client logs go to a file: Snakemake's output stays Snakemake's."""
+    import distributed  # noqa: F401  (its import installs its own handlers: replace them)
+
     path = Path(workdir) / CONTEXT_DIR / "logs" / f"client-{run_id}.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    for name in ("distributed", "tornado", "asyncio"):
+    # Dask gives some of its loggers handlers of their own (distributed.client's):
+    # every logger of these families writes to the file, and only there.
+    families = ("distributed", "tornado", "asyncio")
+    names = [n for n in logging.Logger.manager.loggerDict if n.split(".")[0] in families]
+    for name in {*families, *names}:
         log = logging.getLogger(name)
-        log.handlers = [handler]
-        log.propagate = False
+        log.handlers = [handler] if name in families else []
+        log.propagate = name not in families
 
 
 def planned_jobs(
@@ -276,12 +348,12 @@ def planned_jobs(
 ) -> dict[str, str | None] | None:
     """The jobs this run will hand the executor, by Snakemake job id, with the context
     identity each needs (None: none, or not known before it runs: a context given by
-    a function, or a context rule inside a group). None if the DAG cannot tell: it is
-    not part of Snakemake's plugin interface."""
+    a function of more than the job's wildcards, or a context rule inside a group).
+    None if the DAG cannot tell: it is not part of Snakemake's plugin interface."""
     # Local rules run in Snakemake's own process and targets like `all` run nothing:
     # neither reaches the executor, so a run's progress counts the others.
     try:
-        jobs = [j for j in workflow.dag.needrun_jobs() if not (j.is_local or j.is_norun)]
+        jobs = [j for j in needrun_jobs(workflow) if not (j.is_local or job_is_norun(j))]
         contexts: dict[str, str | None] = {}
         planned: dict[str, str | None] = {}
         for job in jobs:
@@ -290,49 +362,13 @@ def planned_jobs(
                 name = constant_resource(job.rule, "context")
                 found = declarations.get(str(name)) if name else None
                 contexts[rule] = found.identity if found else None
-            planned[str(job.jobid)] = None if job.group is not None else contexts[rule]
+            identity = contexts[rule]
+            if identity is None and rule_resource(job.rule, "context") is not None:
+                # A function of the wildcards (context=lambda wc: ...): this job's own.
+                found = declarations.get(str(wildcard_resource(job, "context")))
+                identity = found.identity if found else None
+            planned[str(job.jobid)] = None if job_group(job) is not None else identity
         return planned
     except Exception as error:
         logging.getLogger(__name__).debug("no plan from the DAG: %r", error)
         return None
-
-
-def announce_fleet(executor: Any) -> None:
-    """One line on the fleet, and one on CPU servers standing in for GPUs."""
-    say, connection = executor.logger.info, executor.connection
-    servers, rules = len(executor.dispatch.fleet.servers), executor.workflow.rules
-    say(f"Context executor: {servers} server(s) on the {connection.description}.")
-    wants_gpu = any(constant_resource(rule, "gpu") for rule in rules)
-    info = connection.local.files.read_info() if connection.local else None
-    stand_ins = [s["name"] for s in (info or {}).get("servers", []) if s.get("gpu") is None]
-    if stand_ins and wants_gpu:
-        say(
-            f"No GPU found on this machine: the CPU servers {', '.join(stand_ins)} stand "
-            "in for gpu=1, so GPU rules run on the CPU."
-        )
-
-
-class GroupWarnings:
-    """Says once per group why its context rules do not use loaded contexts."""
-
-    def __init__(self) -> None:
-        self._seen: set[Any] = set()
-
-    def __call__(self, job: Any) -> str | None:
-        """The warning for ``job``, if it is a group not warned about yet."""
-        if not job.is_group() or job.groupid in self._seen:
-            return None
-        self._seen.add(job.groupid)
-        return group_warning(job)
-
-
-def group_warning(job: Any) -> str | None:
-    """Why a group's context rules do not use the servers' loaded contexts (or None)."""
-    members = sorted({j.rule.name for j in job.jobs if j.resources.get("context")})
-    if not members:
-        return None
-    return (
-        f"Group '{job.groupid}' runs as one subprocess: its context rule(s) "
-        f"{', '.join(members)} load their context in that subprocess, not on a "
-        "context server. Fix: take them out of the group to reuse loaded contexts."
-    )

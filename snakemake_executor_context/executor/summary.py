@@ -13,8 +13,15 @@ from ..defaults import CONTEXT_DIR
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
+    from ..fleet.outcome import Outcome
 
-__all__ = ["LoadTally", "batch_histogram", "describe_batches", "write_summary"]
+__all__ = [
+    "LoadTally",
+    "batch_histogram",
+    "describe_batches",
+    "summary_entry",
+    "write_summary",
+]
 
 
 class LoadTally:
@@ -34,6 +41,38 @@ class LoadTally:
                 self._by_address[event.address] = self._by_address.get(event.address, 0) + 1
             elif isinstance(event, ev.ServerLeft):
                 self.lost += self._by_address.pop(event.address, 0)
+
+
+def summary_entry(
+    outcome: Outcome,
+    extra: Mapping[str, Any],
+    *,
+    placed_by: str,
+    submitted: float,
+    reported: float,
+) -> dict[str, Any]:
+    """One job of the run summary, from its outcome and what its server said beside
+    (``extra``: warnings, batches)."""
+    return {
+        "key": outcome.key,
+        "ok": outcome.ok,
+        "server": outcome.server.name,
+        "address": outcome.server.address,
+        "placed_by": placed_by,
+        "pid": outcome.server.pid,
+        "started": outcome.started,
+        "finished": outcome.finished,
+        "items": outcome.items,
+        "load_seconds": outcome.load_seconds,
+        "loaded": list(outcome.loaded),
+        "reused": list(outcome.reused),
+        "reported": reported,
+        "submitted": submitted,
+        # What the server warns about the job (threads or files it left behind).
+        "warnings": list(extra.get("warnings", ())),
+        # Calls of batched functions the job led, by size (batching across jobs).
+        "batches": dict(extra.get("batches", {})),
+    }
 
 
 def write_summary(

@@ -11,9 +11,11 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..fleet import events as ev
 from ..fleet.keys import attempt_log, attempt_number
 from ..jobspec import OutputSpec, remove_outputs
-from .vocabulary import Submit
+from .results import attempt_ended
+from .vocabulary import AttemptEnded, JobTicket, Submit
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
@@ -70,11 +72,34 @@ class Tasks:
         step = self._steps.pop(key, "")
         return (future, step) if future is not None else None
 
+    def ended(
+        self, key: str, ticket: JobTicket | None, on_done: Callable[[str], None]
+    ) -> tuple[AttemptEnded | None, dict[str, Any] | None]:
+        """The end of attempt ``key``, whose future is done, and its run-summary entry.
+        (None, None) if dispatch cancelled it, or if the task had finished but its
+        result died with its server before it was fetched (a job that crashed the
+        server next): then the future is held again, since the server's loss requeues
+        a pinned attempt (cancelling this future), and Dask reruns an unpinned one,
+        whose end comes back here."""
+        found = self.pop(key)
+        if found is None or ticket is None:
+            return None, None
+        ended, entry = attempt_ended(key, *found, ticket)
+        if ended is None:
+            future, step = found
+            self._futures[key] = future
+            self._steps[key] = step
+            future.add_done_callback(lambda _: on_done(key))
+        return ended, entry
+
     def cancel(self, key: str) -> None:
         """Drop attempt ``key`` in Dask; its result, if one comes, is ignored."""
         found = self.pop(key)
         if found is not None:
-            found[0].cancel()
+            try:
+                found[0].cancel()
+            except Exception as error:  # a client closed with its lost scheduler
+                logger.debug("cancelling %s: %r", key, error)
 
     def done(self, key: str) -> bool:
         """Whether attempt ``key``'s future has finished (for a poll)."""
@@ -100,6 +125,10 @@ class Tasks:
                 if isinstance(per_job, dict) and "running" in per_job.values()
             ]
             if stuck:
+                # Announced first: the hub records these ends as restarts, not crashes.
+                why = "a job did not stop within 10 s of being cancelled"
+                notes = [ev.ServerRestarting(address=a, why=why) for a in stuck]
+                client.log_event(ev.TOPIC, ev.encode(notes))
                 client.restart_workers(stuck, raise_for_error=False)
             client.cancel(futures, force=True)
         except Exception as error:

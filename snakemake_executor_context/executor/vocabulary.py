@@ -14,9 +14,10 @@ from typing import Any
 
 from ..errors import ContextExecutorError
 from ..fleet import events as ev
+from ..fleet.keys import attempt_log, attempt_number
+from ..fleet.outcome import Outcome
 from ..fleet.placement import PlacementStep
 from ..fleet.resources import Requirements
-from ..fleet.state import FleetState
 
 __all__ = [
     "AttemptEnded",
@@ -28,15 +29,16 @@ __all__ = [
     "FleetEvent",
     "JobReady",
     "JobTicket",
-    "Learned",
     "Log",
     "Poll",
     "ProbeCaches",
     "Record",
     "ReportError",
     "ReportSuccess",
+    "SchedulerLost",
     "ServersPolled",
     "Stimulus",
+    "StopQueued",
     "StopRunning",
     "Submit",
     "Tick",
@@ -78,7 +80,8 @@ class JobTicket:
     def dispatched(
         self, run_id: str, key: str, address: str | None, step: str, now: float
     ) -> ev.JobDispatched:
-        """The catalog's record of attempt ``key`` going to ``address``."""
+        """The catalog's record of attempt ``key`` going to ``address`` (its log: the
+        attempt's own, :func:`~..fleet.keys.attempt_log`)."""
         return ev.JobDispatched(
             at=now,
             run_id=run_id,
@@ -93,6 +96,21 @@ class JobTicket:
             target=address,
             submitted=self.submitted,
             reason=step,
+            log=attempt_log(self.log_path, attempt_number(key)),
+        )
+
+    def story(
+        self, run_id: str, attempt: str | None, what: str, detail: str, now: float
+    ) -> ev.JobStory:
+        """The catalog's record of a decision about the job (see :mod:`.story`)."""
+        return ev.JobStory(
+            at=now,
+            run_id=run_id,
+            key=attempt or self.key,
+            jobid=self.jobid,
+            rule=self.rule,
+            what=what,
+            detail=detail,
         )
 
     def reported(
@@ -106,66 +124,6 @@ class JobTicket:
             rule=self.rule,
             outcome=outcome,
             message=(message or "")[:4000] or None,
-        )
-
-
-@dataclass(frozen=True)
-class Learned:
-    """What an attempt's result says about its server (for the fleet state and the
-    catalog)."""
-
-    address: str | None
-    started: float = 0.0
-    finished: float = 0.0
-    items: int = 0
-    load_seconds: float = 0.0
-    loaded: tuple[str, ...] = ()
-    reused: tuple[str, ...] = ()
-    evicted: tuple[str, ...] = ()
-    conversions: int = 0
-    reload_seconds: float | None = None
-
-    @property
-    def job_seconds(self) -> float:
-        """The job's time on its server, loads excluded."""
-        return max(0.0, self.finished - self.started - self.load_seconds)
-
-    def teach(self, fleet: FleetState, identity: str | None, *, ok: bool) -> None:
-        """Tell the fleet state what the result says about its server."""
-        if self.address is None:
-            return
-        fleet.learn(
-            self.address,
-            identity=identity,
-            started=self.started,
-            loaded=self.loaded,
-            reused=self.reused,
-            evicted=self.evicted,
-            job_seconds=self.job_seconds if ok else None,
-            load_seconds=self.load_seconds,
-            conversions=self.conversions,
-            reload_seconds=self.reload_seconds,
-        )
-
-    def finished_event(
-        self, run_id: str, ended: AttemptEnded, identity: str | None, gpu_model: str
-    ) -> ev.JobFinished:
-        """The attempt's end as its server would have sent it (when that event has
-        not come before the result)."""
-        return ev.JobFinished(
-            at=ended.now,
-            run_id=run_id,
-            key=ended.key,
-            address=self.address or "",
-            ok=ended.ok,
-            cancelled=ended.cancelled,
-            started=self.started,
-            finished=self.finished,
-            items=self.items,
-            load_seconds=self.load_seconds,
-            loaded=list(self.loaded),
-            context=identity,
-            gpu_model=gpu_model,
         )
 
 
@@ -183,17 +141,27 @@ class JobReady:
 
 @dataclass(frozen=True)
 class AttemptEnded:
-    """An attempt's result arrived (the authoritative end of the attempt)."""
+    """An attempt's result arrived (the authoritative end of the attempt), or its
+    task ended without one (it erred, or was cancelled in Dask: ``outcome`` None)."""
 
     key: str
     now: float
-    ok: bool
-    cancelled: bool = False
+    #: What the attempt did on its server, as the server sealed it.
+    outcome: Outcome | None = None
     message: str | None = None
     aux_logs: tuple[str, ...] = ()
-    #: None when the task produced no result (it erred or was cancelled in Dask).
-    learned: Learned | None = None
-    gpu_model: str = ""
+    #: Cancelled in Dask (an attempt without an outcome).
+    dask_cancelled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Whether the attempt succeeded."""
+        return self.outcome is not None and self.outcome.ok
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether it was stopped on request (on its server, or in Dask)."""
+        return self.outcome.cancelled if self.outcome is not None else self.dask_cancelled
 
 
 @dataclass(frozen=True)
@@ -228,6 +196,22 @@ class CancelAll:
 
 
 @dataclass(frozen=True)
+class SchedulerLost:
+    """The cluster's scheduler is gone (``why``: what is known of its end)."""
+
+    why: str
+    now: float
+
+
+@dataclass(frozen=True)
+class StopQueued:
+    """Snakemake stops once its running jobs end (SIGTERM): drop the queued ones."""
+
+    why: str
+    now: float
+
+
+@dataclass(frozen=True)
 class DagPlanned:
     """The jobs of the run's DAG that will reach the executor: Snakemake job id ->
     the context identity each needs (None: none, or not known before it runs)."""
@@ -254,10 +238,14 @@ Stimulus = (
     | CancelAll
     | DagPlanned
     | CachesProbed
+    | SchedulerLost
+    | StopQueued
 )
 
 
 # -- commands --------------------------------------------------------------------------
+# Every command carries the id of the stimulus that led to it (``stimulus``, set by
+# :meth:`.dispatch.Dispatch.handle`; its story, :mod:`.story`).
 
 
 @dataclass(frozen=True)
@@ -268,6 +256,7 @@ class Submit:
     ticket: JobTicket
     address: str | None
     step: PlacementStep
+    stimulus: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -275,6 +264,7 @@ class Cancel:
     """Drop attempt ``key`` in Dask (its server is gone, or the job was given up)."""
 
     key: str
+    stimulus: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -282,6 +272,7 @@ class StopRunning:
     """Stop these attempts where they run (the run is cancelled)."""
 
     keys: tuple[str, ...]
+    stimulus: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -289,6 +280,7 @@ class ReportSuccess:
     """Tell Snakemake the job succeeded."""
 
     ticket: JobTicket
+    stimulus: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -302,6 +294,7 @@ class ReportError:
     message: str
     aux_logs: tuple[str, ...] = ()
     error: ContextExecutorError | None = field(default=None, compare=False)
+    stimulus: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -309,6 +302,7 @@ class Record:
     """Send an event to the catalog."""
 
     event: ev.Event
+    stimulus: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -317,6 +311,7 @@ class Log:
 
     level: str
     message: str
+    stimulus: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -324,11 +319,14 @@ class Poll:
     """Look at attempt ``key``'s Dask future: its event came, its result did not."""
 
     key: str
+    stimulus: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
 class ProbeCaches:
     """Ask every server's cache probes again (a conversion may have filled a cache)."""
+
+    stimulus: str = field(default="", compare=False)
 
 
 Command = (

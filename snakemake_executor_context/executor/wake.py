@@ -7,7 +7,12 @@ from __future__ import annotations
 import asyncio
 import threading
 
-__all__ = ["Waker"]
+from ..fleet import events as ev
+
+__all__ = ["WAKING_EVENTS", "Waker"]
+
+#: Fleet events after which placement may find a free slot or a warm server.
+WAKING_EVENTS = (ev.JobFinished, ev.ServerJoined, ev.ServerLeft, ev.ContextEvicted)
 
 
 class Waker:

@@ -27,13 +27,18 @@ __all__ = [
     "ContextLoading",
     "ContextReady",
     "ContextShared",
+    "ContextTransferred",
     "Event",
+    "GangAssembled",
+    "GangFormed",
     "JobDispatched",
     "JobFinished",
     "JobOutcome",
     "JobReported",
     "JobStarted",
+    "JobStory",
     "LostJob",
+    "PilotBooked",
     "RunFinished",
     "RunHeartbeat",
     "RunStarted",
@@ -42,6 +47,7 @@ __all__ = [
     "ServerJoined",
     "ServerKillInjected",
     "ServerLeft",
+    "ServerRestarting",
     "decode",
     "encode",
 ]
@@ -138,6 +144,9 @@ class ServerDescribed(Event):
     gpu: dict[str, Any] | None = None
     #: When the server retires (a pilot before its walltime); None: never planned.
     retires_at: float | None = None
+    #: A pilot's: when its batch job started, as its job script saw it (None: not a
+    #: pilot, or not known).
+    allocated_at: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -172,10 +181,13 @@ class ServerLeft(Event):
     exit_code: int | None = None
     injected: int | None = None
     heartbeat: bool = False
-    #: Why it drained ('SIGTERM', 'recycled: ...'); empty: it did not.
+    #: Why it drained ('SIGTERM', 'recycled: ...'); empty: it did not. Whether what
+    #: made it drain was a crash (see :class:`ServerDraining`).
     drained: str = ""
+    drained_crash: bool = False
     #: The attempts its process ran when it died, by its own record (None: unknown).
     running: list[str] | None = None
+    restarted: str = ""  # why the plugin itself restarted it ('': it did not)
 
     def lost_jobs(self) -> list[LostJob]:
         """``lost`` as :class:`LostJob` records."""
@@ -183,13 +195,16 @@ class ServerLeft(Event):
 
     def cause(self) -> LossCause:
         """The loss, classified (preemption, crash or closed)."""
-        return classify(
-            expected=self.expected,
-            exit_code=self.exit_code,
-            injected=self.injected,
-            heartbeat=self.heartbeat,
-            drained=self.drained,
+        known = (
+            "expected",
+            "exit_code",
+            "injected",
+            "heartbeat",
+            "drained",
+            "drained_crash",
+            "restarted",
         )
+        return classify(**{name: getattr(self, name) for name in known})
 
 
 @dataclass(kw_only=True)
@@ -203,6 +218,10 @@ class ServerDraining(Event):
     name: str = ""
     #: Why: 'SIGTERM', or 'recycled: CUDA-fatal error ...' (:mod:`..server.blackhole`).
     why: str = "SIGTERM"
+    #: Whether what made it leave was a crash (a rank of a gang that died by itself,
+    #: or of a SIGKILL nobody announced): its jobs' crash budgets pay, not their
+    #: preemption budgets.
+    crashed: bool = False
     grace: float = 0.0
     finishing: list[str] = field(default_factory=list)
     handed_back: list[str] = field(default_factory=list)
@@ -218,6 +237,17 @@ class ServerKillInjected(Event):
     name: str = ""
     pid: int = 0
     signal: int = 9
+
+
+@dataclass(kw_only=True)
+class ServerRestarting(Event):
+    """The plugin is about to restart a server (``why``), announced so that its end is
+    recorded as that restart, not as a crash or a loss."""
+
+    kind: ClassVar[str] = "server-restarting"
+    address: str
+    name: str = ""
+    why: str = ""
 
 
 # -- contexts ------------------------------------------------------------------------
@@ -251,6 +281,65 @@ class ContextReady(Event):
     #: the load took after the last one: a load from the converted cache.
     conversions: int = 0
     reload_seconds: float | None = None
+    #: Seconds of the load spent fetching the context's template from peers (None: it
+    #: fetched nothing; the rest of the load read the local cache it filled).
+    peer_seconds: float | None = None
+    #: The loader's cache probe before the load (None: no probe).
+    from_cache: bool | None = None
+
+
+@dataclass(kw_only=True)
+class GangAssembled(Event):
+    """Servers on several nodes became one server (pilots started as a gang,
+    ``--context-pilot-nodes n``): the ``leader`` runs the jobs and offers every
+    member's GPUs; the ``members`` run nothing themselves, only their share of the
+    ranks of the leader's gangs. Sent by the hub; it holds until one of them leaves
+    (they all leave then, and start again as new servers)."""
+
+    kind: ClassVar[str] = "gang-assembled"
+    leader: str
+    #: The other servers, and for the leader and each member (in that order) its
+    #: node and its devices.
+    members: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    devices: list[int] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class GangFormed(Event):
+    """A context that spans several processes (a gang: one rank per device, in one
+    ``torch.distributed`` group) finished loading on a server: its members. It is
+    whole until its ContextEvicted, or its server's ServerLeft (a rank that dies
+    takes its server's contexts with it)."""
+
+    kind: ClassVar[str] = "gang-formed"
+    address: str
+    identity: str
+    name: str = ""
+    backend: str = ""
+    #: One entry per rank, in rank order.
+    devices: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    rank_bytes: list[int] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class ContextTransferred(Event):
+    """A server fetched (or tried to fetch) a context's template, its files, from a
+    peer that holds it (peer-to-peer transfer, :mod:`..server.transfer`)."""
+
+    kind: ClassVar[str] = "context-transferred"
+    #: The receiver.
+    address: str
+    identity: str
+    #: The holder it read from ("" when none could serve it).
+    peer: str = ""
+    bytes: int = 0
+    seconds: float = 0.0
+    #: "ok", or one line: why this holder's transfer ended early (the receiver goes on
+    #: from another holder, or from the source).
+    outcome: str = "ok"
 
 
 @dataclass(kw_only=True)
@@ -305,6 +394,10 @@ class JobDispatched(Event):
     #: When Snakemake handed the job to the executor.
     submitted: float | None = None
     reason: str = ""
+    #: The attempt's log, relative to the workflow directory.
+    log: str = ""
+    #: The dispatch machine's stimulus that placed it (its story).
+    stimulus: str = ""
 
 
 @dataclass(kw_only=True)
@@ -335,6 +428,8 @@ class JobFinished(Event):
     loaded: list[str] = field(default_factory=list)
     context: str | None = None
     gpu_model: str = ""
+    #: Calls of batched functions (forward batches) the job led, by size ("8": 12).
+    batches: dict[str, int] = field(default_factory=dict)
 
 
 class JobOutcome(StrEnum):
@@ -362,6 +457,47 @@ class JobReported(Event):
     #: A :class:`JobOutcome` value.
     outcome: str = JobOutcome.OK
     message: str | None = None
+    #: The dispatch machine's stimulus that reported it (its story).
+    stimulus: str = ""
+
+
+@dataclass(kw_only=True)
+class JobStory(Event):
+    """A decision of an executor about a job that neither its dispatch nor its report
+    records: a loss and the budget it was charged to, a requeue, a result fenced off,
+    a cancellation, a wait for a server (``snakemake-context story`` reads them)."""
+
+    kind: ClassVar[str] = "job-story"
+    run_id: str
+    #: The attempt the decision is about (or the job's key, before any attempt).
+    key: str
+    jobid: str = ""
+    rule: str = ""
+    what: str
+    detail: str = ""
+    stimulus: str = ""
+
+
+# -- pools ---------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class PilotBooked(Event):
+    """A pool's record of one pilot changed (sent by the pool, in the cluster process):
+    the fields of :class:`~.pilotbook.PilotRecord`, as they are now."""
+
+    kind: ClassVar[str] = "pilot-booked"
+    name: str
+    #: The kind of pilot (its GPU type), its batch job, and when it was submitted.
+    pilot_kind: str = ""
+    job_id: str = ""
+    submitted: float = 0.0
+    registered: float | None = None
+    first_task: float | None = None
+    ended: float | None = None
+    batch_state: str | None = None
+    busy_seconds: float = 0.0
+    released: bool = False
 
 
 # -- wire ----------------------------------------------------------------------------

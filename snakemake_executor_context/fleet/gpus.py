@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["GpuInfo", "gpu_model_tokens", "normalize_gpu_model"]
+__all__ = ["STAND_IN_SOURCE", "GpuInfo", "gpu_model_tokens", "normalize_gpu_model", "stands_in"]
 
 _VENDOR_PREFIXES = ("nvidia ", "amd ", "intel ")
+#: The ``extra["source"]`` of a GPU a pilot advertises by its type where NVML sees none
+#: (a test node's fake GRES): the batch system granted it, but CUDA cannot use it.
+STAND_IN_SOURCE = "pilot gpu_type (NVML saw no GPU)"
 
 
 @dataclass(frozen=True)
@@ -55,3 +58,9 @@ def gpu_model_tokens(name: str) -> set[str]:
     tokens = {normalized}
     tokens.update(token for token in re.split(r"[-_ /()]+", normalized) if token)
     return tokens
+
+
+def stands_in(record: dict[str, object] | None) -> bool:
+    """Whether a GPU record (a GpuInfo as a dict) is a stand-in, not a CUDA device."""
+    extra = (record or {}).get("extra")
+    return isinstance(extra, dict) and extra.get("source") == STAND_IN_SOURCE

@@ -97,18 +97,26 @@ def classify(
     injected: int | None = None,
     heartbeat: bool = False,
     drained: str = "",
+    drained_crash: bool = False,
+    restarted: str = "",
 ) -> LossCause:
     """Classify a loss. ``exit_code``: the server process's, as the nanny saw it
     (negative: the signal that killed it); ``injected``: the signal an injector
     announced before it killed the server; ``heartbeat``: Dask removed the server
-    for missing heartbeats; ``drained``: why the server drained before it left."""
+    for missing heartbeats; ``drained``: why the server drained before it left, and
+    ``drained_crash``: whether that was a crash (a gang's rank that died by itself or
+    of an unannounced SIGKILL); ``restarted``: why the plugin itself restarted it (a
+    closure: nobody's fault)."""
     code = None if exit_code is None or exit_code < 0 else exit_code
     sig = -exit_code if exit_code is not None and exit_code < 0 else None
+    if restarted:
+        return LossCause(LossKind.CLOSED, f"restarted by the plugin ({restarted})", code, sig)
     if injected is not None:
         why = f"injected {signal_name(injected)}"
         return LossCause(LossKind.PREEMPTION, why, code, sig if sig is not None else injected)
     if drained:
-        return LossCause(LossKind.PREEMPTION, f"drained ({drained})", code, sig)
+        kind = LossKind.CRASH if drained_crash else LossKind.PREEMPTION
+        return LossCause(kind, f"drained ({drained})", code, sig)
     if heartbeat:
         return LossCause(LossKind.PREEMPTION, "heartbeat lost (stopped or unreachable)", code, sig)
     if sig == _signal.SIGTERM or sig == _signal.SIGINT:
@@ -213,6 +221,17 @@ class LossHistory:
                 "between preemptions, or raise the budget."
             )
         return f"{head}. Servers: {servers}. Logs of its attempts: {logs}. {fix}"
+
+    def describe_charge(self, cause: LossCause, budgets: Budgets, ran: bool = True) -> str:
+        """Which budget the last :meth:`charge` of this loss went to, in words."""
+        if cause.kind == LossKind.CLOSED:
+            return "not charged: its server closed"
+        if not ran:
+            return "not charged: it had not started there"
+        if cause.kind == LossKind.CRASH:
+            return f"charged to the crash budget ({self.count(cause.kind)} of {budgets.crashes})"
+        used = self.count(cause.kind)
+        return f"charged to the preemption budget ({used} of {budgets.preemptions})"
 
 
 def ran_there(

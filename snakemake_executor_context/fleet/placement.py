@@ -10,7 +10,10 @@ one. While a server holds (or is loading) the context but none of those has a fr
 slot, an idle server loads it when the work still to come for that context, shared
 over the slots that hold it, takes longer than the load costs there
 (:func:`expected_wait`, :func:`load_cost`): then the remaining work ends sooner with
-the load than without it. Otherwise the job waits in the executor's queue. The work
+the load than without it. Before any job of the context is measured, an idle server
+loads it when its jobs not yet running are at least :data:`COLD_START_JOBS` per server
+that would then hold it (:func:`cold_start_load`: a run's first minute, a pilot that
+joins before anything is measured). Otherwise the job waits in the executor's queue. The work
 to come is the run's (every job of the DAG that needs the context and has not ended,
 not only the jobs Snakemake has handed over), and the load's cost is that of the
 kind of load the server would do (from its local cache, or converting). Times not
@@ -22,7 +25,6 @@ evicted on a guess.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -31,10 +33,12 @@ from .eviction import Held, to_evict
 from .state import ContextState, FleetState, ServerState
 
 __all__ = [
+    "COLD_START_JOBS",
     "PREFETCH",
     "Decision",
     "PlacementStep",
     "choose_server",
+    "cold_start_load",
     "context_slots",
     "expected_wait",
     "load_cost",
@@ -43,6 +47,11 @@ __all__ = [
 
 #: Jobs a warm server may hold queued behind its running ones (see choose_server).
 PREFETCH = 1
+
+#: Before anything is measured, a context's jobs not yet started, per server that
+#: would hold it, for one more server to load it (:func:`cold_start_load`): 8 jobs
+#: and 2 idle servers, both load; 3 jobs, one does.
+COLD_START_JOBS = 4
 
 
 class PlacementStep(StrEnum):
@@ -60,6 +69,8 @@ class PlacementStep(StrEnum):
     """A job without a context, on the free server holding fewest contexts."""
     LOAD = "load"
     """A cold server: waiting for a warm slot would take longer than the load."""
+    COLD_START = "cold-start"
+    """A cold server, nothing measured yet: enough jobs to come for one more holder."""
     QUEUED = "queued"
     """Behind a running job on a warm server (prefetch)."""
     DASK = "dask"
@@ -90,7 +101,7 @@ def choose_server(
     *,
     remaining: int = 1,
     demand: Mapping[str, int] | None = None,
-    now: float | None = None,
+    now: float,
     prefetch: int = PREFETCH,
 ) -> Decision:
     """Pick a server for one job (see the module's docstring for the order).
@@ -98,8 +109,9 @@ def choose_server(
     ``wanted`` is the job's Dask resources (:func:`.resources.job_resources`),
     ``identity`` its context (None for a plain job), ``remaining`` the jobs of that
     context still to come (this one included), ``demand`` the same per context (a
-    context with demand is costly to evict), and ``now`` the wall-clock time (for
-    times not measured yet, see :func:`expected_wait`).
+    context with demand is costly to evict), and ``now`` the time of the decision
+    (for times not measured yet, see :func:`expected_wait`, and for pilots that
+    retire): given, never read from a clock, so a simulation can drive it.
 
     When the job would wait for a warm slot (a measured wait shorter than a load, or
     no free slot anywhere), it is queued behind a running job on a warm server with
@@ -111,17 +123,20 @@ def choose_server(
     if prefetch <= 0 or identity is None or decision.address is not None:
         return decision
     if decision.step in (PlacementStep.BUSY, PlacementStep.WAIT):
-        holders = view.warm.get(identity, set())
+        # No room before a job is measured (below); then the holders, or the servers
+        # with room (busy < slots + prefetch) if fewer.
+        holders = view.warm.get(identity, set()) if view.measure.measured_jobs(identity) else set()
+        runnable = view.index.candidates(view.servers, wanted).runnable_set
+        spare = 1 - prefetch
+        pool = view.index.with_spare(spare) if view.index.count(spare) < len(holders) else holders
         room = [
-            view.servers[a]
-            for a in view.runnable(wanted)
-            if a in holders
-            and view.servers[a].contexts[identity].state == ContextState.READY
-            and view.servers[a].busy < view.servers[a].slots + prefetch
-            and _held(view.servers[a], identity)
-            < context_slots(view, view.servers[a], identity) + prefetch
+            server
+            for server in (view.servers[a] for a in pool if a in holders and a in runnable)
+            if server.contexts[identity].state == ContextState.READY
+            and server.busy < server.slots + prefetch
+            and _held(server, identity) < context_slots(view, server, identity) + prefetch
             # Never behind a job whose length nothing measured yet: it may be long.
-            and view.measure.job_seconds(identity, view.servers[a].gpu_model) is not None
+            and view.measure.job_seconds(identity, server.gpu_model) is not None
         ]
         if room:
             best = min(room, key=lambda s: (s.busy, s.address))
@@ -137,16 +152,23 @@ def _choose(
     identity: str | None,
     remaining: int,
     demand: Mapping[str, int] | None,
-    now: float | None,
+    now: float,
 ) -> Decision:
-    candidates = view.runnable(wanted)
-    if not candidates:
+    found = view.index.candidates(view.servers, wanted)
+    if not found.runnable:
         return Decision(None, PlacementStep.UNRUNNABLE, "no server has the resources")
     servers = view.servers
-    candidates = [a for a in candidates if not _retires_first(view, servers[a], identity, now)]
-    if not candidates:
+    # found.fewest: never across nodes when one node has what the job needs (the
+    # collectives between nodes are the slow part of a gang; one GPU gains nothing).
+    retired = {a for a in found.retiring if _retires_first(view, servers[a], identity, now)}
+    if len(retired) == len(found.fewest):
         return Decision(None, PlacementStep.BUSY, "its servers retire before it would end")
-    free = [servers[a] for a in candidates if servers[a].free]
+    # Free candidates, in any order: each choice below is a minimum over a unique key.
+    if view.index.count(1) < len(found.fewest):
+        usable = [a for a in view.index.with_spare(1) if a in found.fewest_set]
+    else:
+        usable = [a for a in found.fewest if servers[a].free]
+    free = [servers[a] for a in usable if a not in retired]
     if identity in view.unshareable:  # its job takes a whole server: an idle one
         free = [s for s in free if s.busy == 0]
     if identity is None:
@@ -156,9 +178,10 @@ def _choose(
         best = min(free, key=lambda s: (len(s.contexts), s.busy, s.name, s.address))
         return Decision(best.address, PlacementStep.PLAIN)
     holders = view.warm.get(identity, set())
-    warm = [servers[a] for a in candidates if a in holders]
     warm_free = [
-        s for s in warm if s in free and _held(s, identity) < context_slots(view, s, identity)
+        s
+        for s in free
+        if s.address in holders and _held(s, identity) < context_slots(view, s, identity)
     ]
     if warm_free:
         measure = view.measure
@@ -177,8 +200,16 @@ def _choose(
     if not cold:
         return Decision(None, PlacementStep.BUSY, "no free slot")
     best, step = _best_cold(view, cold, identity)
+    # In the candidates' order: expected_wait's mean adds their times in it.
+    warm = [servers[a] for a in found.fewest if a in holders and a not in retired]
     if not warm:
         return Decision(best.address, step)
+    if cold_start_load(view, identity, best, warm, remaining, demand or {}):
+        return Decision(
+            best.address,
+            PlacementStep.COLD_START,
+            f"nothing measured yet, {remaining} job(s) to come for {len(warm) + 1} server(s)",
+        )
     wait = expected_wait(view, identity, warm, remaining, now=now)
     cost = load_cost(view, identity, best, demand or {}, now=now)
     if wait <= 0:
@@ -190,12 +221,43 @@ def _choose(
     return Decision(None, PlacementStep.WAIT, f"warm slot in {wait:.1f} s <= load {cost:.1f} s")
 
 
-def _retires_first(
-    view: FleetState, server: ServerState, identity: str | None, now: float | None
+def cold_start_load(
+    view: FleetState,
+    identity: str,
+    server: ServerState,
+    holders: Sequence[ServerState],
+    remaining: int,
+    demand: Mapping[str, int],
 ) -> bool:
+    """Whether ``server``, idle and cold, loads ``identity`` beside ``holders`` (the
+    servers that hold or are loading it) while nothing says what its jobs or loads cost:
+    no job of the context measured on any GPU model (in this run, or in the catalog's
+    history the run started from). It does when the context's jobs not yet running
+    against a loaded copy are at least :data:`COLD_START_JOBS` for each server that
+    would then hold it, the load evicts nothing (this rule never makes room on a
+    guess), and no other context with jobs to come (``demand``) has no copy at all:
+    an idle server goes to a context nobody holds before it becomes another copy.
+    A job placed on a server that is still loading has not started, whatever that
+    server's job event says. Once a job is measured, the measured rule decides."""
+    if view.measure.measured_jobs(identity):
+        return False
+    if victims(server, identity, view.measure.bytes.get(identity)):
+        return False
+    if any(n > 0 and not view.warm.get(other) for other, n in demand.items() if other != identity):
+        return False
+    running = 0
+    for holder in holders:
+        placed = holder.contexts.get(identity)
+        if placed is None or placed.state != ContextState.READY:
+            continue
+        running += sum(1 for key in holder.started if holder.holding.get(key) == identity)
+    return remaining - running >= COLD_START_JOBS * (len(holders) + 1)
+
+
+def _retires_first(view: FleetState, server: ServerState, identity: str | None, now: float) -> bool:
     """Whether a job of this context would outlast the server (a pilot retiring before
     its walltime), by the job time measured for its context on the server's GPU model."""
-    if server.retires_at is None or now is None or identity is None:
+    if server.retires_at is None or identity is None:
         return False
     seconds = view.measure.job_seconds(identity, server.gpu_model)
     return seconds is not None and now + seconds > server.retires_at
@@ -227,7 +289,7 @@ def expected_wait(
     warm: Sequence[ServerState],
     remaining: int,
     *,
-    now: float | None = None,
+    now: float,
 ) -> float:
     """Seconds the warm slots need for the work still to come: ``remaining`` jobs
     times the job time, shared over the warm slots.
@@ -239,10 +301,7 @@ def expected_wait(
     """
     times = [view.measure.job_seconds(identity, s.gpu_model) for s in warm]
     known = [t for t in times if t is not None]
-    if known:
-        seconds = sum(known) / len(known)
-    else:
-        seconds = _running_for(warm, identity, time.time() if now is None else now)
+    seconds = sum(known) / len(known) if known else _running_for(warm, identity, now)
     slots = sum(context_slots(view, s, identity) for s in warm)
     return max(1, remaining) * seconds / max(1, slots)
 
@@ -283,11 +342,11 @@ def load_cost(
     server: ServerState,
     demand: Mapping[str, int],
     *,
-    now: float | None = None,
+    now: float,
 ) -> float:
     """Seconds a load of ``identity`` costs on ``server``: its measured load time
     there for the kind of load it would do (from its cache when its cache probe says
-    the weights are there, else converting; see
+    the weights are there, else from a peer whose cache holds them, else converting; see
     :meth:`.measure.Measurements.load_seconds`), plus the reload of every context it
     would evict that jobs still want. Evicting the last warm copy of a context with
     work to come costs too much to do at all: two contexts would take turns.
@@ -298,12 +357,16 @@ def load_cost(
     """
     measure = view.measure
     cached = identity in server.cached
-    seconds = measure.load_seconds(identity, server.gpu_model, server.address, cached=cached)
+    from_peer = view.peer_transfers and any(
+        identity in other.cached for other in view.servers.values() if other is not server
+    )
+    seconds = measure.load_seconds(
+        identity, server.gpu_model, server.address, cached=cached, from_peer=from_peer
+    )
     evicts = victims(server, identity, measure.bytes.get(identity))
     if seconds is None:
         if evicts:
             return math.inf
-        now = time.time() if now is None else now
         loading = []
         for address in view.warm.get(identity, ()):
             placed = view.servers[address].contexts.get(identity)

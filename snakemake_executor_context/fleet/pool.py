@@ -10,10 +10,11 @@ outweighs the context load it must pay first.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .gpus import GpuInfo
+from .pilotbook import PilotRecord
 from .resources import server_resources
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "next_kind",
     "pilots_to_release",
     "pilots_wanted",
+    "useful_pilots",
 ]
 
 
@@ -77,6 +79,27 @@ def growth_limit(useful: int, pending: int, shape: PoolShape) -> int:
     the growth, and are released, instead of being kept because jobs are ready.
     """
     return max(shape.minimum, min(shape.maximum, useful + pending + 1))
+
+
+def useful_pilots(
+    records: Iterable[PilotRecord],
+    idle_since: Mapping[str, float],
+    now: float,
+    idle_timeout: float,
+) -> int:
+    """Pilots that are proving useful at ``now``: running, and busy within the idle
+    timeout (not idle since, or idle for less), or registered so recently that they
+    may still get their first job. ``idle_since``: since when each idle pilot (by
+    name) has had no job."""
+    useful = 0
+    for record in records:
+        if record.registered is None or record.ended is not None:
+            continue
+        since = idle_since.get(record.name)
+        recent = now - record.registered < idle_timeout
+        if recent or since is None or now - since < idle_timeout:
+            useful += 1
+    return useful
 
 
 def pilots_to_release(

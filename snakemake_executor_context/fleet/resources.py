@@ -29,8 +29,10 @@ __all__ = [
     "Advertised",
     "Requirements",
     "covers",
+    "describe_offer",
     "explain_unrunnable",
     "job_resources",
+    "parse_memory_cap",
     "requirements_from",
     "server_resources",
 ]
@@ -176,3 +178,33 @@ def explain_unrunnable(
         f"Servers seen: {seen}. Fix: change the rule's resources (--set-resources "
         f"{fix_target}:...), or start servers that have them."
     )
+
+
+def parse_memory_cap(text: str) -> int | None:
+    """A memory cap in bytes from a size ("8GB"), or None for none ("", "0", "none").
+    Raises ValueError naming the value when it is not a positive size."""
+    text = text.strip()
+    if not text or text.lower() in ("0", "none", "off", "no"):
+        return None
+    from dask.utils import parse_bytes
+
+    try:
+        cap = int(parse_bytes(text))
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"memory cap {text!r} is not a size; give one like '8GB' or 'none'"
+        ) from None
+    if cap <= 0:
+        raise ValueError(f"memory cap {text!r} must be positive")
+    return cap
+
+
+def describe_offer(resources: Mapping[str, float]) -> str:
+    """What a server offers, as users read it: 'gpu=1, h200, mem_mb=12000'."""
+    parts = [f"gpu={resources.get(GPU, 0):g}"]
+    model = model_from_resources(resources)
+    if model:
+        parts.append(model)
+    if MEM_MB in resources:
+        parts.append(f"mem_mb={resources[MEM_MB]:g}")
+    return ", ".join(parts)

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from .gpus import normalize_gpu_model
-from .resources import GPU, MEM_MB, model_from_resources
+from .resources import describe_offer, model_from_resources
 
 __all__ = ["CPU_MODEL", "ContextState", "Placed", "ServerState", "model_of"]
 
@@ -73,6 +73,10 @@ class ServerState:
     gone: dict[str, float] = field(default_factory=dict)
     #: When it retires (a pilot, before its walltime); None: not planned.
     retires_at: float | None = None
+    #: Nodes its devices are on (a server assembled from pilots on several nodes),
+    #: and, for a member of such a server, its leader (it runs no job itself).
+    nodes: int = 1
+    member_of: str | None = None
 
     @property
     def busy(self) -> int:
@@ -87,11 +91,4 @@ class ServerState:
 
     def describe(self) -> str:
         """'gpu0 (gpu=1, h200, mem_mb=12000)'."""
-        res = self.resources
-        parts = [f"gpu={res.get(GPU, 0):g}"]
-        model = model_from_resources(res)
-        if model:
-            parts.append(model)
-        if MEM_MB in res:
-            parts.append(f"mem_mb={res[MEM_MB]:g}")
-        return f"{self.name or self.address} ({', '.join(parts)})"
+        return f"{self.name or self.address} ({describe_offer(self.resources)})"

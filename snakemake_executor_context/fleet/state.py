@@ -13,7 +13,7 @@ Not thread-safe: each owner updates it from one thread (the hub holds a lock).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .events import (
@@ -22,15 +22,19 @@ from .events import (
     ContextLoading,
     ContextReady,
     ContextShared,
+    ContextTransferred,
     Event,
+    GangAssembled,
     JobFinished,
     JobStarted,
     ServerDescribed,
     ServerJoined,
     ServerLeft,
 )
+from .index import FleetIndex
 from .measure import Measurements
-from .resources import covers
+from .outcome import Outcome
+from .resources import GPU
 from .servers import CPU_MODEL, ContextState, Placed, ServerState, model_of
 
 __all__ = ["CPU_MODEL", "ContextState", "FleetState", "Placed", "ServerState", "model_of"]
@@ -47,15 +51,26 @@ class FleetState:
         #: identity -> addresses where it is loading or ready.
         self.warm: dict[str, set[str]] = {}
         self.measure = Measurements()
-        self._runnable: dict[frozenset[tuple[str, float]], list[str]] = {}
+        #: Candidates per wanted resources, servers by spare slots (placement's).
+        self.index = FleetIndex()
         #: key -> the address whose slot it holds.
         self._where: dict[str, str] = {}
         #: Contexts that cannot serve two jobs at once: each of their jobs holds
         #: every slot of its server.
         self.unshareable: set[str] = set()
+        #: Whether servers fetch a missing template from a peer that holds it.
+        self.peer_transfers = True
         self._left: OrderedDict[str, None] = OrderedDict()
 
     # -- servers -------------------------------------------------------------------
+
+    def closing(self, reason: str) -> list[ServerLeft]:
+        """The fleet closes (its cluster stops): a ServerLeft, now, for every server
+        still in it, so that the catalog records each one's end."""
+        return [
+            ServerLeft(address=s.address, name=s.name, expected=True, reason=reason)
+            for s in self.servers.values()
+        ]
 
     def add_server(
         self,
@@ -72,17 +87,23 @@ class FleetState:
                 # A late event of a server that has left: do not bring it back.
                 return ServerState(address)
             server = self.servers[address] = ServerState(address=address)
-            self._runnable.clear()
+            self.index.forget()
         if name:
             server.name = name
         if resources is not None and dict(resources) != server.resources:
             server.resources = dict(resources)
-            self._runnable.clear()
+            self.index.forget()
             if server.gpu is None:
                 server.gpu_model = model_of(server.resources)
         if slots is not None:
             server.slots = max(1, int(slots))
+        self.index.update(server)
         return server
+
+    def name_of(self, address: str) -> str:
+        """A server's name (its address if it has none, or is not known)."""
+        server = self.servers.get(address)
+        return (server.name if server else "") or address
 
     def remove_server(self, address: str) -> ServerState | None:
         """Forget a server that left (its slots and warm contexts with it)."""
@@ -96,17 +117,12 @@ class FleetState:
             self._where.pop(key, None)
         for identity in server.contexts:
             self._unwarm(identity, address)
-        self._runnable.clear()
+        self.index.drop(address)
         return server
 
     def runnable(self, wanted: Mapping[str, float]) -> list[str]:
         """Addresses whose advertised resources cover ``wanted`` (cached)."""
-        key = frozenset(wanted.items())
-        found = self._runnable.get(key)
-        if found is None:
-            found = [a for a, s in self.servers.items() if covers(s.resources, wanted)]
-            self._runnable[key] = found
-        return found
+        return self.index.candidates(self.servers, wanted).runnable
 
     # -- events --------------------------------------------------------------------
 
@@ -122,6 +138,8 @@ class FleetState:
             )
         elif isinstance(event, ServerDescribed):
             self.describe_server(event)
+        elif isinstance(event, GangAssembled):
+            self.assemble(event)
         elif isinstance(event, ServerLeft):
             self.remove_server(event.address)
         elif isinstance(event, ContextLoading):
@@ -142,13 +160,19 @@ class FleetState:
                 event.load_seconds,
                 conversions=event.conversions,
                 reload_seconds=event.reload_seconds,
+                peer_seconds=event.peer_seconds,
+                from_cache=event.from_cache,
             )
+            if server is not None and (event.conversions or event.peer_seconds is not None):
+                server.cached.add(event.identity)  # its cache now holds the template
             if event.bytes:
                 self.measure.bytes[event.identity] = int(event.bytes)
         elif isinstance(event, ContextShared):
             server = self.servers.get(event.address)
             if server is not None:
                 server.shared[event.identity] = max(1, int(event.jobs))
+        elif isinstance(event, ContextTransferred):
+            self.measure.add_transfer(event.identity, event.bytes, event.seconds, event.outcome)
         elif isinstance(event, (ContextEvicted, ContextLoadFailed)):
             self.set_context(event.address, event.identity, None, event.at)
         elif isinstance(event, JobStarted):
@@ -163,13 +187,29 @@ class FleetState:
                 seconds = event.finished - event.started - event.load_seconds
                 self.measure.add_job(event.context, model, seconds)
 
+    def assemble(self, event: GangAssembled) -> None:
+        """Servers on several nodes became one: the leader offers every member's GPUs,
+        the members run no job of their own."""
+        leader = self.servers.get(event.leader)
+        if leader is None:
+            return
+        for member in event.members:
+            server = self.servers.get(member)
+            if server is not None:
+                server.member_of = event.leader
+        leader.nodes = max(1, len(set(event.nodes)))
+        leader.resources = {**leader.resources, GPU: float(sum(event.devices))}
+        self.index.forget()
+
     def describe_server(self, event: ServerDescribed) -> None:
         """A server described itself: its GPU record and context budget."""
         described = self.add_server(event.address, name=event.name)
         described.gpu = event.gpu
         described.gpu_model = model_of(described.resources, event.gpu)
         described.budget = int(event.memory_budget) or None
-        described.retires_at = event.retires_at
+        if described.retires_at != event.retires_at:
+            described.retires_at = event.retires_at
+            self.index.forget()
 
     def set_context(
         self,
@@ -238,6 +278,7 @@ class FleetState:
         if identity in self.unshareable:
             server.exclusive.add(key)
         self._where[key] = address
+        self.index.update(server)
 
     def mark_started(self, key: str, at: float) -> None:
         """The job holding ``key``'s slot started at ``at``."""
@@ -253,6 +294,7 @@ class FleetState:
             server.holding.pop(key, None)
             server.started.pop(key, None)
             server.exclusive.discard(key)
+            self.index.update(server)
 
     def where(self, key: str) -> str | None:
         """The server whose slot ``key`` holds."""
@@ -269,38 +311,27 @@ class FleetState:
         if identity is not None and identity not in server.contexts:
             self.set_context(address, identity, ContextState.LOADING, at)
 
-    def learn(
-        self,
-        address: str | None,
-        *,
-        identity: str | None = None,
-        started: float = 0.0,
-        loaded: Sequence[str] = (),
-        reused: Sequence[str] = (),
-        evicted: Sequence[str] = (),
-        job_seconds: float | None = None,
-        load_seconds: float = 0.0,
-        conversions: int = 0,
-        reload_seconds: float | None = None,
-    ) -> None:
+    def learn(self, outcome: Outcome) -> None:
         """Learn from one of an executor's job results what its server now holds, and
-        measure it (``job_seconds``: a successful job's time without loads)."""
+        measure it (a successful job's time without loads, a lone load's time)."""
+        address = outcome.server.address
         server = self.servers.get(address) if address else None
-        if server is None or address is None:
+        if server is None:
             return
-        model = server.gpu_model
-        if identity is not None and job_seconds is not None:
-            self.measure.add_job(identity, model, job_seconds)
-        if identity is not None and identity in loaded and len(loaded) == 1 and load_seconds:
+        model, identity, started = server.gpu_model, outcome.context, outcome.started
+        loaded, reused = outcome.loaded, outcome.reused
+        if identity is not None and outcome.ok:
+            self.measure.add_job(identity, model, outcome.job_seconds)
+        if identity is not None and loaded == (identity,) and outcome.load_seconds:
             self.measure.add_load(
                 identity,
                 model,
                 address,
-                load_seconds,
-                conversions=conversions,
-                reload_seconds=reload_seconds,
+                outcome.load_seconds,
+                conversions=outcome.conversions,
+                reload_seconds=outcome.reload_seconds,
             )
-        for gone in evicted:
+        for gone in outcome.evicted:
             self.set_context(address, gone, None, started)
         for held in (*loaded, *reused):
             self.set_context(address, held, ContextState.READY, started)
@@ -332,6 +363,8 @@ class FleetState:
                     "holding": dict(s.holding),
                     "started": dict(s.started),
                     "shared": dict(s.shared),
+                    "nodes": s.nodes,
+                    "member_of": s.member_of,
                 }
                 for s in self.servers.values()
             ],
@@ -351,6 +384,8 @@ class FleetState:
             server.shared.update(item.get("shared", {}))
             server.gpu_model = item.get("gpu_model") or server.gpu_model
             server.budget = item.get("budget")
+            server.nodes = int(item.get("nodes", 1) or 1)
+            server.member_of = item.get("member_of")
             server.cached.update(item.get("cached", []))
             for key, identity in item.get("holding", {}).items():
                 self.hold(key, server.address, identity)
@@ -360,4 +395,5 @@ class FleetState:
                     server.address, identity, ContextState(state), float(at), int(nbytes)
                 )
                 server.contexts[identity].last_used = float(last_used)
+        self.index.forget()  # the servers' nodes and gangs, set above
         self.measure.merge_wire(data.get("measure", {}))

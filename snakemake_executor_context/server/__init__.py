@@ -1,14 +1,32 @@
 """What runs inside a context server: a Dask worker process that holds contexts.
 
 - :mod:`.plugin`: the worker plugin that makes a worker a server, and the functions
-  the executor runs on servers (``execute_job``, ``cancel_jobs``, ...);
-- :mod:`.server`: :class:`~.server.ContextServer`, the process's jobs and events;
-- :mod:`.cache`: the loaded contexts, their budget and eviction;
-- :mod:`.inprocess`: a context job's script run in this process, and
-  :mod:`.isolation`, what it may change here and how that is undone;
-- :mod:`.plain`: a plain job as Snakemake's own job command;
+  the executor runs on servers (``execute_job``, ``cancel_jobs``, ...); :mod:`.pilot`:
+  the preload that makes a pilot's worker one; :mod:`.config`: how a server is set up;
+- :mod:`.server`: :class:`~.server.ContextServer`, the process's contexts, events and
+  its one way out; :mod:`.jobs`: its jobs, each under its limits' watch; the decisions
+  they ask: :mod:`.drain` (SIGTERM), :mod:`.blackhole`
+  (CUDA-fatal errors), :mod:`.limits` (runtime and memory cap), with
+  :mod:`.memwatch` sampling the memory;
+- :mod:`.cache`: the loaded contexts, their budget and eviction; :mod:`.loadturns`:
+  turns to load from a shared source;
+- peer-to-peer transfer of context templates: :mod:`.transfer`, the receiver that
+  fetches a missing template before a load; :mod:`.peerpick`, which holder it fetches
+  from, or whether it reads the source (by measured rates); :mod:`.holder`, what a
+  server serves to its peers (on its own TLS port); :mod:`.peering`, how it reaches
+  them and the fleet hub's measured rates through Dask;
+- :mod:`.contextjob`: a context job's way through its slot and its contexts;
+  :mod:`.slots`: which jobs run at once (the gate, what they share, memory);
+- :mod:`.inprocess`: a context job's script run in this process, :mod:`.isolation`,
+  what it may change here and how that is undone, and :mod:`.output`, where its
+  output goes;
+- :mod:`.plain`: a plain job as Snakemake's own job command, forked from the
+  :mod:`.zygote`, whose Snakemake ends a failed pipe group (:mod:`.pipegroups`);
+  :mod:`.pgroups`: their process groups, on local disk;
 - :mod:`.running`: the handle cancellation goes through;
-- :mod:`.nvml`: the server's GPU, through NVML.
+- :mod:`.nvml`: the server's GPU, through NVML;
+- :mod:`.gangsite`: a pilot's part in a server that spans nodes (its gang's roster,
+  and the relays between the leader and the ranks on its members).
 
 Imports the fleet's vocabulary and the shared job specs; never the executor, the
 cluster or the catalog.

@@ -1,26 +1,19 @@
-"""Black-hole servers: after a CUDA-fatal error (an illegal memory access, an Xid,
-an uncorrectable ECC error) every later job on that GPU would fail, so such an error
-recycles the server: it takes no new job, waits until its failed job's result has
-been taken, says why (:class:`..fleet.events.ServerDraining`) and exits, and its
-nanny starts a fresh process. A CUDA out-of-memory error is an exception, not a
-death: the allocator's cache is freed and the error counted.
+"""Black-hole servers, the decision: which failed job's error makes its server
+unusable.
+
+After a CUDA-fatal error (an illegal memory access, an Xid, an uncorrectable ECC
+error) every later job on that GPU would fail, so such an error recycles the server
+(:meth:`.server.ContextServer.recycle`): it takes no new job, waits until its failed
+job's result has been taken, says why (:class:`..fleet.events.ServerDraining`) and
+exits, and its nanny starts a fresh process. A CUDA out-of-memory error is an
+exception, not a death: the allocator's cache is freed and the error counted.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import re
-import threading
-import time
-from typing import TYPE_CHECKING, Any
 
-from ..fleet import events as ev
-
-if TYPE_CHECKING:
-    from .server import ContextServer
-
-__all__ = ["CUDA_FATAL", "CUDA_OOM", "gpu_failure", "recycle"]
+__all__ = ["CUDA_FATAL", "CUDA_OOM", "RECYCLE_GRACE", "gpu_failure"]
 
 #: Error texts after which the CUDA context (and so the server) is unusable.
 CUDA_FATAL = re.compile(
@@ -29,13 +22,11 @@ CUDA_FATAL = re.compile(
     r"CUDA error: unknown error|CUBLAS_STATUS_EXECUTION_FAILED",
     re.IGNORECASE,
 )
+#: Error texts of a CUDA allocation failure (recoverable).
+CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError: CUDA", re.IGNORECASE)
 #: Seconds a recycling server waits for the jobs running beside the one that made it
 #: recycle (slots) before it exits.
 RECYCLE_GRACE = 60.0
-#: Error texts of a CUDA allocation failure (recoverable).
-CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError: CUDA", re.IGNORECASE)
-
-logger = logging.getLogger(__name__)
 
 
 def gpu_failure(text: str) -> str | None:
@@ -45,29 +36,3 @@ def gpu_failure(text: str) -> str | None:
     if CUDA_OOM.search(text):
         return "oom"
     return None
-
-
-def recycle(worker: Any, server: ContextServer, key: str, why: str) -> None:
-    """Take no new job; once job ``key``'s result is taken (30 s at most), leave."""
-    server.draining = True
-
-    def leave() -> None:
-        deadline = time.monotonic() + 30.0
-        while worker is not None and time.monotonic() < deadline:
-            if key not in worker.state.tasks:
-                break
-            time.sleep(0.05)
-        # Jobs running beside it in other slots may finish first (within the grace);
-        # what is still running then is lost with the server and rerun elsewhere.
-        deadline = time.monotonic() + RECYCLE_GRACE
-        while time.monotonic() < deadline and set(server.running_jobs()) - {key}:
-            time.sleep(0.1)
-        server.emit(
-            ev.ServerDraining(address=server.identity.address, name=server.identity.name, why=why)
-        )
-        logger.error("recycling this server: %s", why)
-        server.groups.kill_all()
-        time.sleep(0.3)  # let the batched stream carry the event
-        os._exit(0)
-
-    threading.Thread(target=leave, daemon=True).start()

@@ -1,6 +1,7 @@
 """The contexts one server holds: loaded lazily in the job's thread, kept by identity,
 evicted least recently used first when the server's memory budget is exceeded (by
-the fleet's one eviction order, :func:`..fleet.eviction.to_evict`)."""
+the fleet's one eviction order, :func:`..fleet.eviction.to_evict`). From its load to
+its eviction, a context's template is held in the node's model cache."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import contexts, loaders
-from ..contexts import ContextDeclaration, LoadRecord
+from .. import jobhooks, loaders
+from ..contexts import ContextDeclaration
 from ..errors import ContextLoadError, JobCancelled
 from ..fleet import events as ev
 from ..fleet.eviction import Held, to_evict
-from .pilot import LoadSlot
+from ..gang import GangOptions
+from ..jobhooks import LoadRecord
+from .config import resolve_budget
+from .loadturns import LoadTurns
 
 __all__ = [
     "ContextCache",
@@ -31,20 +35,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def resolve_budget(spec: str | float, memory_bytes: int) -> int:
-    """Bytes a server may fill with contexts: a fraction of its memory, or a size."""
-    text = str(spec).strip()
-    try:
-        fraction = float(text)
-    except ValueError:
-        from dask.utils import parse_bytes
-
-        return int(parse_bytes(text))
-    if not 0 < fraction <= 1:
-        raise ValueError(f"memory budget fraction must be in (0, 1], got {text}")
-    return int(memory_bytes * fraction)
 
 
 @dataclass
@@ -68,6 +58,10 @@ class LoadedContext:
     #: job needs beside it (declared by the loader; None: not declared).
     shareable: bool = True
     job_bytes: int | None = None
+    #: Its gang, when it spans several processes (:mod:`...gang`).
+    gang: Any = None
+    #: Ends its hold of its template in the node's cache (:func:`..loaders.hold_template`).
+    release: Callable[[], None] = lambda: None
 
 
 @dataclass
@@ -103,7 +97,7 @@ class ContextCache:
 
     ``emit`` sends the fleet's events (loading, ready, failed, evicted); ``where``
     names the server in error messages; ``memory_in_use`` measures a load's size when
-    the loader does not declare it.
+    the loader does not declare it; ``turns`` spaces loads from a shared source.
     """
 
     def __init__(
@@ -117,6 +111,10 @@ class ContextCache:
         gpu_model: str,
         memory_in_use: Callable[[], int],
         on_evict: Callable[[], None] = lambda: None,
+        turns: LoadTurns | None = None,
+        fetch: Callable[[ContextDeclaration], float | None] | None = None,
+        gang: GangOptions | None = None,
+        hold: Callable[[ContextDeclaration], Callable[[], None]] = loaders.hold_template,
     ) -> None:
         self.address = address
         self.budget = budget
@@ -126,6 +124,11 @@ class ContextCache:
         self._gpu_model = gpu_model
         self._memory_in_use = memory_in_use
         self._on_evict = on_evict
+        self._turns = turns or LoadTurns()
+        self._fetch = fetch
+        self._hold = hold
+        #: How its gangs start (the devices it owns; a leader's also its members').
+        self.gang = gang
         self._contexts: OrderedDict[str, LoadedContext] = OrderedDict()
         self._sizes: dict[str, int] = {}
         self._lock = threading.RLock()
@@ -137,17 +140,27 @@ class ContextCache:
         (object, load seconds, loaded now)."""
         identity = declaration.identity
         with self._lock:
-            entry = self._contexts.get(identity)
+            entry = self._usable(identity)
             if entry is not None:
                 return self._hit(entry, declaration), 0.0, False
             load_lock = self._load_locks.setdefault(identity, threading.Lock())
         with load_lock:
             with self._lock:
-                entry = self._contexts.get(identity)
+                entry = self._usable(identity)
                 if entry is not None:
                     return self._hit(entry, declaration), 0.0, False
                 self._make_room(self._sizes.get(identity, 0), keep=None)
             return self._load(declaration)
+
+    def _usable(self, identity: str) -> LoadedContext | None:
+        """The loaded context, unless its gang was torn down (then it goes: the next
+        job loads it again)."""
+        entry = self._contexts.get(identity)
+        if entry is not None and entry.gang is not None and entry.gang.broken is not None:
+            logger.warning("context %s: its gang is gone (%s)", identity, entry.gang.broken)
+            self._evict(entry)
+            return None
+        return entry
 
     def release(self, identity: str, *, drop: bool = False) -> None:
         """A job is done with a context it acquired: it may be evicted again (at once
@@ -195,16 +208,25 @@ class ContextCache:
                 from_cache=from_cache,
             )
         )
-        slot = LoadSlot(declaration.identity, cached=bool(from_cache))
-        before = self._memory_in_use()
         started = time.perf_counter()
+        release = self._hold(declaration)
+        try:
+            peer_seconds = self._fetch(declaration) if self._fetch and not from_cache else None
+        except BaseException:
+            release()
+            raise
+        fetched = peer_seconds is not None
+        turn = self._turns.take(declaration.identity, cached=bool(from_cache) or fetched)
+        before = self._memory_in_use()
         try:
             with context_loading():
-                obj = contexts.call_loader(declaration, record)
+                obj = jobhooks.call_loader(declaration, record, self.gang)
         except (ContextLoadError, JobCancelled) as error:
+            release()
             self._load_failed(declaration, error)
             raise
         except BaseException as error:
+            release()
             self._load_failed(declaration, error)
             raise ContextLoadError(
                 f"Context '{declaration.name}': loader '{declaration.loader}' raised "
@@ -213,13 +235,13 @@ class ContextCache:
                 "in this job's log."
             ) from error
         finally:
-            slot.release()
+            turn.release()
         ended = time.perf_counter()
         seconds = ended - started
         reload = ended - record.converted_at if record.converted_at is not None else None
         nbytes = record.declared_bytes
         if nbytes is None:
-            nbytes = max(0, self._memory_in_use() - before)
+            nbytes = max(0, self._memory_in_use() - before) + sum(record.rank_bytes)
         now = time.time()
         entry = LoadedContext(
             identity=declaration.identity,
@@ -234,6 +256,8 @@ class ContextCache:
             modules=new_local_modules(modules_before),
             shareable=record.shareable,
             job_bytes=record.job_bytes,
+            gang=record.gang,
+            release=release,
         )
         trace = getattr(self._local, "trace", None)
         if trace is not None:
@@ -247,6 +271,8 @@ class ContextCache:
             self.stats.conversions += record.conversions
             entry.pins += 1
             self._make_room(0, keep=declaration.identity)
+        if record.gang is not None:
+            self._emit(self._formed(declaration, record))
         self._emit(
             ev.ContextReady(
                 address=self.address,
@@ -256,9 +282,24 @@ class ContextCache:
                 gpu_model=self._gpu_model,
                 conversions=record.conversions,
                 reload_seconds=reload,
+                peer_seconds=peer_seconds,
+                from_cache=from_cache,
             )
         )
         return obj, seconds, True
+
+    def _formed(self, declaration: ContextDeclaration, record: LoadRecord) -> ev.GangFormed:
+        gang = record.gang
+        return ev.GangFormed(
+            address=self.address,
+            identity=declaration.identity,
+            name=declaration.name,
+            backend=gang.backend,
+            devices=list(gang.devices),
+            nodes=list(gang.nodes),
+            pids=list(gang.pids),
+            rank_bytes=list(record.rank_bytes),
+        )
 
     def _load_failed(self, declaration: ContextDeclaration, error: BaseException) -> None:
         self.stats.load_failures += 1
@@ -295,6 +336,9 @@ class ContextCache:
             except Exception as error:
                 logger.debug("closing %s: %r", entry.identity, error)
         del close
+        if entry.gang is not None:
+            entry.gang.close()
+        entry.release()
         for name in entry.modules:
             sys.modules.pop(name, None)
         gc.collect()

@@ -11,15 +11,16 @@ import dataclasses
 import time
 from typing import Any
 
-from .. import contexts
-from ..contexts import ContextDeclaration, JobHooks
+from ..contexts import ContextDeclaration
 from ..errors import JobCancelled
-from ..jobspec import ContextJobSpec, JobResult, ServerIdentity
+from ..fleet.outcome import Outcome, ServerIdentity
+from ..jobhooks import JobHooks, set_current_job
+from ..jobspec import ContextJobSpec, JobResult
 from .cache import ContextCache
-from .concurrency import ServerSlots
 from .inprocess import run_context_job
 from .isolation import torch_threads
 from .running import RunningJob
+from .slots.serverslots import ServerSlots
 
 __all__ = ["run_context"]
 
@@ -48,12 +49,7 @@ def run_context(
     except JobCancelled:
         now = time.time()
         return JobResult(
-            key=spec.key,
-            ok=False,
-            cancelled=True,
-            server=identity,
-            started=waited,
-            finished=now,
+            Outcome(spec.key, identity, cancelled=True, started=waited, finished=now),
             message=f"{spec.title}: cancelled on {identity.describe()} while it waited for a slot.",
         )
 
@@ -82,19 +78,18 @@ def _run_admitted(
         return obj
 
     hooks = JobHooks(provider=_Provider(acquire))
-    contexts.set_current_job(hooks)
+    set_current_job(hooks)
     try:
         result = run_context_job(
             spec, identity, acquire, running, torch_threads, cache.owned_modules, slots.group
         )
     finally:
-        contexts.set_current_job(None)
+        set_current_job(None)
         for context in held:
             cache.release(context, drop=not spec.reuse)
         held.clear()
     hooks.report_into(result)  # items, and forward batches (extra["batches"])
-    result.loaded, result.reused = loaded, reused
-    result.load_seconds = load_seconds
+    result.end(loaded=tuple(loaded), reused=tuple(reused), load_seconds=load_seconds)
     return result
 
 

@@ -22,10 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ContextExecutorError, ContextLoadError, JobCancelled
-from ..jobspec import ContextJobSpec, JobResult, ServerIdentity, remove_outputs, remove_path
+from ..fleet.outcome import Outcome, ServerIdentity
+from ..jobspec import ContextJobSpec, JobResult, remove_outputs, remove_path
+from ..snakemake_internals import (
+    benchmarked_here,
+    load_script_object,
+    script_globals,
+    set_shell_executable,
+    write_benchmark,
+)
 from .output import Leaks, job_output
 from .running import RunningJob
-from .sharing import SharedGroup, job_main
+from .slots.sharing import SharedGroup, job_main
 
 __all__ = ["run_context_job"]
 
@@ -58,14 +66,8 @@ def run_context_job(
     workdir = Path(spec.workdir)
     log_path = workdir / spec.log_path
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    result = JobResult(
-        key=spec.key,
-        ok=False,
-        server=server,
-        started=started,
-        finished=started,
-        log_path=str(log_path),
-    )
+    outcome = Outcome(spec.key, server, started=started, finished=started)
+    result = JobResult(outcome, log_path=str(log_path))
     shared = group if group is not None else SharedGroup()
     with open(log_path, "wb", buffering=0) as log_file:
         with ExitStack() as stack:
@@ -73,7 +75,7 @@ def run_context_job(
             stack.enter_context(shared.job(spec, set_torch_threads, owned_modules))
             _run_guarded(spec, server, acquire, job, result, log_path, shared)
         _report_leaks(leaks, spec, server, result, log_file)
-    result.finished = time.time()
+    result.end(finished=time.time())
     return result
 
 
@@ -107,10 +109,9 @@ def _run_guarded(
         _check_outputs(spec)
         if spec.benchmark:
             _write_benchmark(spec, records)
-        result.ok = True
+        result.end(ok=True)
     except JobCancelled:
-        result.cancelled = True
-        result.message = f"{spec.title}: cancelled on {server.describe()}."
+        result.end(f"{spec.title}: cancelled on {server.describe()}.", cancelled=True)
         os.chdir(spec.workdir)
         remove_outputs(spec.outputs)
         print(f"\n[snakemake-context] {result.message}", file=sys.stderr)
@@ -196,14 +197,11 @@ def _run_script(spec: ContextJobSpec, job: RunningJob) -> list[Any]:
     records = []
     with _script_copy(spec) as real_file:
         for iteration in range(repeats):
-            snakemake = _unpickle_snakemake(spec)
+            snakemake = load_script_object(spec.snakemake_pickle)
             snakemake.bench_iteration = iteration if spec.benchmark else None
             namespace = _script_namespace(spec, snakemake, real_file)
             if spec.benchmark:
-                from snakemake.benchmark import BenchmarkRecord, benchmarked
-
-                record = BenchmarkRecord()
-                with benchmarked(os.getpid(), record):
+                with benchmarked_here() as record:
                     _exec(code, namespace, job)
                 records.append((record, snakemake))
             else:
@@ -254,30 +252,9 @@ def _compile(spec: ContextJobSpec) -> types.CodeType:
     return code
 
 
-def _unpickle_snakemake(spec: ContextJobSpec) -> Any:
-    from snakemake.common.tbdstring import TBDString
-
-    snakemake = pickle.loads(spec.snakemake_pickle)
-    resources = snakemake.resources
-    tmpdir = resources.get("tmpdir") if hasattr(resources, "get") else None
-    if isinstance(tmpdir, TBDString) or tmpdir == "<TBD>":
-        _set_named(resources, "tmpdir", tempfile.gettempdir())
-    return snakemake
-
-
-def _set_named(namedlist: Any, name: str, value: Any) -> None:
-    start, end = namedlist._names[name]
-    if end is None or end == start + 1:
-        namedlist[start] = value
-    setattr(namedlist, name, value)
-
-
 def _script_namespace(spec: ContextJobSpec, snakemake: Any, real_file: str) -> dict[str, Any]:
     """The globals the preamble leaves behind in a fresh interpreter."""
     import builtins
-
-    from snakemake.iocontainers import Snakemake
-    from snakemake.logging import logger
 
     namespace: dict[str, Any] = {
         "__name__": "__main__",
@@ -287,32 +264,17 @@ def _script_namespace(spec: ContextJobSpec, snakemake: Any, real_file: str) -> d
         "sys": sys,
         "pickle": pickle,
         "snakemake": snakemake,
-        "logger": logger,
-        "Snakemake": Snakemake,
+        **script_globals(),
     }
     if spec.shell_exec is not None:
-        from snakemake.shell import shell
-
-        shell.executable(spec.shell_exec)
+        set_shell_executable(spec.shell_exec)
     return namespace
 
 
 def _write_benchmark(spec: ContextJobSpec, records: list[Any]) -> None:
-    from snakemake.benchmark import write_benchmark_records
-
     assert spec.benchmark is not None
-    bench_records = []
-    for record, snakemake in records:
-        record.jobid = spec.jobid
-        record.rule_name = spec.rule
-        record.wildcards = snakemake.wildcards
-        record.params = snakemake.params
-        record.resources = snakemake.resources
-        record.input = list(snakemake.input)
-        record.threads = snakemake.threads
-        bench_records.append(record)
     path = os.path.join(spec.workdir, spec.benchmark)
-    write_benchmark_records(bench_records, path, spec.benchmark_extended)
+    write_benchmark(records, path, spec.benchmark_extended, spec.jobid, spec.rule)
 
 
 def _print_script_traceback(error: BaseException, script_path: str) -> None:

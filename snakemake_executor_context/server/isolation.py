@@ -55,7 +55,7 @@ TMPDIR_VARIABLES = ("TMPDIR", "TMP", "TEMPDIR", "TEMP")
 @contextmanager
 def process_state(spec: ContextJobSpec) -> Iterator[None]:
     """cwd, environment, sys.path, sys.argv, __main__ and tempfile: set, then restored."""
-    from snakemake.shell import shell
+    from ..snakemake_internals import restore_shell_defaults, shell_defaults
 
     saved_cwd = os.getcwd()
     saved_environ = dict(os.environ)
@@ -63,7 +63,7 @@ def process_state(spec: ContextJobSpec) -> Iterator[None]:
     saved_argv = list(sys.argv)
     saved_main = sys.modules.get("__main__")
     saved_tempdir = tempfile.tempdir
-    saved_shell_args = dict(shell._process_args)
+    saved_shell_args = shell_defaults()
     tmpdir = tempfile.gettempdir()
     try:
         os.chdir(spec.workdir)
@@ -84,8 +84,7 @@ def process_state(spec: ContextJobSpec) -> Iterator[None]:
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
         tempfile.tempdir = saved_tempdir
-        shell._process_args.clear()
-        shell._process_args.update(saved_shell_args)
+        restore_shell_defaults(saved_shell_args)
 
 
 @contextmanager

@@ -44,6 +44,9 @@ _installed: dict[str, ThreadRoutedStream] = {}
 _leakers: list[JobOutput] = []
 #: Files opened while a context loaded: the context's, not a job's leak.
 _context_fds: dict[int, str] = {}
+#: Directories whose files the server itself reads or writes meanwhile (templates it
+#: sends to peers or receives), with how many users each: never a job's leak.
+_server_dirs: dict[str, int] = {}
 #: Jobs running now, the one whose log fds 1 and 2 point at, and the server's own
 #: fds 1 and 2 (duplicates, to point them back).
 _active: list[JobOutput] = []
@@ -198,10 +201,33 @@ def install() -> None:
         # The server's own fds 1 and 2, to point them back after a job (kept open for
         # the life of the process, so never a job's leak).
         _server_fds.extend((os.dup(1), os.dup(2)))
-        for name in ("stdout", "stderr"):
-            stream = ThreadRoutedStream(name, getattr(sys, name))
+        for name, fd in zip(("stdout", "stderr"), _server_fds, strict=True):
+            original = getattr(sys, name)
+            original.flush()
+            # The server's own output goes to its own fds, not to 1 and 2, which point
+            # at a running job's log: Dask's log records too (its handlers hold the
+            # original streams), from whatever thread, while any job runs.
+            server = io.TextIOWrapper(
+                io.FileIO(fd, "wb", closefd=False),
+                encoding=getattr(original, "encoding", None) or "utf-8",
+                errors="backslashreplace",
+                write_through=True,
+            )
+            _retarget_handlers(original, server)
+            stream = ThreadRoutedStream(name, server)
             _installed[name] = stream
             setattr(sys, name, stream)
+
+
+def _retarget_handlers(old: TextIO, new: TextIO) -> None:
+    """Point every logging handler that writes to ``old`` at ``new``."""
+    import logging
+
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):
+            if isinstance(handler, logging.StreamHandler) and handler.stream is old:
+                handler.setStream(new)
 
 
 def open_fds() -> dict[int, str]:
@@ -219,6 +245,18 @@ def open_fds() -> dict[int, str]:
     return found
 
 
+def server_directory(path: str | os.PathLike[str], *, using: bool) -> None:
+    """Files under ``path`` are the server's while ``using`` (a template served to a
+    peer, or received): count them in (True) or out (False), never as a job's leak."""
+    key = os.path.realpath(path) + os.sep
+    with _lock:
+        users = _server_dirs.get(key, 0) + (1 if using else -1)
+        if users > 0:
+            _server_dirs[key] = users
+        else:
+            _server_dirs.pop(key, None)
+
+
 def _leaked_fds(before: dict[int, str], after: dict[int, str]) -> list[str]:
     # Sockets, pipes and event fds open and close all the time in the server's own
     # threads (Dask's connections): only files count as a job's leak.
@@ -229,6 +267,7 @@ def _leaked_fds(before: dict[int, str], after: dict[int, str]) -> list[str]:
         and _context_fds.get(fd) != target
         and target.startswith("/")
         and not target.startswith("/proc/")
+        and not any(target.startswith(d) for d in tuple(_server_dirs))
     ]
 
 

@@ -7,7 +7,8 @@ A plain job runs in a process group of its own, with a parent-death signal on it
 shell (:func:`with_parent_death_signal`); the record catches the rest of its tree,
 which the parent-death signal does not reach. A record is one file per
 server, named by the nanny's pid and the server's name (a restarted server has the
-same nanny and name).
+same nanny and name), in the private root (:mod:`..paths`): the nanny kills what it
+names, so a record is read only when it is this user's own file.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ import contextlib
 import os
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
-from ..errors import ContextExecutorError
-from ..privacy import private_dir
+from .. import paths
+from ..errors import UnsafePathError
 
 __all__ = ["GroupRecord", "with_parent_death_signal"]
 
@@ -47,16 +47,30 @@ def with_parent_death_signal(command: str) -> list[str]:
     return [sys.executable, "-c", _LAUNCHER, command]
 
 
-_FIX = "remove it (another user may have planted it); it must be yours and mode 0700."
-
-
 class GroupRecord:
     """The process groups one server's running plain jobs own."""
 
     def __init__(self, nanny_pid: int, name: str, root: Path | None = None) -> None:
-        base = root or Path(tempfile.gettempdir()) / f"snakemake-context-{os.getuid()}"
+        #: The root the record lies in (None: the private root, checked at each
+        #: write; its base is fixed now, before a job changes the temporary directory).
+        self._root = root
+        self._base = paths.local_base()
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "server"
-        self.path = base / "pgroups" / f"{nanny_pid}-{safe}"
+        self.path = (root or paths.root_path(self._base)) / "pgroups" / f"{nanny_pid}-{safe}"
+
+    def _directory(self) -> None:
+        """Create (0700) and check the records' directory and the root above it."""
+        if self._root is None:
+            paths.private_path("pgroups", base=self._base)
+        else:
+            paths.private_dir(self._root, tighten=False)
+            paths.private_dir(self.path.parent)
+
+    def _read(self, path: Path) -> str:
+        try:
+            return (paths.read_trusted(path) or b"").decode(errors="replace")
+        except (OSError, UnsafePathError):
+            return ""
 
     @classmethod
     def of_this_server(cls, name: str) -> GroupRecord:
@@ -65,19 +79,12 @@ class GroupRecord:
 
     def groups(self) -> set[int]:
         """The process groups recorded."""
-        try:
-            text = self.path.read_text()
-        except OSError:
-            return set()
-        return {int(line) for line in text.split() if line.isdigit()}
+        return {int(line) for line in self._read(self.path).split() if line.isdigit()}
 
     def _write(self, groups: set[int]) -> None:
         # The nanny kills what this file names: nobody else may plant or edit it.
-        private_dir(self.path.parent.parent, ContextExecutorError, _FIX)
-        private_dir(self.path.parent, ContextExecutorError, _FIX)
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text("".join(f"{g}\n" for g in sorted(groups)))
-        os.replace(tmp, self.path)
+        self._directory()
+        paths.write_private(self.path, "".join(f"{g}\n" for g in sorted(groups)))
 
     def add(self, pgid: int) -> None:
         """Record a job's process group (before the job can run long)."""
@@ -98,22 +105,18 @@ class GroupRecord:
         the job that ran (events may die unsent with the process)."""
         with _lock:
             keys = set(self.running()) | {key}
-            private_dir(self.path.parent.parent, ContextExecutorError, _FIX)
-            private_dir(self.path.parent, ContextExecutorError, _FIX)
-            self._running_path.write_text("".join(f"{k}\n" for k in sorted(keys)))
+            self._directory()
+            paths.write_private(self._running_path, "".join(f"{k}\n" for k in sorted(keys)))
 
     def finished(self, key: str) -> None:
         """A job ended."""
         with _lock:
             keys = set(self.running()) - {key}
-            self._running_path.write_text("".join(f"{k}\n" for k in sorted(keys)))
+            paths.write_private(self._running_path, "".join(f"{k}\n" for k in sorted(keys)))
 
     def running(self) -> list[str]:
         """The jobs recorded as running."""
-        try:
-            return self._running_path.read_text().split()
-        except OSError:
-            return []
+        return self._read(self._running_path).split()
 
     def kill_all(self, *, keep_running: bool = False) -> list[int]:
         """SIGKILL every recorded process group still alive; clear the record (the
@@ -127,5 +130,5 @@ class GroupRecord:
                     killed.append(pgid)
             for path in (self.path,) if keep_running else (self.path, self._running_path):
                 with contextlib.suppress(OSError):
-                    path.unlink()
+                    paths.remove_own(path)
         return killed

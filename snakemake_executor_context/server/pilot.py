@@ -3,7 +3,8 @@
 A pilot job (see :mod:`..cluster.pilots`) runs ``python -m distributed.cli.dask_worker
 ... --preload snakemake_executor_context.server.pilot``; Dask runs :func:`dask_setup` in
 the worker process before the worker registers with the scheduler, so the resources set
-here are the ones the scheduler first sees.
+here are the ones the scheduler first sees. The pilot's settings come from its job
+script's environment (:data:`~..defaults.PILOT_VARIABLE`).
 
 What the pilot advertises comes from the node, not from the submit side: its GPUs from
 NVML; where NVML sees none (a driver-less test node, a fake GRES), ``gpus`` stand-in GPUs
@@ -19,21 +20,19 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from ..fleet.gpus import GpuInfo
+from ..defaults import BATCH_STARTED_VARIABLE, GANG_TIMEOUT_SECONDS, PILOT_VARIABLE
+from ..fleet.gpus import STAND_IN_SOURCE, GpuInfo
 from ..fleet.resources import server_resources
 from .nvml import discover_gpus
 
-__all__ = ["PILOT_ENV", "LoadSlot", "dask_setup", "pilot_gpus", "pilot_settings"]
+__all__ = ["dask_setup", "pilot_gpus", "pilot_settings"]
 
 logger = logging.getLogger(__name__)
-
-#: Set in the pilot's job script by :mod:`..cluster.pilots` (kept equal there).
-PILOT_ENV = "SNAKEMAKE_CONTEXT_PILOT"
 
 
 def pilot_settings(environ: dict[str, str] | None = None) -> dict[str, Any]:
     """The pilot's server settings from its job script's environment."""
-    text = (environ if environ is not None else dict(os.environ)).get(PILOT_ENV, "")
+    text = (environ if environ is not None else dict(os.environ)).get(PILOT_VARIABLE, "")
     return json.loads(text) if text else {}
 
 
@@ -52,16 +51,28 @@ def pilot_gpus(settings: dict[str, Any], found: list[GpuInfo]) -> list[GpuInfo]:
             uuid=visible[index] if index < len(visible) else f"{kind}-{index}",
             name=str(kind),
             memory_bytes=0,
-            extra={"source": "pilot gpu_type (NVML saw no GPU)"},
+            extra={"source": STAND_IN_SOURCE},
         )
         for index in range(count)
     ]
 
 
+def allocated_at(environ: dict[str, str] | None = None) -> float | None:
+    """When the pilot's batch job started, as its job script noted it (None: unknown)."""
+    text = (environ if environ is not None else dict(os.environ)).get(BATCH_STARTED_VARIABLE, "")
+    try:
+        return float(text)
+    except ValueError:  # a date(1) without %N: its whole seconds
+        try:
+            return float(text.split(".")[0])
+        except ValueError:
+            return None
+
+
 async def dask_setup(worker: Any) -> None:
     """Advertise the pilot's GPUs and memory, and install the context server."""
+    from .config import ServerConfig
     from .plugin import ContextServerPlugin
-    from .server import ServerConfig
 
     settings = pilot_settings()
     gpus = pilot_gpus(settings, discover_gpus())
@@ -76,47 +87,22 @@ async def dask_setup(worker: Any) -> None:
     config = ServerConfig(
         # Dask's --lifetime-stagger moves the end by up to that much either way.
         retires_at=time.time() + lifetime - stagger if lifetime else None,
+        allocated_at=allocated_at(),
         name=str(worker.name),
         memory_budget=str(settings.get("memory_budget") or "0.8"),
-        gpu=asdict(gpus[0]) if len(gpus) == 1 else None,
+        gpu=asdict(gpus[0]) if gpus else None,
+        devices=max(1, len(gpus)),
+        gang_timeout=float(settings.get("gang_timeout") or GANG_TIMEOUT_SECONDS),
+        gang_nodes=int(settings.get("gang_nodes") or 1),
+        gang_kind=str(settings.get("gang_kind") or ""),
         memory_bytes=memory,
         threads_per_slot=int(settings.get("threads_per_slot") or 0),
         batch_max=int(settings.get("batch_max") or 0),
         batch_wait=float(settings.get("batch_wait") or 0.0),
+        loads_per_source=int(settings.get("loads_per_source") or 0),
+        peer_transfers=int(settings.get("peer_transfers", 2)),
+        peer_rate=float(settings.get("peer_mbps") or 0.0) * 1e6,
+        own_cache=str(settings.get("own_caches") or ""),
+        model_cache_bytes=int(settings.get("model_cache_bytes") or 0),
     )
     await worker.plugin_add(ContextServerPlugin(config))
-
-
-class LoadSlot:
-    """A pilot's turn to load a context from its shared source (a no-op elsewhere).
-
-    Many pilots starting together would all read the same weights from the shared
-    filesystem at once; a Dask semaphore on the scheduler, one per context, lets at
-    most the pilot's ``loads_per_source`` of them load at a time. A load from the
-    node-local cache reads nothing shared and takes no turn.
-    """
-
-    def __init__(self, identity: str, *, cached: bool, environ: dict[str, str] | None = None):
-        self._semaphore: Any = None
-        limit = int(pilot_settings(environ).get("loads_per_source") or 0)
-        if cached or limit <= 0:
-            return
-        from distributed import Semaphore, get_worker
-
-        try:
-            get_worker()
-        except ValueError:  # not in a Dask worker: nothing to coordinate with
-            return
-        self._semaphore = Semaphore(
-            max_leases=limit, name=f"snakemake-context-load-{identity[:16]}"
-        )
-        self._semaphore.acquire()
-
-    def release(self) -> None:
-        """End the turn (once)."""
-        semaphore, self._semaphore = self._semaphore, None
-        if semaphore is not None:
-            try:
-                semaphore.release()
-            except Exception as error:  # the lease expired meanwhile: nothing held
-                logger.debug("releasing a load slot: %r", error)

@@ -10,7 +10,8 @@ import subprocess
 import time
 from typing import Any
 
-from ..jobspec import JobResult, PlainJobSpec, ServerIdentity
+from ..fleet.outcome import Outcome, ServerIdentity
+from ..jobspec import JobResult, PlainJobSpec
 from .pgroups import GroupRecord, with_parent_death_signal
 from .running import RunningJob
 from .zygote import Zygote, parse_command
@@ -61,17 +62,10 @@ def run_plain_job(
                 os.killpg(process.pid, signal.SIGKILL)
         if groups is not None and process.pid:
             groups.remove(process.pid)
-    result = JobResult(
-        key=spec.key,
-        ok=returncode == 0,
-        server=server,
-        started=started,
-        finished=time.time(),
-        log_path=log_path,
-    )
+    outcome = Outcome(spec.key, server, ok=returncode == 0, started=started, finished=time.time())
+    result = JobResult(outcome, log_path=log_path)
     if running.cancel_requested:
-        result.ok, result.cancelled = False, True
-        result.message = f"{spec.title}: cancelled on {server.describe()}."
+        result.end(f"{spec.title}: cancelled on {server.describe()}.", ok=False, cancelled=True)
     elif returncode != 0:
         result.message = (
             f"{spec.title}: the job's snakemake process exited with status "

@@ -4,23 +4,28 @@ servers through Dask (:func:`execute_job`, :func:`cancel_jobs`, :func:`probe_cac
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from .. import paths
 from .._version import __version__
 from ..batching import configure as configure_batching
 from ..contexts import ContextDeclaration
+from ..defaults import DEVICES_VARIABLE, MODEL_CACHE_SIZE_VARIABLE, MODEL_CACHE_VARIABLE
 from ..fleet.keys import is_attempt_key
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
 from .cache import probe
-from .drain import install_drain
+from .config import ServerConfig
+from .gangsite import start_gang_site
 from .plain import warm_zygote
-from .server import ContextServer, ServerConfig
+from .server import ContextServer
 
 __all__ = [
     "ContextServerPlugin",
@@ -34,7 +39,7 @@ __all__ = [
 
 def execute_job(spec: ContextJobSpec | PlainJobSpec) -> JobResult:
     """Run a job on the server of the worker this task landed on."""
-    return ContextServer.current().run_bounded(spec)
+    return ContextServer.current().jobs.run_bounded(spec)
 
 
 async def cancel_jobs(keys: list[str], grace: float = 10.0) -> dict[str, str]:
@@ -45,7 +50,7 @@ async def cancel_jobs(keys: list[str], grace: float = 10.0) -> dict[str, str]:
     """
     import asyncio
 
-    return await asyncio.to_thread(ContextServer.current().cancel, keys, grace)
+    return await asyncio.to_thread(ContextServer.current().jobs.cancel, keys, grace)
 
 
 def probe_caches(declarations: list[ContextDeclaration]) -> list[str]:
@@ -59,7 +64,7 @@ def probe_caches(declarations: list[ContextDeclaration]) -> list[str]:
         return [d.identity for d in declarations if probe(d)]
     finally:
         server = ContextServer._current
-        if server is None or not server.inventory()["running"]:
+        if server is None or not server.jobs.running():
             forget_modules_since(before)  # not under a running job's imports
 
 
@@ -71,11 +76,12 @@ def server_inventory() -> dict[str, Any]:
 def server_versions() -> dict[str, str]:
     """The versions that must agree between the executor and its servers."""
     import distributed
-    import snakemake
+
+    from ..snakemake_internals import snakemake_version
 
     return {
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-        "snakemake": snakemake.__version__,
+        "snakemake": snakemake_version(),
         "snakemake-executor-plugin-context": __version__,
         "distributed": distributed.__version__,
     }
@@ -96,18 +102,27 @@ class ContextServerPlugin(WorkerPlugin):
         if not config.memory_bytes:
             config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
         config.slots = worker_slots(worker)
+        if config.own_cache:
+            own = paths.private_dir(Path(config.own_cache).expanduser().absolute())
+            os.environ[MODEL_CACHE_VARIABLE] = str(own / config.name)
+        if config.model_cache_bytes > 0:
+            os.environ[MODEL_CACHE_SIZE_VARIABLE] = str(config.model_cache_bytes)
         # Unset (0): every batched() function keeps its own max_batch and max_wait.
         configure_batching(max_batch=config.batch_max or None, max_wait=config.batch_wait or None)
         server = ContextServer.install(config, worker.address, worker)
+        # What its loaders see as theirs (server_devices()), and its gangs' ranks use.
+        os.environ[DEVICES_VARIABLE] = ",".join(server.devices)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            install_drain(worker, server, config.drain_grace)
+            _drain_on_sigterm(server, config.drain_grace)
         if config.lease > 0:
             threading.Thread(
                 target=_hold_lease, args=(worker, server, config.lease), daemon=True
             ).start()
         if config.warm_zygote:
             warm_zygote()
+        if config.gang_nodes > 1:
+            start_gang_site(worker, server, config)
         # Worker plugins are set up before the worker registers with the scheduler,
         # and events sent before that are dropped: announce once it is connected.
         worker.loop.add_callback(_announce_when_connected, worker, server)
@@ -121,13 +136,23 @@ class ContextServerPlugin(WorkerPlugin):
         if ran and finish in ("released", "cancelled") and is_attempt_key(key):
             server = ContextServer._current
             if server is not None:
-                threading.Thread(target=server.cancel, args=([key], 10.0), daemon=True).start()
+                threading.Thread(target=server.jobs.cancel, args=([key], 10.0), daemon=True).start()
 
     def teardown(self, worker: Any) -> None:
         """Stop running jobs before the worker goes."""
         server = ContextServer._current
         if server is not None:
             server.shutdown()
+
+
+def _drain_on_sigterm(server: ContextServer, grace: float) -> None:
+    """SIGTERM (a batch system's preemption notice) drains the server; called in the
+    process's main thread, which alone may set a signal handler."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        threading.Thread(target=server.drain, args=(grace,), daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 def worker_slots(worker: Any) -> int:

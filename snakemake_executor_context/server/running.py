@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import JobCancelled
+from ..processes import stop_tree
 
 __all__ = ["RunningJob"]
 
@@ -50,24 +51,7 @@ class RunningJob:
 
     def kill_process(self, grace: float = 3.0) -> None:
         """SIGTERM the plain job's process tree, SIGKILL what is left after ``grace``."""
-        import psutil
-
-        try:
-            root = psutil.Process(self.process.pid)
-            tree = [*root.children(recursive=True), root]
-        except psutil.NoSuchProcess:
-            return
-        for proc in tree:
-            try:
-                proc.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(tree, timeout=grace)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
+        stop_tree(self.process.pid, grace)
 
     @contextmanager
     def interruptible_phase(self) -> Iterator[None]:

@@ -1,8 +1,13 @@
 """The context server: the state of one Dask worker process that runs jobs.
 
-It runs context jobs in-process against its :class:`~.cache.ContextCache` and plain
-jobs as subprocesses, sends the fleet's events about them, and reports its
-inventory. One instance per process (:meth:`ContextServer.current`).
+It holds the contexts (:class:`~.cache.ContextCache`), the slots
+(:class:`~.slots.serverslots.ServerSlots`) and the jobs (:class:`~.jobs.ServerJobs`)
+of its process, sends the fleet's events, and reports its inventory. It owns its
+life: every way a server
+ends early (a drain on SIGTERM, a recycle after a CUDA-fatal error, a leak count or a
+job that will not stop) goes through :meth:`ContextServer.leave`, which :mod:`.drain`,
+:mod:`.blackhole` and :mod:`.limits` only inform with their decisions. One instance
+per process (:meth:`ContextServer.current`).
 """
 
 from __future__ import annotations
@@ -13,57 +18,39 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, replace
 from typing import Any, ClassVar
 
-from ..defaults import DEFAULT_MEMORY_BUDGET
+from ..defaults import NODE_VARIABLE
 from ..fleet import events as ev
+from ..fleet.gpus import stands_in
+from ..fleet.losses import LossKind, classify
+from ..fleet.outcome import ServerIdentity
 from ..fleet.state import CPU_MODEL, model_of
-from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec, ServerIdentity
-from .blackhole import gpu_failure, recycle
+from ..gang import GangOptions, RankLoss
+from ..gang.devices import device_list
+from ..gang.start import RemoteDevice
+from .blackhole import RECYCLE_GRACE
 from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
-from .concurrency import ServerSlots
-from .contextjob import run_context
-from .limits import MemoryWatchdog, ServerLimits, run_limited
+from .config import ServerConfig
+from .drain import DRAINED_EXIT, plan_drain
+from .holder import TemplateHolder
+from .jobs import ServerJobs
+from .limits import ServerLimits
+from .loadturns import LoadTurns
+from .memwatch import MemoryWatchdog
+from .peering import DaskPeers
 from .pgroups import GroupRecord
-from .plain import run_plain_job
-from .running import RunningJob
+from .slots.serverslots import ServerSlots
+from .transfer import PeerFetch
 
-__all__ = ["ContextServer", "ServerConfig"]
+__all__ = ["ContextServer"]
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class ServerConfig:
-    """How a server is set up (passed to its worker process by the cluster)."""
-
-    name: str = ""
-    #: A fraction of the server's memory ("0.8") or a size ("6GB").
-    memory_budget: str = DEFAULT_MEMORY_BUDGET
-    #: The GPU this server is pinned to, as a GpuInfo dict; None on a CPU server.
-    gpu: dict[str, Any] | None = None
-    #: Memory of the server in bytes (its share of RAM); 0 = ask the worker.
-    memory_bytes: int = 0
-    #: Seconds without its scheduler after which the server stops its jobs (0: never).
-    lease: float = 30.0
-    #: Seconds between SIGTERM and the server's exit (:mod:`.drain`).
-    drain_grace: float = 30.0
-    #: Start the plain-job zygote at once (a persistent cluster), not at a first job.
-    warm_zygote: bool = False
-    #: Cap of the server and its children ("8GB"; "": the environment's; see .limits).
-    memory_cap: str = ""
-    #: Restart after this many leaking jobs (0: never; -1: the environment's, or 3).
-    recycle_after_leaks: int = -1
-    #: When the server retires (a pilot, before its walltime); None: not planned.
-    retires_at: float | None = None
-    #: Jobs it runs at once (Dask's threads), and the thread pools' size of each
-    #: in-process job (0: the rule's threads).
-    slots: int = 1
-    threads_per_slot: int = 0
-    #: Defaults of the contexts' batched() functions (0: each function's own).
-    batch_max: int = 0
-    batch_wait: float = 0.0
+#: Seconds a leaving server waits for a job's result to be taken by the executor.
+RESULT_TAKEN_SECONDS = 30.0
 
 
 class ContextServer:
@@ -80,16 +67,20 @@ class ContextServer:
         self._worker = worker
         self.identity = ServerIdentity(
             name=config.name or f"server-{os.getpid()}",
-            host=socket.gethostname(),
+            host=os.environ.get(NODE_VARIABLE) or socket.gethostname(),
             pid=os.getpid(),
             address=address,
         )
         memory = config.memory_bytes or _total_memory()
-        if config.gpu:
-            memory = int(config.gpu.get("memory_bytes") or memory)
+        if config.gpu and config.gpu.get("memory_bytes"):
+            # Its GPUs' memory: a server of k GPUs (one model per server) holds k times one.
+            memory = int(config.gpu["memory_bytes"]) * max(1, config.devices)
         self.memory_bytes = memory
         self.budget = resolve_budget(config.memory_budget, memory)
         self.stats = ServerStats()
+        #: The devices it owns, in order: one rank of a gang on each (:mod:`..gang`).
+        cuda = config.gpu is not None and not stands_in(config.gpu)
+        self.devices = device_list(config.devices if cuda else 0, config.devices)
         self.cache = ContextCache(
             address=address,
             budget=self.budget,
@@ -99,6 +90,15 @@ class ContextServer:
             gpu_model=self.gpu_model,
             memory_in_use=self._memory_in_use,
             on_evict=free_gpu_cache if config.gpu else lambda: None,
+            turns=LoadTurns(config.loads_per_source),
+            fetch=self._peer_fetch(config, address, worker),
+            gang=GangOptions(
+                devices=tuple(self.devices),
+                timeout=config.gang_timeout,
+                on_broken=self.gang_lost,
+                node=self.identity.host,
+                shard_budget=self.budget // max(1, len(self.devices)),
+            ),
         )
         self.slots = ServerSlots(
             config.slots,
@@ -111,19 +111,41 @@ class ContextServer:
             ),
         )
         self._lock = threading.RLock()
-        self._running: dict[str, RunningJob] = {}
-        self.leaky_jobs = 0
-        self.limits = ServerLimits.of(config.memory_cap, config.recycle_after_leaks)
-        self._watchdog = (
-            MemoryWatchdog(self.limits.memory_cap, self._memory_exceeded)
-            if self.limits.memory_cap
-            else None
-        )
-        #: Set on SIGTERM (:mod:`.drain`): no new job starts.
+        #: Set once it leaves (or drains): no new job starts.
         self.draining = False
-        self._durations: dict[str | None, tuple[int, float]] = {}
+        self._leaving = False
+        #: Jobs it handed back as it left: they run again elsewhere, so their
+        #: results never leave this process.
+        self._handed_back: set[str] = set()
         #: The process groups of this server's plain jobs, on local disk.
         self.groups = GroupRecord.of_this_server(self.identity.name)
+        limits = ServerLimits.from_environment()
+        self.jobs = ServerJobs(
+            identity=self.identity,
+            cache=self.cache,
+            slots=self.slots,
+            groups=self.groups,
+            stats=self.stats,
+            limits=limits,
+            gpu_model=self.gpu_model,
+            threads_per_slot=config.threads_per_slot,
+            emit=self.emit,
+            recycle=self.recycle,
+            draining=lambda: self.draining,
+            abandoned=self._handed_back.__contains__,
+        )
+        self._watchdog = (
+            MemoryWatchdog(limits.memory_cap, self.jobs.memory_exceeded)
+            if limits.memory_cap
+            else None
+        )
+
+    def _peer_fetch(self, config: ServerConfig, address: str, worker: Any) -> PeerFetch | None:
+        """Serve templates to peers and fetch missing ones from them (on a worker)."""
+        if worker is None or config.peer_transfers <= 0:
+            return None
+        TemplateHolder(config.peer_transfers, config.peer_rate).install(worker)
+        return PeerFetch(address, DaskPeers(worker), emit=self.emit, model=self.gpu_model)
 
     # -- the process-wide instance -------------------------------------------------
 
@@ -182,6 +204,7 @@ class ContextServer:
             memory_budget=self.budget,
             gpu=self.config.gpu,
             retires_at=self.config.retires_at,
+            allocated_at=self.config.allocated_at,
         )
 
     def announce(self) -> None:
@@ -203,168 +226,149 @@ class ContextServer:
 
     # -- jobs ----------------------------------------------------------------------
 
-    def run_bounded(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
-        """Run one job under its limits (runtime, memory cap), if it has any."""
-        if spec.runtime_minutes is None and self.limits.memory_cap is None:
-            return self.run(spec)
-        return run_limited(self, spec)
-
-    def running_job(self, key: str) -> RunningJob | None:
-        """The running job of that key, if it runs here."""
-        with self._lock:
-            return self._running.get(key)
-
-    def _memory_exceeded(self, rss: int) -> None:
-        with self._lock:
-            jobs = [job for job in self._running.values() if not job.limit]
-        for job in jobs:
-            job.limit = self.limits.memory_message(rss)
-
-    def restart_after(self, key: str, why: str) -> None:
-        """Take no new job, and end this process once the executor has the result of
-        ``key``; its nanny starts a fresh one (:func:`.blackhole.recycle`)."""
-        if self._worker is None:
-            logger.warning("cannot restart %s (%s): no worker", self.identity.describe(), why)
-            return
-        recycle(self._worker, self, key, why)
-
-    def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
-        """Run one job and report its outcome; never raises for a job's own failure."""
-        identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
-        while self.draining:  # never started here: placed again once the server is gone
-            time.sleep(1.0)
-        running = RunningJob(
-            spec.key, threading.get_ident(), identity=identity, started=time.time()
-        )
-        with self._lock:
-            self._running[spec.key] = running
-            self.groups.started(spec.key)
-        self.emit(
-            ev.JobStarted(
-                run_id=spec.run_id, key=spec.key, address=self.identity.address, context=identity
-            )
-        )
-        trace = self.cache.track()
-        try:
-            if isinstance(spec, ContextJobSpec):
-                result = run_context(
-                    spec,
-                    running,
-                    cache=self.cache,
-                    slots=self.slots,
-                    identity=self.identity,
-                    threads_per_slot=self.config.threads_per_slot,
-                )
-            else:
-                result = run_plain_job(spec, self.identity, running, self.groups)
-            result.evicted = list(trace.evicted)
-            result.conversions, result.reload_seconds = trace.conversions, trace.reload_seconds
-        finally:
-            running.leave_phase()
-            self.cache.stop_tracking()
-            with self._lock:
-                self._running.pop(spec.key, None)
-                self.groups.finished(spec.key)
-            running.done.set()
-        self.emit(
-            ev.JobFinished(
-                run_id=spec.run_id,
-                key=spec.key,
-                address=self.identity.address,
-                ok=result.ok,
-                cancelled=result.cancelled,
-                started=result.started,
-                finished=result.finished,
-                items=result.items,
-                load_seconds=result.load_seconds,
-                loaded=list(result.loaded),
-                context=identity,
-                gpu_model=self.gpu_model,
-            )
-        )
-        for warning in result.extra.get("warnings", ()):
-            logger.warning("%s", warning)
-        if result.extra.get("leaks", {}).get("threads"):
-            self.leaky_jobs += 1
-            if self.limits.recycle_after and self.leaky_jobs >= self.limits.recycle_after:
-                result.extra.setdefault("warnings", []).append(
-                    f"{self.identity.describe()} restarts: {self.leaky_jobs} jobs left "
-                    "threads running (--context-recycle-after-leaks)."
-                )
-                self.restart_after(spec.key, f"{self.leaky_jobs} jobs left threads running")
-        self.stats.jobs += 1
-        if result.ok:
-            count, total = self._durations.get(identity, (0, 0.0))
-            self._durations[identity] = (count + 1, total + result.finished - result.started)
-        if result.cancelled:
-            self.stats.jobs_cancelled += 1
-        elif not result.ok:
-            self.stats.jobs_failed += 1
-            self._after_failure(spec.key, result.message or "")
-        return result
-
-    def _after_failure(self, key: str, message: str) -> None:
-        """A CUDA-fatal error recycles the server; a CUDA OOM frees the cache."""
-        failure = gpu_failure(message)
-        if failure == "fatal":
-            text = message.strip().splitlines()[0][:200] if message.strip() else ""
-            recycle(self._worker, self, key, f"recycled after a CUDA-fatal error: {text}")
-        elif failure == "oom":
-            self.stats.cuda_ooms += 1
-            free_gpu_cache()
-
-    def cancel(self, keys: list[str], grace: float = 10.0) -> dict[str, str]:
-        """Stop the named jobs if they run here: 'stopped', 'running' (stuck) or absent."""
-        with self._lock:
-            targets = {key: self._running[key] for key in keys if key in self._running}
-        for job in targets.values():
-            job.request_cancel()
-        deadline = time.monotonic() + grace
-        outcome = {}
-        for key, job in targets.items():
-            finished = job.done.wait(max(0.0, deadline - time.monotonic()))
-            outcome[key] = "stopped" if finished else "running"
-        return outcome
+    def stop_everything(self, why: str) -> None:
+        """Stop every running job at once and kill its process group (its lease on
+        the scheduler ran out: the executor has requeued them)."""
+        keys = list(self.jobs.running())
+        logger.warning("stopping %d job(s): %s", len(keys), why)
+        self.groups.kill_all()
+        if keys:
+            self.jobs.cancel(keys, grace=2.0)
 
     def shutdown(self) -> None:
         """Stop every running job and the memory watchdog (the worker is closing)."""
         if self._watchdog is not None:
             self._watchdog.stop()
-        with self._lock:
-            keys = list(self._running)
+        keys = list(self.jobs.running())
         if keys:
-            self.cancel(keys, grace=5.0)
+            self.jobs.cancel(keys, grace=5.0)
 
-    def running_jobs(self) -> dict[str, RunningJob]:
-        """The jobs running now, by key."""
+    # -- its end -------------------------------------------------------------------
+
+    def drain(self, grace: float) -> None:
+        """SIGTERM: finish the running jobs that fit ``grace`` (:mod:`.drain`), hand
+        the others back at once, and leave."""
         with self._lock:
-            return dict(self._running)
+            if self.draining:
+                return
+        finishing, handed_back = plan_drain(
+            {key: (job.identity, job.started) for key, job in self.jobs.running().items()},
+            self.jobs.mean_job_seconds,
+            time.time(),
+            grace,
+        )
+        logger.warning(
+            "SIGTERM: draining; finishing %s, handing back %s (grace %.0f s)",
+            finishing,
+            handed_back,
+            grace,
+        )
+        # A job handed back runs elsewhere at once: nothing is worth waiting for then.
+        wait = 0.0 if handed_back else max(0.0, grace - 2.0)
+        self.leave(
+            "SIGTERM",
+            grace=grace,
+            finishing=finishing,
+            handed_back=handed_back,
+            wait=wait,
+            keep_running=True,
+        )
 
-    def mean_job_seconds(self, identity: str | None) -> float | None:
-        """The mean time of this server's successful jobs of that context (None:
-        none yet; ``identity`` None: plain jobs)."""
-        count, total = self._durations.get(identity, (0, 0.0))
-        return total / count if count else None
+    def recycle(self, key: str, why: str) -> None:
+        """Take no new job and leave once the executor has job ``key``'s result (and
+        the jobs in other slots have ended, :data:`.blackhole.RECYCLE_GRACE` at most);
+        its nanny starts a fresh process."""
+        if self._worker is None:
+            logger.warning("cannot restart %s (%s): no worker", self.identity.describe(), why)
+            return
+        logger.error("recycling this server: %s", why)
+        others = [k for k in self.jobs.running() if k != key]
+        self.leave(why, finishing=[key, *others], wait=RESULT_TAKEN_SECONDS + RECYCLE_GRACE)
 
-    def wait_done(self, key: str, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for job ``key`` to end; whether it has."""
-        job = self.running_jobs().get(key)
-        return job is None or job.done.wait(max(0.0, timeout))
+    def lead(self, remote: Sequence[RemoteDevice], spawn_remote: Any) -> None:
+        """It leads servers on other nodes (pilots started as a gang): its gangs put
+        ranks on their devices too, after its own."""
+        assert self.cache.gang is not None  # every server's cache starts gangs
+        self.cache.gang = replace(self.cache.gang, remote=tuple(remote), spawn_remote=spawn_remote)
+        logger.warning(
+            "leading %d device(s) on other servers: %s",
+            len(remote),
+            ", ".join(f"{d.device}@{d.node}" for d in remote),
+        )
 
-    def stop_everything(self, why: str) -> None:
-        """Stop every running job at once and kill its process group."""
+    def gang_lost(self, loss: RankLoss) -> None:
+        """A rank of a gang died: the context is lost, and with it every job running
+        here (a job's forward pass may have been mid-collective): they are handed
+        back and run again, charged as the rank's end classifies it (a crash when it
+        died by itself or of a SIGKILL nobody announced)."""
+        cause = classify(exit_code=loss.exit_code)
+        logger.error("gang lost: %s (%s)", loss.describe(), cause.kind)
+        self.leave(
+            f"gang lost: {loss.describe()}",
+            handed_back=list(self.jobs.running()),
+            keep_running=True,  # the record of what ran: the hub charges those jobs
+            crashed=cause.kind == LossKind.CRASH,
+        )
+
+    def leave(
+        self,
+        why: str,
+        *,
+        finishing: Sequence[str] = (),
+        handed_back: Sequence[str] = (),
+        grace: float = 0.0,
+        wait: float = 0.0,
+        keep_running: bool = False,
+        crashed: bool = False,
+    ) -> None:
+        """The one way out: take no new job, say why (:class:`~..fleet.events.
+        ServerDraining`; ``crashed``: it was a crash, not a preemption), wait up to
+        ``wait`` seconds for the ``finishing`` jobs to end and for the executor to take
+        their results, kill the plain jobs' process groups (``keep_running``: not the
+        ones still running) and exit. The ``handed_back`` jobs' results never leave."""
         with self._lock:
-            keys = list(self._running)
-        logger.warning("stopping %d job(s): %s", len(keys), why)
-        self.groups.kill_all()
-        if keys:
-            self.cancel(keys, grace=2.0)
+            if self._leaving:
+                return
+            self._leaving = self.draining = True
+            self._handed_back.update(handed_back)
+        event = ev.ServerDraining(
+            address=self.identity.address,
+            name=self.identity.name,
+            why=why,
+            crashed=crashed,
+            grace=grace,
+            finishing=list(finishing),
+            handed_back=list(handed_back),
+        )
+        self.emit(event)
+        threading.Thread(
+            target=self._exit_after,
+            args=(list(finishing), time.monotonic() + wait, keep_running),
+            name="snakemake-context leaving",
+            daemon=True,
+        ).start()
+
+    def _exit_after(self, finishing: list[str], deadline: float, keep_running: bool) -> None:
+        for key in finishing:
+            job = self.jobs.running().get(key)
+            if job is not None:
+                job.done.wait(max(0.0, deadline - time.monotonic()))
+            while time.monotonic() < deadline and self._result_pending(key):
+                time.sleep(0.05)
+        self.groups.kill_all(keep_running=keep_running)
+        time.sleep(0.3)  # let the batched stream carry the last events
+        os._exit(DRAINED_EXIT)
+
+    def _result_pending(self, key: str) -> bool:
+        """Whether the executor has yet to take job ``key``'s result (the worker
+        forgets the task once it has)."""
+        worker = self._worker
+        return worker is not None and key in worker.state.tasks
 
     def inventory(self) -> dict[str, Any]:
         """Contexts, load seconds, bytes, hits, evictions, conversions and jobs."""
         loaded = self.cache.inventory()
-        with self._lock:
-            running = list(self._running)
+        running = list(self.jobs.running())
         return {
             "server": asdict(self.identity),
             "gpu": self.config.gpu,

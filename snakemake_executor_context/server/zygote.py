@@ -20,6 +20,8 @@ import sys
 import threading
 from typing import Any
 
+from ..snakemake_internals import preload_job_command, run_snakemake_main
+
 __all__ = ["Zygote", "parse_command"]
 
 
@@ -107,7 +109,9 @@ class Zygote:
                 job.ended.set()
             self._jobs.clear()
             self._process = subprocess.Popen(
-                [sys.executable, "-m", __name__],
+                # -P: the server's current directory (wherever its cluster was started,
+                # or the directory a job changed to) is not put on sys.path.
+                [sys.executable, "-P", "-m", __name__],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -143,17 +147,6 @@ class Zygote:
 # The zygote process itself.
 
 
-def _preload() -> None:
-    import snakemake.api
-    import snakemake.dag
-    import snakemake.executors.local
-    import snakemake.scheduling.job_scheduler
-    import snakemake.script  # noqa: F401
-    from snakemake.cli import get_argument_parser
-
-    get_argument_parser()  # discovers and imports every installed plugin, once
-
-
 def _child(request: dict[str, Any], wakeup: tuple[int, int]) -> None:
     code = 1
     try:
@@ -179,10 +172,12 @@ def _child(request: dict[str, Any], wakeup: tuple[int, int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = ["snakemake", *request["argv"]]
-        from snakemake.cli import main
+        from snakemake_executor_context.server.pipegroups import end_failed_pipe_groups
+
+        end_failed_pipe_groups()
 
         try:
-            main(request["argv"])
+            run_snakemake_main(request["argv"])
             code = 0
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
@@ -203,7 +198,7 @@ def _serve() -> None:
     its exit status. Exits, stopping its children, when stdin closes."""
     import select
 
-    _preload()
+    preload_job_command()
     wakeup = os.pipe()
     for fd in wakeup:
         os.set_blocking(fd, False)
@@ -249,19 +244,10 @@ def _serve() -> None:
 def _kill_trees(pids: list[int]) -> None:
     """SIGKILL the jobs and everything they started (each in a process group of its
     own, in the cluster's session: stopping the cluster stops them too)."""
-    import psutil
+    from ..processes import stop_tree
 
     for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            tree = [*root.children(recursive=True), root]
-        except psutil.Error:
-            continue
-        for process in tree:
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
+        stop_tree(pid, grace=0)
 
 
 if __name__ == "__main__":

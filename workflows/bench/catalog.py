@@ -1,4 +1,4 @@
-"""Benchmark of the catalog and of placement (numbers for the README).
+"""Benchmark of the catalog and of placement (numbers for docs/catalog.md).
 
 1. Catalog size: write N jobs (dispatched, started, finished, reported: 4 events each,
    as a run sends them) over S servers and C contexts through the real writer thread
@@ -212,7 +212,7 @@ def main() -> None:
         begin = time.perf_counter()
         counts = demand.counts(())
         decision = choose_server(
-            view, resources, identity, remaining=counts[identity], demand=counts
+            view, resources, identity, remaining=counts[identity], demand=counts, now=now
         )
         timings.append(time.perf_counter() - begin)
         finished = next(ending, None)

@@ -13,9 +13,13 @@ Modes (same claims, templates and micro-batch; 2 workers of 1 thread each):
 RQ1 (pinned: 128 claims x 4 templates, 32 claims per job): the three modes.
 RQ2: makespan against claims_per_job, full- and partial-context.
 Every measurement is repeated (default 3 times, interleaved); medians and ranges are
-printed as tables, written to JSON and drawn as PNGs.
+printed as tables, written to JSON and drawn as PNGs (rq1.png, rq2.png).
 
     python workflows/bench/factcheck.py [--quick] [--out bench-results/factcheck]
+        [--figures docs/images]
+
+The charts go into --out unless --figures names another directory: docs/images/ holds
+the ones the docs site shows (docs/benchmarks.md), from a full run.
 """
 
 from __future__ import annotations
@@ -178,6 +182,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="about 10 minutes")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--out", type=Path, default=REPO / "bench-results/factcheck")
+    parser.add_argument(
+        "--figures",
+        type=Path,
+        default=None,
+        help="where rq1.png and rq2.png go (default: --out; the docs show docs/images)",
+    )
     args = parser.parse_args()
     quick = args.quick
     repeats = args.repeats or (1 if quick else 3)
@@ -264,11 +274,13 @@ def main() -> None:
     }
     (args.out / "factcheck.json").write_text(json.dumps(log, indent=1))
     print_tables(log)
-    draw(log, args.out)
+    figures = args.figures or args.out
+    figures.mkdir(parents=True, exist_ok=True)
+    draw(log, figures)
 
 
 def print_tables(log: dict[str, Any]) -> None:
-    """The tables the README quotes."""
+    """The tables docs/benchmarks.md quotes."""
     rq1 = log["rq1"]
     print(f"\nRQ1: 128 claims x 4 templates, 32 claims per job, {log['repeats']} repeat(s)")
     print(f"{'mode':<20}{'median s':>10}{'range':>18}{'vs agnostic':>13}")

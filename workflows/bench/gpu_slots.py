@@ -66,11 +66,11 @@ def load_batching() -> Any:
 
 
 class _Gate:
-    """The server's own slot gate (``server/slots.py``): every job of one group and
+    """The server's own slot gate (``server/slots/gate.py``): every job of one group and
     one context, at most ``slots`` at once, as a context server admits them."""
 
     def __init__(self, slots: int) -> None:
-        module = load_module("snakemake_executor_context/server/slots.py", "context_slots")
+        module = load_module("snakemake_executor_context/server/slots/gate.py", "context_slots")
         self._module = module
         self._gate = module.SlotGate(slots)
         self._local = threading.local()

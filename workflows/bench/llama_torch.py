@@ -10,11 +10,18 @@ count real tokens only, so a padded prompt scores as it does alone.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# The layer norm, the rotary embedding and the mask are the tensor-parallel model's
+# own (one definition of each): workflows/llm/tp_llama.py, torch only too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "llm"))
+from tp_llama import RMSNorm, rotary_and_mask, rotate
 
 __all__ = ["SMOLLM2_135M", "TinyLlama", "build_model"]
 
@@ -32,29 +39,6 @@ SMOLLM2_135M = {
     "tie_word_embeddings": True,
     "initializer_range": 0.02,
 }
-
-
-class RMSNorm(nn.Module):
-    """Root-mean-square layer norm, computed in fp32."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise the last dimension."""
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding (the half-split form Llama uses)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
 
 
 class Block(nn.Module):
@@ -115,17 +99,8 @@ class TinyLlama(nn.Module):
 
     def forward(self, ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         """ids: (batch, length), left-padded; keep: (batch, length) bool, False = pad."""
-        n = ids.shape[1]
-        # Positions count real tokens only: a padded claim is scored as it is alone.
-        positions = (keep.long().cumsum(-1) - 1).clamp(min=0).float()
-        angles = positions[..., None] * self.inv_freq  # (batch, length, dim/2)
-        angles = torch.cat((angles, angles), dim=-1)[:, None]  # (batch, 1, length, dim)
         x = self.embed(ids)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        causal = torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()
-        mask = causal[None] & keep[:, None, :]
-        # A pad position attends to itself: no all-masked row (NaN); real ones ignore it.
-        mask = (mask | torch.eye(n, dtype=torch.bool, device=ids.device)[None])[:, None]
+        cos, sin, mask = rotary_and_mask(keep, self.inv_freq, x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin, mask)
         last = self.norm(x[:, -1])

@@ -77,9 +77,12 @@ def calibrate() -> dict[str, float]:
     return {"python_loop_ms": best(python_loop), "sqlite_query_ms": best(sqlite_query)}
 
 
-def build(path: Path, servers: int, jobs: int) -> tuple[CatalogBuilder, list[str], list[str], str]:
+def build(
+    path: Path, servers: int, jobs: int, job_seconds: float = 0.0
+) -> tuple[CatalogBuilder, list[str], list[str], str]:
     """A catalog like a long run on a big heterogeneous fleet, by the catalog's own
-    builder (finished jobs in bulk); the builder is returned open, for the writer."""
+    builder (finished jobs in bulk, each ``job_seconds`` long); the builder is returned
+    open, for the writer."""
     b = CatalogBuilder(path, start=time.time() - jobs * 0.02 - 600)
     fleet = [b.server(f"gpu{i}", gpu=MODELS[i % len(MODELS)]) for i in range(servers)]
     contexts = [b.context(f"model{i}", arguments={"i": i}) for i in range(20)]
@@ -89,7 +92,7 @@ def build(path: Path, servers: int, jobs: int) -> tuple[CatalogBuilder, list[str
     for start in range(0, jobs, 2000):
         indexes = range(start, min(jobs, start + 2000))
         places = [(fleet[i % servers], contexts[i % servers % 20]) for i in indexes]
-        b.jobs(run, "score", places, gap=0.02, seconds=0.0, items=32)
+        b.jobs(run, "score", places, gap=0.02, seconds=job_seconds, items=32)
         b.emit(events.RunHeartbeat(at=b.now, run_id=run))
     for lost in fleet[:25]:
         b.start_job(run, "score", server=lost, context=contexts[0])
@@ -151,7 +154,7 @@ async def polling(path: Path, presses: int, pipe: Connection) -> dict[str, Any]:
             await asyncio.sleep(0.05)
         first = len(app.applied)
         feeding = asyncio.create_task(feed())
-        keys = "fcltp"
+        keys = "fcltgp"
         for index in range(presses):
             before = len(app.rendered)
             started = time.perf_counter()

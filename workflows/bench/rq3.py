@@ -152,6 +152,16 @@ def run(mode: str, kills: bool, args: argparse.Namespace, root: Path) -> dict[st
     }
     if done.returncode != 0:
         result["tail"] = done.stdout[-2000:]
+    if args.keep is not None:  # the catalog and the kills, for the simulator's replay
+        kept = args.keep / f"{mode}-{'kill' if kills else 'calm'}"
+        kept.mkdir(parents=True, exist_ok=True)
+        with (
+            sqlite3.connect(workdir / ".snakemake/context/catalog.db") as source,
+            sqlite3.connect(kept / "catalog.db") as target,
+        ):
+            source.backup(target)
+        if log.exists():
+            shutil.copy(log, kept / "inject.jsonl")
     shutil.rmtree(workdir, ignore_errors=True)
     return result
 
@@ -244,6 +254,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--sigstops", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench-results/rq3"))
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="keep each run's catalog and kills under DIR"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="rq3-"))

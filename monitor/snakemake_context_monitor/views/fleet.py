@@ -11,7 +11,7 @@ from ..data import Snapshot
 from ..format import bytes_, clock, rate, window_phrase
 from ..model import Cells, Memo, Rows, ViewModel
 from ..rows import ServerRow
-from ..tables import Table, clip, setup_columns
+from ..tables import Table, clip, clip_name, setup_columns
 from .base import PolledView
 
 MODEL_COLUMNS = [
@@ -91,7 +91,7 @@ def _model_rows(snapshot: Snapshot) -> Rows:
 
 def _server_cells(s: ServerRow) -> Cells:
     return (
-        clip(s.name, 10),
+        clip_name(s.name, 10),
         clip(s.gpu_model, 12),
         f"{s.busy}/{s.slots}",
         clip(", ".join(s.contexts) or "-", 10),

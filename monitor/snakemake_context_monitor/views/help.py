@@ -21,7 +21,9 @@ on them, what was lost, throughput and the current run's progress. It only reads
 - `l` **Losses**: servers lost and joined, the jobs each loss sent back and the work
   it cost, with running totals.
 - `t` **Throughput**: jobs/min over time, overall and per GPU model; `w` changes the
-  window (5 min, 15 min, 1 h, all).
+  window (5 min, 15 min, 1 h, all); when no run is live it covers the last run.
+- `g` **Ledger**: where the latest run's GPU-seconds went (useful work, loading, idle
+  warm and cold, lost, failed, the rest), by GPU model and by context, live.
 - `p` **Progress**: the current run's jobs done of planned, failures, ETA; recent runs.
 - `r` read the catalog now; `ctrl+p` the command palette; `?` this help (`Esc` closes
   it); `q` quit.

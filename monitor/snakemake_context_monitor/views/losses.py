@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Static
 from ..data import Snapshot
 from ..format import clock, duration
 from ..model import Memo, Rows, ViewModel
-from ..tables import Table, clip, setup_columns
+from ..tables import Table, clip, clip_name, setup_columns
 from .base import PolledView
 
 COLUMNS = [
@@ -44,7 +44,7 @@ def _rows(snapshot: Snapshot) -> Rows:
         rows[f"{event.kind}:{event.address}:{event.at:.3f}"] = (
             clock(event.at),
             event.kind,
-            clip(event.server, 12),
+            clip_name(event.server, 12),
             clip(event.gpu_model, 12),
             str(event.jobs_lost) if event.kind == "lost" else "",
             duration(event.seconds_lost) if event.kind == "lost" else "",

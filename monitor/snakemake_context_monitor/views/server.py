@@ -1,14 +1,16 @@
-"""A server's page: its GPU, the contexts it holds, the jobs it ran lately."""
+"""A server's page: its GPU, the contexts it holds, the jobs it ran lately, and the
+story of the job Enter selects (read in a worker thread: keys never wait)."""
 
 from __future__ import annotations
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from ..data import Snapshot
-from ..format import bytes_, cache_cell, clock, duration, rate
+from ..format import bytes_, cache_cell, clock, duration, kind_cell, rate
 from ..model import Cells, Memo, ViewModel, ViewUpdate, compare
 from ..tables import Table, apply_delta, clip, setup_columns
 
@@ -17,6 +19,7 @@ CONTEXT_COLUMNS = [
     ("state", "state", 7),
     ("load", "load s", 6),
     ("cache", "cache", 5),
+    ("from", "from", 7),
     ("loads", "loads", 5),
     ("evicted", "evicted", 7),
     ("warm", "warm jobs", 9),
@@ -56,6 +59,7 @@ def page(snapshot: Snapshot, memo: Memo, address: str) -> ViewModel:
                 p.state,
                 rate(p.load_seconds),
                 cache_cell(p.from_cache),
+                kind_cell(p.kind),
                 str(p.loads),
                 str(p.evictions),
                 str(p.jobs_warm),
@@ -97,6 +101,7 @@ class ServerScreen(Screen[None]):
         yield Static(id="server-title", classes="summary")
         yield Table(id="server-contexts", cursor_type="none", zebra_stripes=True)
         yield Table(id="server-jobs", cursor_type="row", zebra_stripes=True)
+        yield Static(id="server-story", classes="summary")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -105,6 +110,18 @@ class ServerScreen(Screen[None]):
         snapshot = getattr(self.app, "snapshot", None)
         if snapshot is not None:
             self.receive(compare(None, page(snapshot, Memo(), self.address)))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a job: show its story."""
+        if event.data_table.id == "server-jobs" and event.row_key.value is not None:
+            self.tell_story(str(event.row_key.value))
+
+    @work(thread=True, exclusive=True, group="story", exit_on_error=False)
+    def tell_story(self, key: str) -> None:
+        """Read the job's story from the catalog, off the UI thread."""
+        source = getattr(self.app, "source", None)
+        text = source.story(key) if source is not None else ""
+        self.app.call_from_thread(self.query_one("#server-story", Static).update, text)
 
     def receive(self, update: ViewUpdate) -> None:
         """Apply a poll's update."""

@@ -1,6 +1,8 @@
 """Contexts whose loads take a known time; one of them converts its weights once into
-a cache (like the GGUF dequantised into safetensors), then loads from it."""
+a cache (like the GGUF dequantised into safetensors), then loads from it: under a lock,
+as the model cache converts, so that two servers loading at once convert once."""
 
+import fcntl
 import os
 import time
 from pathlib import Path
@@ -24,12 +26,21 @@ def is_cached(name, **_):
 
 @loader(cache_probe=is_cached)
 def convert_once(name, nbytes, seconds):
-    """Converts for ``seconds`` the first time (any server), then loads in 1 s."""
-    if not is_cached(name):
-        time.sleep(seconds)
-        _marker(name).parent.mkdir(parents=True, exist_ok=True)
-        _marker(name).write_text("converted")
-        note_conversion()
+    """Converts for ``seconds`` the first time (any server; another server waits for
+    the conversion under the lock, then finds it done), then loads in 1 s. Each load
+    and conversion is logged in the cache directory (its start, its pid)."""
+    cache = Path(os.environ["DEMAND_CACHE"])
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "loads.log", "a") as log:
+        log.write(f"load {time.time()} {os.getpid()}\n")
+    with open(cache / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not is_cached(name):
+            time.sleep(seconds)
+            _marker(name).write_text("converted")
+            with open(cache / "loads.log", "a") as log:
+                log.write(f"conversion {time.time()} {os.getpid()}\n")
+            note_conversion()
     time.sleep(1.0)
     declare_size(nbytes)
     return {"name": name, "pid": os.getpid()}

@@ -23,9 +23,9 @@ from collections.abc import Callable, Collection, Hashable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from ..jobspec import ContextJobSpec
-from .isolation import fresh_modules, process_state, thread_limits
-from .output import current_job_output
+from ...jobspec import ContextJobSpec
+from ..isolation import fresh_modules, process_state, thread_limits
+from ..output import current_job_output
 
 __all__ = ["SharedGroup", "ThreadMain", "group_of", "job_main"]
 

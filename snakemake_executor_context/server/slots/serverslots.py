@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..jobspec import ContextJobSpec
-from .running import RunningJob
+from ...jobspec import ContextJobSpec
+from ..running import RunningJob
+from .gate import Entry, SlotGate, fitting_slots
 from .sharing import SharedGroup, group_of
-from .slots import Entry, SlotGate, fitting_slots
 
 __all__ = ["PeakMeter", "ServerSlots"]
 

@@ -1,0 +1,133 @@
+"""What revision a catalog is at, and bringing it to this release's (see the package).
+
+Reading the revision is plain SQL (two small tables), so a catalog already at the
+newest revision costs no Alembic import; the upgrade runs Alembic's own commands on
+the writer's connection, in one transaction (on PostgreSQL under an advisory lock,
+taken before the revision is read, so that concurrent writers upgrade once), with
+:mod:`.env` as its environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, insert, inspect, text
+
+from ..models import SCHEMA_VERSION
+
+__all__ = ["HEAD", "Revision", "migrate", "read_revision", "upgrade"]
+
+#: PostgreSQL's advisory lock of an upgrade ("smkctx" in hex).
+ADVISORY_LOCK = 0x736D6B637478
+#: The newest revision, which this release writes: revision "0002" is schema version 2.
+HEAD = f"{SCHEMA_VERSION:04d}"
+
+
+@dataclass(frozen=True)
+class Revision:
+    """Where a catalog stands, as a schema version: None is an empty database;
+    ``foreign``: tables that are not a catalog of this plugin; ``stamped``: Alembic's
+    own table names it (catalogs of schema version 1 predate it)."""
+
+    version: int | None
+    foreign: bool = False
+    stamped: bool = True
+
+    @property
+    def current(self) -> bool:
+        """At this release's schema."""
+        return self.version == SCHEMA_VERSION and self.stamped
+
+    @property
+    def older(self) -> bool:
+        """An older schema this release upgrades: version 1, or a stamped older one."""
+        if self.version is None or self.foreign or self.version >= SCHEMA_VERSION:
+            return False
+        return self.stamped or self.version == 1
+
+    @property
+    def newer(self) -> bool:
+        """A schema newer than this release's (a newer release wrote it)."""
+        return self.version is not None and self.version > SCHEMA_VERSION
+
+
+def read_revision(connection: Connection) -> Revision:
+    """The schema of the catalog on ``connection`` (plain SQL, no Alembic). The
+    number in ``catalog_meta`` wins over Alembic's: every migration writes both, so
+    they differ only when something else changed one."""
+    tables = set(inspect(connection).get_table_names())
+    if not tables:
+        return Revision(None)
+    if "catalog_meta" not in tables:
+        return Revision(None, foreign=True)
+    meta = connection.execute(
+        text("SELECT value FROM catalog_meta WHERE key = 'schema_version'")
+    ).scalar()
+    if meta is None or not str(meta).lstrip("-").isdigit():
+        return Revision(None, foreign=True)
+    stamped = "alembic_version" in tables
+    if stamped:
+        found = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        stamped = found is not None and str(found).isdigit() and int(found) == int(meta)
+    return Revision(int(meta), stamped=stamped)
+
+
+def upgrade(engine: Engine) -> Revision:
+    """Bring the catalog to :data:`HEAD`; where it was. An empty database gets the
+    models' tables at once and Alembic's stamp (what the migrations build, a test
+    checks; this skips importing Alembic on a run's first start). The caller checks
+    first that it is empty or :attr:`Revision.older`."""
+    with engine.connect() as connection:
+        if connection.dialect.name == "postgresql":
+            # Writers of a database server may open a catalog at once: one creates
+            # or upgrades it, the others wait here and then find it current.
+            lock = text("SELECT pg_advisory_xact_lock(:key)")
+            connection.execute(lock, {"key": ADVISORY_LOCK})
+        before = read_revision(connection)
+        if before.version is None and not before.foreign:
+            _create(connection)
+        elif not before.current:
+            _migrate(connection, before)
+        connection.commit()
+    return before
+
+
+def _create(connection: Connection) -> None:
+    """The newest schema in an empty database, stamped with :data:`HEAD`."""
+    from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table
+
+    from ..models import Base, Meta
+
+    Base.metadata.create_all(connection)
+    version = Table(
+        "alembic_version",
+        MetaData(),
+        Column("version_num", String(32), nullable=False),
+        PrimaryKeyConstraint("version_num", name="alembic_version_pkc"),
+    )
+    version.create(connection)
+    connection.execute(version.insert().values(version_num=HEAD))
+    connection.execute(insert(Meta).values(key="schema_version", value=str(SCHEMA_VERSION)))
+
+
+def migrate(engine: Engine) -> None:
+    """Build an empty database by the migrations alone, from the first (tests compare
+    what they build with the models)."""
+    with engine.connect() as connection:
+        _migrate(connection, read_revision(connection))
+        connection.commit()
+
+
+def _migrate(connection: Connection, before: Revision) -> None:
+    """Alembic's upgrade to :data:`HEAD` on ``connection`` (a catalog of schema
+    version 1 is stamped first: it predates Alembic's table)."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent))
+    config.attributes["connection"] = connection
+    if before.version is not None and not before.stamped:
+        command.stamp(config, f"{before.version:04d}")
+    command.upgrade(config, "head")

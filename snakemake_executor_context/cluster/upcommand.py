@@ -1,0 +1,126 @@
+"""``snakemake-context up``: its flags, each declaring what it allows
+(:mod:`..allowed`), and the command that starts a persistent local cluster."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..allowed import NUMBER, TEXT, Allowed, add_argument
+from ..defaults import DEFAULT_MEMORY_BUDGET, DEFAULT_SCHEDULER_FILE, catalog_disabled
+from .pilot_args import add_pilot_arguments, walltime_line
+from .plan import MEMORY_BUDGET, SERVERS
+from .triples import Shape
+
+__all__ = ["add_up_command"]
+
+
+def add_up_command(commands: Any, scheduler_file: Callable[[Any], None]) -> None:
+    """The ``up`` subcommand of ``commands`` (argparse subparsers); ``scheduler_file``
+    adds the --scheduler-file flag every subcommand shares."""
+    up = commands.add_parser("up", help="start a persistent local cluster of context servers")
+    scheduler_file(up)
+    add_argument(
+        up,
+        "--servers",
+        SERVERS,
+        default=None,
+        help="CPU servers when there is no GPU (default: CPU cores, at most 4); "
+        "with GPUs, one server per GPU",
+    )
+    add_argument(
+        up,
+        "--memory-budget",
+        MEMORY_BUDGET,
+        default=DEFAULT_MEMORY_BUDGET,
+        help="memory a server may fill with contexts: a fraction or a size",
+    )
+    add_argument(
+        up,
+        "--idle-timeout",
+        Allowed(NUMBER, least=0, unit="seconds", zero="never"),
+        default=3600.0,
+        help="seconds without tasks after which the cluster stops itself (0: never)",
+    )
+    add_argument(
+        up,
+        "--timeout",
+        Allowed(NUMBER, above=0, most=3600, unit="seconds"),
+        default=120.0,
+        help="seconds to wait for the servers to start",
+    )
+    add_argument(
+        up,
+        "--catalog",
+        Allowed(TEXT, optional=True),
+        default=None,
+        help="where the cluster records servers, contexts and jobs: a path, an SQLAlchemy "
+        "URL, or 'none' (default: the scheduler file with the suffix .db)",
+    )
+    Shape.add_arguments(up)
+    add_pilot_arguments(up)
+
+    up.set_defaults(func=_up)
+
+
+def _up(args: argparse.Namespace) -> int:
+    """Start the cluster (nothing if one runs for that scheduler file already)."""
+    from .pilot_args import pilot_command_args
+    from .process import LocalClusterProcess
+
+    shape = Shape.from_args(args)
+
+    running = LocalClusterProcess.find(args.scheduler_file)
+    if running is not None:
+        info = running.files.read_info() or {}
+        print(
+            f"A context cluster already runs at {info.get('address')} "
+            f"(scheduler file {running.files.scheduler_file})."
+        )
+        return 0
+    from .credentials import private_file
+    from .files import ClusterFiles
+
+    catalog = args.catalog or str(ClusterFiles(args.scheduler_file.resolve()).catalog_file)
+    if catalog_disabled(catalog):
+        catalog = None
+    else:
+        from ..catalog.store import open_store
+
+        if "://" not in catalog:  # a path: the cluster's catalog is private (0600)
+            fix = "remove it, or choose another --catalog."
+            private_file(Path(catalog).expanduser().absolute(), fix=fix)
+
+        open_store(catalog).close()  # a schema mismatch or unwritable path stops here
+    started = time.monotonic()
+    local = LocalClusterProcess.start(
+        args.scheduler_file,
+        servers=args.servers,
+        memory_budget=args.memory_budget,
+        timeout=args.timeout,
+        idle_timeout=args.idle_timeout,
+        catalog=catalog,
+        extra_args=[*shape.serve_args(), *pilot_command_args(args)],
+        own_directory=args.scheduler_file.resolve() == DEFAULT_SCHEDULER_FILE.resolve(),
+        timeout_setting="--timeout",
+    )
+    if args.backend:
+        print(walltime_line(args.backend, args.walltime, args.retire_margin, "--walltime"))
+    info = local.files.read_info() or {}
+    servers = info.get("servers", [])
+    kinds = ", ".join(
+        (s["gpu"]["name"] if s.get("gpu") else "CPU") + f" ({s['name']})" for s in servers
+    )
+    print(
+        f"Context cluster up at {info.get('address')} with {len(servers)} server(s): {kinds} "
+        f"[{time.monotonic() - started:.1f} s]\n"
+        f"  scheduler file: {local.files.scheduler_file}\n"
+        f"  log:            {local.files.log_file}\n"
+        f"  catalog:        {catalog or 'none'}\n"
+        f"Attach with: snakemake --executor context --context-scheduler-file "
+        f"{local.files.scheduler_file}"
+    )
+    return 0

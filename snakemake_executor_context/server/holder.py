@@ -1,0 +1,242 @@
+"""A server's side of peer-to-peer transfer as the holder: it serves the files of the
+context templates in its local cache to other servers of the cluster.
+
+The requests arrive on the server's own Dask port, which accepts only the cluster's
+certificate (mutual TLS): no listener of its own. A request names a context identity
+and the declaration the requester was given (loader and arguments); the holder
+recomputes the identity from the declaration, asks its own copy of the loader where
+the template lies (:func:`..loaders.template_dir`), and serves only
+
+- a template that is a usable cache entry of this user's (:func:`..modelcache.entry_problem`:
+  no symlink anywhere in it, nothing others could write, or matching the digests
+  recorded when it was written);
+- the files its recorded manifest lists, by the manifest's own relative paths (a
+  request for any other path, ``../`` included, is refused), each opened component
+  by component from the entry's directory without following a symlink, and read only
+  while it still has the manifest's size.
+
+At most ``limit`` transfers run at once (:class:`TransferSessions`); a receiver that
+went silent for :data:`IDLE_SECONDS` loses its session. Each session holds its entry
+in the node's cache (no server removes it to make room meanwhile). The answer to a
+receiver that asks says the template's size and, while every session is taken, when
+the first is expected to end (for the receiver's choice between a peer and the
+source, :func:`..fleet.peerchoice.choose_origin`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import loaders, modelcache
+from ..contexts import ContextDeclaration, make_declaration
+from ..errors import ContextExecutorError, UnsafePathError
+from ..manifest import Manifest
+from .output import server_directory
+
+__all__ = ["CHUNK_BYTES", "HANDLERS", "IDLE_SECONDS", "TemplateHolder", "TransferSessions"]
+
+logger = logging.getLogger(__name__)
+
+#: Bytes of one chunk: one message on the cluster's connections.
+CHUNK_BYTES = 8 << 20
+#: A session no chunk was asked for in this long is closed (its receiver died).
+IDLE_SECONDS = 60.0
+#: The Dask handler names a holder adds to its worker: op -> method.
+HANDLERS = {
+    "snakemake_context_template": "template",
+    "snakemake_context_chunk": "chunk",
+    "snakemake_context_template_done": "done",
+}
+
+
+@dataclass
+class _Session:
+    identity: str
+    entry: Path
+    sizes: dict[str, int]
+    last: float
+    sent: int = 0
+    #: When the session's share of ``rate`` is free again (chunks asked at once queue).
+    paced_until: float = 0.0
+    started: float = 0.0
+    #: Ends its hold of the entry in the node's cache.
+    release: Callable[[], None] = lambda: None
+
+    def end(self) -> None:
+        """The session is over: the entry is no longer the server's to keep."""
+        server_directory(self.entry, using=False)
+        self.release()
+
+
+@dataclass
+class TransferSessions:
+    """Who is being served, at most ``limit`` at once: a pure book (the caller passes
+    the time)."""
+
+    limit: int
+    idle: float = IDLE_SECONDS
+    open: dict[str, _Session] = field(default_factory=dict)
+
+    def expire(self, now: float) -> list[_Session]:
+        """Close the sessions idle for longer than ``idle``; the ones closed."""
+        gone = [t for t, session in self.open.items() if now - session.last > self.idle]
+        return [self.open.pop(token) for token in gone]
+
+    def begin(self, identity: str, entry: Path, sizes: dict[str, int], now: float) -> str | None:
+        """A new session's token, or None while ``limit`` are open (expire first)."""
+        if len(self.open) >= self.limit:
+            return None
+        token = secrets.token_hex(16)
+        self.open[token] = _Session(identity, entry, sizes, now, started=now)
+        return token
+
+    def wait(self, now: float, rate: float = 0.0) -> float | None:
+        """Seconds until the first open session is expected to end: what is left of
+        it at ``rate`` (bytes a second each session is paced at), else at the rate it
+        has run at so far; None when none is open or none has sent anything yet."""
+        ends = []
+        for session in self.open.values():
+            left = max(0, sum(session.sizes.values()) - session.sent)
+            if rate > 0:
+                ends.append(max(0.0, session.paced_until - now) + left / rate)
+            elif session.sent > 0 and now > session.started:
+                ends.append(left * (now - session.started) / session.sent)
+        return min(ends) if ends else None
+
+    def get(self, token: str, now: float) -> _Session | None:
+        """The open session of ``token`` (its clock restarted), or None."""
+        session = self.open.get(token)
+        if session is not None:
+            session.last = now
+        return session
+
+    def end(self, token: str) -> _Session | None:
+        """Close a session: the one closed (None if it was gone)."""
+        return self.open.pop(token, None)
+
+
+class TemplateHolder:
+    """Serves this server's templates; ``rate``: bytes a second each transfer gets
+    (0: as fast as the disk and the connection go)."""
+
+    def __init__(self, limit: int, rate: float = 0.0) -> None:
+        self.sessions = TransferSessions(max(0, int(limit)))
+        self.rate = max(0.0, float(rate))
+
+    def install(self, worker: Any) -> None:
+        """Add the handlers to the worker's server (its TLS port)."""
+        for op, method in HANDLERS.items():
+            worker.handlers[op] = getattr(self, method)
+
+    async def template(
+        self, identity: str, declaration: dict[str, Any], begin: bool = False
+    ) -> dict[str, Any]:
+        """Whether this server holds ``identity``'s template, how many more transfers
+        it would serve, and with ``begin`` a session's token and the manifest (or why
+        it ``refused``)."""
+        try:
+            entry, manifest = await asyncio.to_thread(self._held, identity, declaration)
+        except (ContextExecutorError, OSError, ValueError, TypeError, KeyError) as error:
+            return {"held": False, "why": str(error)[:300]}
+        if entry is None or manifest is None:
+            return {"held": False, "why": "not in this server's cache"}
+        now = time.monotonic()
+        for gone in self.sessions.expire(now):
+            gone.end()
+        spare = self.sessions.limit - len(self.sessions.open)
+        answer: dict[str, Any] = {"held": True, "spare": spare, "bytes": manifest.total_bytes}
+        if spare <= 0:
+            answer["wait"] = self.sessions.wait(now, self.rate)
+        if begin:
+            sizes = {e.path: e.size for e in manifest.files}
+            token = self.sessions.begin(identity, entry, sizes, now)
+            if token is None:
+                answer["refused"] = f"serving {self.sessions.limit} transfers already"
+            else:
+                server_directory(entry, using=True)
+                self.sessions.open[token].release = await asyncio.to_thread(
+                    modelcache.hold_entry, entry
+                )
+                answer.update(token=token, manifest=manifest.to_json())
+        return answer
+
+    async def chunk(self, token: str, path: str, offset: int, length: int) -> dict[str, Any]:
+        """Up to ``length`` bytes of the manifest's file ``path`` from ``offset``."""
+        session = self.sessions.get(token, time.monotonic())
+        if session is None:
+            return {"error": "no such transfer (it ended, or was idle too long)"}
+        size = session.sizes.get(path)
+        if size is None:
+            return {"error": f"{path!r} is not a file of the template's manifest"}
+        length = max(0, min(int(length), CHUNK_BYTES, size - int(offset)))
+        try:
+            data = await asyncio.to_thread(_read, session.entry, path, size, int(offset), length)
+        except (OSError, UnsafePathError) as error:
+            return {"error": f"{path}: {error}"}
+        session.sent += len(data)
+        if self.rate:
+            now = time.monotonic()
+            session.paced_until = max(now, session.paced_until) + len(data) / self.rate
+            await asyncio.sleep(session.paced_until - now)
+        from distributed.protocol import to_serialize
+
+        return {"data": to_serialize(data)}
+
+    async def done(self, token: str) -> dict[str, Any]:
+        """The receiver is finished with its session."""
+        session = self.sessions.end(token)
+        if session is not None:
+            session.end()
+        return {}
+
+    def _held(self, identity: str, declared: dict[str, Any]) -> tuple[Path | None, Manifest | None]:
+        declaration = _declaration(identity, declared)
+        entry = loaders.template_dir(declaration)
+        if entry is None or not modelcache.is_cached(entry):
+            return None, None
+        return entry, modelcache.recorded_manifest(entry)
+
+
+def _declaration(identity: str, declared: dict[str, Any]) -> ContextDeclaration:
+    """The requester's declaration, only if it is the context ``identity`` names."""
+    name, loader = str(declared["name"]), str(declared["loader"])
+    basedir = Path(declared["loader_path"]).parent if declared.get("loader_path") else Path.cwd()
+    declaration = make_declaration(
+        name, loader, dict(declared["kwargs"]), basedir, ranks=int(declared.get("ranks", 1))
+    )
+    if declaration.identity != identity:
+        raise ValueError(f"the declaration of {name!r} is not the context {identity[:12]}")
+    return declaration
+
+
+def _read(entry: Path, relative: str, size: int, offset: int, length: int) -> bytes:
+    """Read from the file ``relative`` of ``entry``, opening each directory and the
+    file without following a symlink; only a regular file of the manifest's size."""
+    parts = relative.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise UnsafePathError(f"{relative!r} is not a path inside the template")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(entry, flags | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        inner = os.open(parts[-1], flags, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != size:
+            raise UnsafePathError(f"{relative} is not the manifest's file of {size} bytes")
+        return os.pread(fd, length, offset)
+    finally:
+        os.close(fd)

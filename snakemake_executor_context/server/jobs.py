@@ -1,0 +1,246 @@
+"""The jobs a server runs: each one in-process or as a plain job, under its limits
+(the watch loop: :mod:`.limits` says which limit a job broke), and what its end means
+for the server (a leaking or CUDA-fatal job makes it recycle: the server's one way
+out, passed in as ``recycle``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from ..fleet import events as ev
+from ..fleet.outcome import Outcome, ServerIdentity
+from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
+from .blackhole import gpu_failure
+from .cache import ContextCache, ServerStats, free_gpu_cache
+from .contextjob import run_context
+from .limits import STOP_GRACE_SECONDS, ServerLimits, broken_limit, memory_message
+from .memwatch import process_tree_rss
+from .pgroups import GroupRecord
+from .plain import run_plain_job
+from .running import RunningJob
+from .slots.serverslots import ServerSlots
+
+__all__ = ["ServerJobs"]
+
+logger = logging.getLogger(__name__)
+
+
+class ServerJobs:
+    """The jobs running on one server, and how they ran."""
+
+    def __init__(
+        self,
+        *,
+        identity: ServerIdentity,
+        cache: ContextCache,
+        slots: ServerSlots,
+        groups: GroupRecord,
+        stats: ServerStats,
+        limits: ServerLimits,
+        gpu_model: str,
+        threads_per_slot: int,
+        emit: Callable[..., None],
+        recycle: Callable[[str, str], None],
+        draining: Callable[[], bool],
+        abandoned: Callable[[str], bool] = lambda key: False,
+    ) -> None:
+        self.identity = identity
+        self.cache, self.slots, self.groups, self.stats = cache, slots, groups, stats
+        self.limits, self.gpu_model, self.threads_per_slot = limits, gpu_model, threads_per_slot
+        self.emit, self.recycle, self.draining = emit, recycle, draining
+        self.abandoned = abandoned
+        self._lock = threading.RLock()
+        self._running: dict[str, RunningJob] = {}
+        self._durations: dict[str | None, tuple[int, float]] = {}
+        self.leaky_jobs = 0
+
+    def run_bounded(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
+        """Run one job under its limits (runtime, memory cap), if it has any: in a
+        thread of its own, watched from this one (see :mod:`.limits`)."""
+        if spec.runtime_minutes is None and self.limits.memory_cap is None:
+            return self.run(spec)
+        box: list[JobResult] = []
+        done = threading.Event()
+
+        def body() -> None:
+            try:
+                box.append(self.run(spec))
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=body, name=f"snakemake-context job {spec.key}")
+        thread.daemon = True
+        started = time.monotonic()
+        thread.start()
+        reason = None
+        while reason is None and not done.wait(0.1):
+            running = self.running_job(spec.key)
+            reason = broken_limit(
+                rule=getattr(spec, "rule", "") or spec.title,
+                runtime_minutes=spec.runtime_minutes,
+                elapsed=time.monotonic() - started,
+                flagged=running.limit if running is not None else None,
+            )
+        if reason is None:
+            return box[0]
+        return self._stop_for_limit(spec, reason, done, box, started)
+
+    def _stop_for_limit(
+        self,
+        spec: ContextJobSpec | PlainJobSpec,
+        reason: str,
+        done: threading.Event,
+        box: list[JobResult],
+        started: float,
+    ) -> JobResult:
+        message = f"{spec.title}: stopped by {reason}"
+        running = self.running_job(spec.key)
+        if running is not None:
+            running.limit = running.limit or reason
+            running.request_cancel()
+        if done.wait(STOP_GRACE_SECONDS):
+            result = box[0]
+            result.end(f"{message}.", ok=False, cancelled=False)
+            cap = self.limits.memory_cap
+            if cap is not None and "memory cap" in reason and process_tree_rss() > cap:
+                self.recycle(spec.key, f"memory still above the cap after stopping {spec.key}")
+            return result
+        logger.warning("%s did not stop within %g s: restarting", spec.title, STOP_GRACE_SECONDS)
+        self.recycle(spec.key, f"{spec.title} did not stop after {reason}")
+        now = time.time()
+        outcome = Outcome(
+            spec.key, self.identity, started=now - (time.monotonic() - started), finished=now
+        )
+        return JobResult(
+            outcome,
+            message=(
+                f"{message}. It did not stop within {STOP_GRACE_SECONDS:g} s of being "
+                f"cancelled, so {self.identity.describe()} restarts (its loaded contexts "
+                "go with it)."
+            ),
+            log_path=os.path.join(spec.workdir, spec.log_path),
+        )
+
+    def running_job(self, key: str) -> RunningJob | None:
+        """The running job of that key, if it runs here."""
+        with self._lock:
+            return self._running.get(key)
+
+    def memory_exceeded(self, rss: int) -> None:
+        """The memory watchdog saw the server above its cap: every job stops."""
+        cap = self.limits.memory_cap
+        with self._lock:
+            jobs = [job for job in self._running.values() if not job.limit]
+        for job in jobs:
+            job.limit = memory_message(cap or 0, rss)
+
+    def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
+        """Run one job and report its outcome; never raises for a job's own failure."""
+        identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
+        while self.draining():  # never started here: placed again once the server is gone
+            time.sleep(1.0)
+        running = RunningJob(
+            spec.key, threading.get_ident(), identity=identity, started=time.time()
+        )
+        with self._lock:
+            self._running[spec.key] = running
+            self.groups.started(spec.key)
+        self.emit(
+            ev.JobStarted(
+                run_id=spec.run_id, key=spec.key, address=self.identity.address, context=identity
+            )
+        )
+        trace = self.cache.track()
+        try:
+            if isinstance(spec, ContextJobSpec):
+                result = run_context(
+                    spec,
+                    running,
+                    cache=self.cache,
+                    slots=self.slots,
+                    identity=self.identity,
+                    threads_per_slot=self.threads_per_slot,
+                )
+            else:
+                result = run_plain_job(spec, self.identity, running, self.groups)
+            result.end(
+                evicted=tuple(trace.evicted),
+                conversions=trace.conversions,
+                reload_seconds=trace.reload_seconds,
+                context=identity,
+                gpu_model=self.gpu_model,
+            )
+            if self.abandoned(spec.key):
+                # Handed back as the server leaves (a lost gang): the attempt is lost
+                # with the server and runs again, so its result must never reach the
+                # executor, and it stays in the record of what ran at the exit.
+                logger.warning("%s handed back: its result is dropped", spec.key)
+                threading.Event().wait()
+        finally:
+            running.leave_phase()
+            self.cache.stop_tracking()
+            with self._lock:
+                self._running.pop(spec.key, None)
+                self.groups.finished(spec.key)
+            running.done.set()
+        self.emit(result.outcome.finished_event(spec.run_id))
+        self._after(spec.key, result)
+        return result
+
+    def _after(self, key: str, result: JobResult) -> None:
+        """Count the job; what it leaked, and how it failed, may end the server."""
+        outcome = result.outcome
+        for warning in result.extra.get("warnings", ()):
+            logger.warning("%s", warning)
+        if result.extra.get("leaks", {}).get("threads"):
+            self.leaky_jobs += 1
+            if self.limits.recycle_after and self.leaky_jobs >= self.limits.recycle_after:
+                result.extra.setdefault("warnings", []).append(
+                    f"{self.identity.describe()} restarts: {self.leaky_jobs} jobs left "
+                    "threads running (--context-recycle-after-leaks)."
+                )
+                self.recycle(key, f"{self.leaky_jobs} jobs left threads running")
+        self.stats.jobs += 1
+        if outcome.ok:
+            count, total = self._durations.get(outcome.context, (0, 0.0))
+            seconds = outcome.finished - outcome.started
+            self._durations[outcome.context] = (count + 1, total + seconds)
+        if outcome.cancelled:
+            self.stats.jobs_cancelled += 1
+        elif not outcome.ok:
+            self.stats.jobs_failed += 1
+            failure = gpu_failure(result.message or "")
+            if failure == "fatal":
+                text = (result.message or "").strip().splitlines()[0][:200]
+                self.recycle(key, f"recycled after a CUDA-fatal error: {text}")
+            elif failure == "oom":
+                self.stats.cuda_ooms += 1
+                free_gpu_cache()
+
+    def cancel(self, keys: list[str], grace: float = 10.0) -> dict[str, str]:
+        """Stop the named jobs if they run here: 'stopped', 'running' (stuck) or absent."""
+        with self._lock:
+            targets = {key: self._running[key] for key in keys if key in self._running}
+        for job in targets.values():
+            job.request_cancel()
+        deadline = time.monotonic() + grace
+        outcome = {}
+        for key, job in targets.items():
+            finished = job.done.wait(max(0.0, deadline - time.monotonic()))
+            outcome[key] = "stopped" if finished else "running"
+        return outcome
+
+    def running(self) -> dict[str, RunningJob]:
+        """The jobs running now, by key."""
+        with self._lock:
+            return dict(self._running)
+
+    def mean_job_seconds(self, identity: str | None) -> float | None:
+        """The mean time of this server's successful jobs of that context (None:
+        none yet; ``identity`` None: plain jobs)."""
+        count, total = self._durations.get(identity, (0, 0.0))
+        return total / count if count else None

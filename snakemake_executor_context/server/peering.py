@@ -1,0 +1,73 @@
+"""How a server reaches its peers: the other servers' addresses from the scheduler,
+calls to their handlers (:mod:`.holder`) over the worker's own connection pool,
+which speaks the cluster's mutual TLS, and the fleet hub's measured rates of a
+context's loads and transfers. Called from a job's thread; the calls run on the
+worker's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ..defaults import PEER_RATES_HANDLER
+
+__all__ = ["DaskPeers"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DaskPeers:
+    """The peers of the Dask worker ``worker``; ``timeout``: seconds one call may take."""
+
+    worker: Any
+    timeout: float = 60.0
+
+    def addresses(self) -> list[str]:
+        """Every server the scheduler knows but this one."""
+        from distributed.utils import sync
+
+        identity = sync(self.worker.loop, self.worker.scheduler.identity)
+        return sorted(a for a in identity.get("workers", {}) if a != self.worker.address)
+
+    def rates(self, identity: str, model: str) -> dict[str, Any]:
+        """The hub's measured rates of the context's loads and transfers
+        (:meth:`~..fleet.measure.Measurements.rates`); empty when it cannot say."""
+        from distributed.utils import sync
+
+        async def ask() -> Any:
+            call = getattr(self.worker.scheduler, PEER_RATES_HANDLER)
+            return await asyncio.wait_for(call(identity=identity, model=model), self.timeout)
+
+        try:
+            reply = sync(self.worker.loop, ask)
+        except Exception as error:  # a scheduler without the hub: nothing measured
+            logger.debug("rates of %s: %r", identity, error)
+            return {}
+        return reply if isinstance(reply, dict) else {}
+
+    def call_all(self, addresses: list[str], op: str, **kwargs: Any) -> dict[str, Any]:
+        """``op`` on each address at once: its reply, or the exception it raised."""
+        replies = self._gather(op, [(address, kwargs) for address in addresses])
+        return dict(zip(addresses, replies, strict=True))
+
+    def call_each(self, address: str, op: str, calls: list[dict[str, Any]]) -> list[Any]:
+        """``op`` on ``address`` once per keyword set, all at once (the connection
+        pool opens a connection for each): each reply, or the exception it raised."""
+        return self._gather(op, [(address, kwargs) for kwargs in calls])
+
+    def _gather(self, op: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+        """Every (address, keywords) call of ``op`` at once, on the worker's loop."""
+        from distributed.utils import sync
+
+        async def one(address: str, kwargs: dict[str, Any]) -> Any:
+            return await asyncio.wait_for(
+                getattr(self.worker.rpc(address), op)(**kwargs), self.timeout
+            )
+
+        async def every() -> list[Any]:
+            return await asyncio.gather(*(one(*call) for call in calls), return_exceptions=True)
+
+        return list(sync(self.worker.loop, every))

@@ -1,0 +1,25 @@
+"""The fleet simulated: the real dispatch machine driven through simulated time.
+
+On top of the executor in the layer graph (it imports the executor's dispatch
+machine and the fleet's policy, nothing imports it but the command line):
+
+- :mod:`.engine`: :class:`~.engine.Simulation`, the executor's adapter played in
+  simulated time around the real :class:`~..executor.dispatch.Dispatch`;
+- :mod:`.release`: Snakemake's side (ready jobs, ``--jobs``, its own time per job);
+- :mod:`.servers`: a simulated context server (the real slot gate and eviction
+  order), with :mod:`.hosting` (its attempts, contexts, turns at a shared source, and
+  what it needs of its simulation); :mod:`.shared`: a capacity shared by its users
+  (a filesystem's bandwidth, a GPU's slots); :mod:`.pilots`: a pool of pilots sized
+  by the real pool policy; :mod:`.preempt`: preemptions by rate or trace;
+  :mod:`.clock`: simulated time;
+- :mod:`.model`: what a simulation is told (times, fleet, pool, preemption,
+  options); :mod:`.workload`: the jobs, from a YAML spec; :mod:`.snakefile`: the jobs
+  of a real Snakefile, from Snakemake's own DAG; :mod:`.measured`: times and runs read
+  from a catalog;
+- :mod:`.buckets`, :mod:`.ledger` and :mod:`.result`: where the GPU-seconds went,
+  and what a run took;
+- :mod:`.replay`: a measured run replayed, predicted against measured;
+  :mod:`.paper`: the paper's RQ1-RQ4 at their size; :mod:`.command`: the
+  ``snakemake-context simulate`` command, :mod:`.scenario` (its arguments made a
+  simulation) and :mod:`.whatif` (flags, what is missing, the table over GPU counts).
+"""

@@ -1,0 +1,144 @@
+"""What a simulated server holds and needs: its attempts (:class:`Task`), the
+contexts on it (:class:`Loaded`), the turns at a shared source (:class:`Turns`, the
+real pool's limit on loads from one source at once), and its simulation
+(:class:`Host`)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..executor.vocabulary import JobTicket
+from ..fleet import events as ev
+from ..fleet.outcome import Outcome, ServerIdentity
+from ..server.slots.gate import Entry
+from .buckets import LoadKind
+from .clock import Clock
+from .model import ContextModel, JobTimes, Storage
+from .shared import Shared
+
+__all__ = ["Host", "Loaded", "Task", "Turns"]
+
+
+class Turns:
+    """At most ``limit`` loads of one context from its source at once (the real
+    pool's semaphore, :mod:`..server.loadturns`); 0: no limit."""
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit
+        self._held: dict[str, int] = {}
+        self._waiting: dict[str, list[Callable[[], None]]] = {}
+
+    def take(self, identity: str, start: Callable[[], None]) -> None:
+        """Call ``start()`` once a turn is free (now, or when one is released)."""
+        if self.limit <= 0 or self._held.get(identity, 0) < self.limit:
+            self._held[identity] = self._held.get(identity, 0) + 1
+            start()
+        else:
+            self._waiting.setdefault(identity, []).append(start)
+
+    def cancel(self, identity: str, start: Callable[[], None]) -> None:
+        """Give up waiting (the server is gone)."""
+        waiting = self._waiting.get(identity, [])
+        if start in waiting:
+            waiting.remove(start)
+
+    def release(self, identity: str) -> None:
+        """End one turn; the next waiting load starts."""
+        if self.limit <= 0:
+            return
+        waiting = self._waiting.get(identity)
+        if waiting:
+            waiting.pop(0)()
+        else:
+            self._held[identity] = max(0, self._held.get(identity, 0) - 1)
+
+
+class Host(Protocol):
+    """What a server needs of its simulation."""
+
+    clock: Clock
+    times: JobTimes
+    storage: Storage
+    mode: str
+    rng: random.Random
+    turns: Turns
+    filesystem: Shared
+    run_id: str
+
+    def context(self, identity: str) -> ContextModel: ...
+
+    def emit(self, event: ev.Event) -> None: ...
+
+    def ended(self, key: str, outcome: Outcome) -> None: ...
+
+    def peer_holds(self, identity: str, address: str) -> bool: ...
+
+    def note(self, what: str, detail: str) -> None: ...
+
+
+@dataclass
+class Task:
+    """One attempt on the server."""
+
+    key: str
+    ticket: JobTicket
+    items: int
+    arrived: float
+    entry: Entry
+    started: float | None = None
+    load_seconds: float = 0.0
+    loaded: bool = False
+    evicted: tuple[str, ...] = ()
+    conversions: int = 0
+    reload_seconds: float | None = None
+    #: Finishing in a drain's grace (it is not handed back).
+    finishing: bool = False
+
+    def outcome(self, server: ServerIdentity, finished: float, gpu_model: str) -> Outcome:
+        """The record a real server seals when the attempt ends ok."""
+        identity = self.ticket.identity
+        return Outcome(
+            key=self.key,
+            server=server,
+            ok=True,
+            started=self.started if self.started is not None else finished,
+            finished=finished,
+            items=self.items,
+            context=identity,
+            gpu_model=gpu_model,
+            load_seconds=self.load_seconds,
+            loaded=(identity,) if self.loaded and identity else (),
+            reused=(identity,) if identity and not self.loaded else (),
+            evicted=self.evicted,
+            conversions=self.conversions,
+            reload_seconds=self.reload_seconds,
+        )
+
+
+@dataclass
+class Loaded:
+    """A context on the server."""
+
+    identity: str
+    nbytes: int
+    loading: bool = True
+    since: float = 0.0
+    last_used: float = 0.0
+    pins: int = 0
+    #: Tasks waiting for its load to end.
+    waiters: list[Task] = field(default_factory=list)
+    #: The load in progress: its kind, start, the attempt that does it, and where it
+    #: is: "turn" (waiting for a turn at the source), "move", "rest" (beyond moving).
+    kind: LoadKind = LoadKind.SOURCE
+    load_start: float = 0.0
+    loader: str = ""
+    phase: str = ""
+    start_move: Callable[[], None] | None = None
+
+    @property
+    def takes_turn(self) -> bool:
+        """Whether its load reads the shared source (and so takes a turn there)."""
+        return self.kind in (LoadKind.SOURCE, LoadKind.CONVERSION)

@@ -1,0 +1,73 @@
+"""Simulated preemptions: a rate per partition (a Poisson process, as the paper's
+"one GPU preempted per minute") or a trace (the injector's log of a real run).
+
+Each preemption picks a running server of its partition with the run's seeded
+generator and kills it (announced, as the injector does, so the loss is classified
+a preemption and charged to the preemption budget), or with ``TERM`` lets it drain
+for the grace period (:meth:`.servers.SimServer.drain`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from typing import Protocol
+
+from .clock import Clock
+from .model import Preemption
+from .servers import SimServer
+
+__all__ = ["Preempter"]
+
+
+class _Host(Protocol):
+    clock: Clock
+    rng: random.Random
+
+    def live_servers(self) -> Iterable[SimServer]: ...
+
+    def active(self) -> bool: ...
+
+    def note(self, what: str, detail: str) -> None: ...
+
+
+class Preempter:
+    """Takes servers away at the spec's rates and times."""
+
+    def __init__(self, host: _Host, spec: Preemption) -> None:
+        self.host, self.spec = host, spec
+        self.count = 0
+
+    def start(self) -> None:
+        """Schedule the first preemption of each partition, and the trace's."""
+        for partition, rate in sorted(self.spec.rates.items()):
+            if rate > 0:
+                self._next(partition, rate)
+        for at, target in self.spec.trace:
+            self.host.clock.at(at, self._hit, target, None)
+
+    def _next(self, partition: str, rate: float) -> None:
+        delay = self.host.rng.expovariate(rate)
+        self.host.clock.after(delay, self._hit, partition, rate)
+
+    def _hit(self, target: str, rate: float | None) -> None:
+        if not self.host.active():
+            return
+        servers = sorted(
+            (
+                s
+                for s in self.host.live_servers()
+                if s.draining is None and (target in ("*", s.name, s.kind.where, s.gpu_model))
+            ),
+            key=lambda s: s.name,
+        )
+        if servers:
+            server = self.host.rng.choice(servers)
+            self.count += 1
+            self.host.note("preempted", f"{server.name} ({self.spec.signal})")
+            if self.spec.signal.upper() == "TERM":
+                server.drain(self.spec.grace)
+            else:
+                server.leave(self.host.clock.now, exit_code=-9, injected=9)
+        if rate is not None:
+            self._next(target, rate)

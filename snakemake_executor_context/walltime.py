@@ -1,0 +1,151 @@
+"""A pilot's walltime as its batch system reads it: pure functions.
+
+The same text means different times to different batch systems: ``04:00`` is 4
+minutes to SLURM (MM:SS) and PBS (MM:SS), 4 hours to LSF (HH:MM), and no time at all
+to SGE (whose ``h_rt`` wants H:M:S or seconds). :func:`read_walltime` reads it as the
+chosen backend does and returns that reading, which the run prints; a text whose
+reading is doubtful (a field beyond its range, such as the 99 seconds of SLURM's
+``99:99``, or a form the batch system does not define) is refused in one line.
+
+Forms (from each system's documentation):
+
+- SLURM ``--time``: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
+  ``D-HH:MM:SS``; seconds round up to whole minutes; 0 means no limit.
+- PBS ``-l walltime``: ``[[HH:]MM:]SS`` (a lone number is seconds).
+- SGE ``-l h_rt``: ``H:M:S`` (a field may be empty: ``1::1``) or a number of seconds.
+- LSF ``-W``: ``[HH:]MM`` (a lone number is minutes); also ``HH:MM:SS``, which no
+  other reading can be confused with, rounded up to LSF's whole minutes.
+- HTCondor has no walltime (the pool removes a pilot that ran that long): the
+  unambiguous ``HH:MM:SS`` or ``D-HH:MM:SS`` only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+__all__ = ["WalltimeError", "WalltimeReading", "read_walltime", "slurm_time"]
+
+_NAMES = {"slurm": "SLURM", "pbs": "PBS", "sge": "SGE", "lsf": "LSF", "htcondor": "HTCondor"}
+
+#: Each backend's forms: (pattern, the form's name, field names in order).
+_FORMS: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {
+    "slurm": [
+        (r"(\d+)", "MM", ("m",)),
+        (r"(\d+):(\d+)", "MM:SS", ("m", "s")),
+        (r"(\d+):(\d+):(\d+)", "HH:MM:SS", ("h", "m", "s")),
+        (r"(\d+)-(\d+)", "D-HH", ("d", "h")),
+        (r"(\d+)-(\d+):(\d+)", "D-HH:MM", ("d", "h", "m")),
+        (r"(\d+)-(\d+):(\d+):(\d+)", "D-HH:MM:SS", ("d", "h", "m", "s")),
+    ],
+    "pbs": [
+        (r"(\d+)", "SS", ("s",)),
+        (r"(\d+):(\d+)", "MM:SS", ("m", "s")),
+        (r"(\d+):(\d+):(\d+)", "HH:MM:SS", ("h", "m", "s")),
+    ],
+    "sge": [
+        (r"([1-9]\d*)", "seconds", ("s",)),
+        (r"(\d*):(\d*):(\d*)", "H:M:S", ("h", "m", "s")),
+    ],
+    "lsf": [
+        (r"(\d+)", "MM", ("m",)),
+        (r"(\d+):(\d+)", "HH:MM", ("h", "m")),
+        (r"(\d+):(\d+):(\d+)", "HH:MM:SS", ("h", "m", "s")),
+    ],
+    "htcondor": [
+        (r"(\d+):(\d+):(\d+)", "HH:MM:SS", ("h", "m", "s")),
+        (r"(\d+)-(\d+):(\d+):(\d+)", "D-HH:MM:SS", ("d", "h", "m", "s")),
+    ],
+}
+_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+#: The largest value of a field that follows a larger unit.
+_RANGE = {"h": 23, "m": 59, "s": 59}
+
+
+class WalltimeError(ValueError):
+    """A walltime the backend cannot read, or reads doubtfully: the reason."""
+
+
+@dataclass(frozen=True)
+class WalltimeReading:
+    """A walltime as one batch system reads it."""
+
+    backend: str
+    text: str
+    #: Which of the backend's forms it is ("MM:SS").
+    form: str
+    #: Seconds the batch system enforces (SLURM rounds up to whole minutes).
+    seconds: int
+
+    def describe(self) -> str:
+        """'SLURM reads '04:00' as MM:SS: 00:04:00 (4 min)'."""
+        return (
+            f"{_NAMES.get(self.backend, self.backend)} reads {self.text!r} as {self.form}: "
+            f"{slurm_time(self.seconds)} ({_spoken(self.seconds)})"
+        )
+
+    @property
+    def hms(self) -> str:
+        """The reading as HH:MM:SS (hours beyond 24 kept in the hours)."""
+        minutes, seconds = divmod(self.seconds, 60)
+        hours, minutes = divmod(minutes, 60)
+        return f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+
+    @property
+    def hhmm(self) -> str:
+        """The reading as HH:MM, rounded up to a whole minute (LSF's form)."""
+        minutes = math.ceil(self.seconds / 60)
+        return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def slurm_time(seconds: int) -> str:
+    """Seconds as ``scontrol show job`` prints a time limit: HH:MM:SS, D-HH:MM:SS."""
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def _spoken(seconds: int) -> str:
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        count, seconds = divmod(seconds, size)
+        if count:
+            parts.append(f"{count} {unit}")
+    return " ".join(parts) or "0 s"
+
+
+def read_walltime(backend: str, text: str) -> WalltimeReading:
+    """``text`` as ``backend`` reads it; WalltimeError (the reason, and the forms it
+    takes) when that batch system cannot read it, or its reading is doubtful."""
+    forms = _FORMS.get(backend)
+    if forms is None:
+        raise WalltimeError(f"no batch system {backend!r} (one of {', '.join(sorted(_FORMS))})")
+    name = _NAMES[backend]
+    spelled = " or ".join(form for _, form, _ in forms)
+    clean = str(text).strip()
+    for pattern, form, fields in forms:
+        match = re.fullmatch(pattern, clean)
+        if match is None:
+            continue
+        values = [int(part) if part else 0 for part in match.groups()]
+        seconds = sum(_SECONDS[field] * value for field, value in zip(fields, values, strict=True))
+        if backend in ("slurm", "lsf"):  # both count whole minutes, rounded up
+            seconds = math.ceil(seconds / 60) * 60
+        for position, (field, value) in enumerate(zip(fields, values, strict=True)):
+            if position > 0 and value > _RANGE[field]:
+                unit = {"h": "hours", "m": "minutes", "s": "seconds"}[field]
+                raise WalltimeError(
+                    f"{name} reads it as {form}, {slurm_time(seconds)} ({_spoken(seconds)}), "
+                    f"with {value} {unit} (more than {_RANGE[field]}), which is easy to "
+                    f"misread: write {form} with each field in its range"
+                )
+        if seconds <= 0:
+            raise WalltimeError(
+                f"{name} reads it as no time limit, and a pilot must retire before its "
+                f"walltime: write {spelled}, above 0"
+            )
+        return WalltimeReading(backend, clean, form, seconds)
+    raise WalltimeError(f"it is not a walltime {name} reads: write {spelled}")

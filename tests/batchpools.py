@@ -1,0 +1,113 @@
+"""What the tests on a real batch system share (``tests/test_slurm.py``,
+``tests/test_sge.py``): the skip that CI turns into a failure, the daemons' pid files,
+waiting for the queue, and a pool of pilots started with ``snakemake-context up``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from .conftest import BIN
+
+
+def skip_unless_required(reason: str, required_by: str) -> None:
+    """Skip with ``reason``, or fail where the environment variable ``required_by`` is
+    1 (CI sets it: there the batch system must be there)."""
+    if os.environ.get(required_by) == "1":
+        pytest.fail(f"{reason}, and {required_by}=1")
+    pytest.skip(reason)
+
+
+def running(pidfile: str, comm: str) -> bool:
+    """Whether the process a daemon's pid file names is alive and is ``comm``."""
+    try:
+        pid = int(Path(pidfile).read_text().strip())
+        return Path(f"/proc/{pid}/comm").read_text().strip() == comm
+    except (OSError, ValueError):
+        return False
+
+
+def wait(predicate: Callable[[], object], timeout: float, what: str) -> object:
+    """``predicate``'s first true value, polled every 0.5 s for ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def pilot_pool(
+    tmp_path: Path,
+    backend: str,
+    fixed: Sequence[str],
+    pilots: Callable[[], list],
+    leave_seconds: float,
+) -> Iterator[Callable[..., Path]]:
+    """A pool fixture's body: ``up(*options)`` starts `snakemake-context up --backend
+    <backend>` with ``fixed`` and ``options``; every pool started is stopped after, and
+    the fixture waits for its pilots (``pilots()``) to leave the queue."""
+    started: list[Path] = []
+
+    def up(*options: str) -> Path:
+        scheduler_file = tmp_path / f"pool{len(started)}" / "scheduler.json"
+        result = subprocess.run(
+            [
+                str(BIN / "snakemake-context"),
+                "up",
+                "--scheduler-file",
+                str(scheduler_file),
+                "--backend",
+                backend,
+                "--pilot-memory",
+                "1GB",
+                "--walltime",
+                "00:20:00",
+                "--pilot-log-dir",
+                str(tmp_path / "pilot-logs"),
+                *fixed,
+                *options,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        started.append(scheduler_file)
+        return scheduler_file
+
+    try:
+        yield up
+    finally:
+        for scheduler_file in started:
+            subprocess.run(
+                [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(scheduler_file)],
+                capture_output=True,
+                timeout=60,
+            )
+        wait(lambda: not pilots(), leave_seconds, "the pilots to leave the queue")
+
+
+def pool_books(scheduler_file: Path) -> dict:
+    """The pool's books, as `snakemake-context status --json` reports them."""
+    out = subprocess.run(
+        [
+            str(BIN / "snakemake-context"),
+            "status",
+            "--json",
+            "--scheduler-file",
+            str(scheduler_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout).get("pool") or {}
