@@ -270,11 +270,46 @@ def test_version_skew_is_refused(make_workflow, tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("resources", "says"),
+    [
+        ("gpu=2", "asks for gpu=2, which no server of the embedded cluster offers"),
+        ('gpu=1, gpu_model="h100"', "asks for gpu=1, gpu_model=h100, which no server"),
+        ("mem_mb=10_000_000", "asks for mem_mb=10000000, which no server"),
+    ],
+)
+def test_a_rule_no_server_of_the_embedded_cluster_fits_fails_at_start(
+    make_workflow, resources, says
+):
+    workdir = make_workflow(
+        _files(f"""
+        rule use:
+            output: "out.txt"
+            resources: context="toy", {resources}
+            script: "scripts/use.py"
+    """)
+    )
+    run = context_run(workdir, "--context-servers", "1")
+    assert run.returncode != 0
+    assert f"Rule 'use' {says}" in run.output, run.output
+    assert "(servers: cpu0 (gpu=1" in run.output
+    assert "--set-resources use:" in run.output
+    assert "Traceback (most recent call last)" not in run.output
+    # Refused before any job was submitted.
+    assert "Job stats:" not in run.output, run.output
+    assert not (workdir / "out.txt").exists()
+
+
+# Asked for by functions of the wildcards: only the job knows them, so the job reaches
+# placement, which refuses it with the fleet it saw.
+@pytest.mark.parametrize(
     ("resources", "reason"),
     [
-        ("gpu=2", "gpu=2 but the servers have at most 1"),
-        ('gpu=1, gpu_model="h100"', "gpu_model='h100' but no server has that GPU model"),
-        ("mem_mb=10_000_000", "mem_mb=10000000 but the largest server has"),
+        ("gpu=lambda wildcards: 2", "gpu=2 but the servers have at most 1"),
+        (
+            'gpu=1, gpu_model=lambda wildcards: "h100"',
+            "gpu_model='h100' but no server has that GPU model",
+        ),
+        ("mem_mb=lambda wildcards: 10_000_000", "mem_mb=10000000 but the largest server has"),
     ],
 )
 def test_job_no_server_can_run_fails_fast(make_workflow, resources, reason):
@@ -291,6 +326,7 @@ def test_job_no_server_can_run_fails_fast(make_workflow, resources, reason):
     assert time.monotonic() - started < 60
     assert run.returncode != 0
     assert f"No context server can run rule 'use': {reason}" in run.output, run.output
+    assert "Job stats:" in run.output  # the run started: placement refused the job
     assert "Servers seen: cpu0 (gpu=1" in run.output
     assert "--set-resources use:" in run.output
 

@@ -83,7 +83,9 @@ def test_group_with_an_integer_name(make_workflow):
 
 
 def test_a_group_no_server_can_run_gets_the_unrunnable_message(make_workflow):
-    """Once an AttributeError in the status thread ('GroupJob' has no 'rule')."""
+    """Once an AttributeError in the status thread ('GroupJob' has no 'rule'). The GPUs
+    are asked for by a function, so that no check at start can see them: the group
+    reaches placement, which refuses it."""
     workdir = make_workflow(
         {
             "Snakefile": textwrap.dedent("""
@@ -93,7 +95,7 @@ def test_a_group_no_server_can_run_gets_the_unrunnable_message(make_workflow):
             rule a:
                 output: "a.txt"
                 group: 0
-                resources: gpu=2
+                resources: gpu=lambda wildcards: 2
                 shell: "echo a > {output}"
 
             rule b:
