@@ -67,7 +67,9 @@ def test_a_killed_scheduler_is_one_line_and_leaves_the_catalog_right(tmp_path):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode != 0, output
-    (line,) = [line for line in output.splitlines() if "the cluster's scheduler died:" in line]
+    died = [line for line in output.splitlines() if "the cluster's scheduler died:" in line]
+    assert len(died) == 1, output
+    (line,) = died
     assert "was killed by SIGKILL" in line, line
     assert "Traceback" not in output and "distributed.client" not in output, output
     assert "cancelled in Dask" not in output, output

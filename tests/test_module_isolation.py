@@ -91,3 +91,57 @@ def test_a_loaders_threads_and_files_are_the_contexts_not_the_jobs_leaks(tmp_pat
     assert found.returncode == 0, found.stderr
     assert found.stdout.strip() == f"['script-thread'] ['{tmp_path / 'kept.script'}']"
     assert (tmp_path / "job.log").read_text() == "in the job's log\n"
+
+
+SERVER_FILE = textwrap.dedent("""
+    import os, sys, threading
+    import snakemake_executor_context.server.output as output
+
+    log_path, bundle, kept = sys.argv[1:4]
+    opened, go = {}, threading.Event()
+    # A server thread (not the job's) holds the CA bundle open at the instant the job
+    # ends, as a TLS context being made does, and has closed it when the end looks again.
+    def serve():
+        go.wait()
+        opened["fd"] = os.open(bundle, 0)
+        done.set()
+
+    done = threading.Event()
+    threading.Thread(target=serve).start()
+
+    class Clock:
+        @staticmethod
+        def sleep(seconds):
+            os.close(opened["fd"])
+
+    output.time = Clock
+    with open(log_path, "wb") as log:
+        with output.job_output("the job", log.fileno()) as leaks:
+            go.set()
+            done.wait()
+            script_file = os.open(kept, os.O_WRONLY | os.O_CREAT)
+    print([fd.split(" -> ")[1] for fd in leaks.fds])
+    os._exit(0)
+""")
+
+
+def test_a_file_a_server_thread_holds_for_an_instant_is_not_the_jobs_leak(tmp_path):
+    import subprocess
+
+    bundle = tmp_path / "ca-certificates.crt"
+    bundle.write_text("not a certificate")
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SERVER_FILE,
+            str(tmp_path / "job.log"),
+            str(bundle),
+            str(tmp_path / "kept"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == f"['{tmp_path / 'kept'}']"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,6 +152,22 @@ class ClusterConnection:
         if self.client.status in ("closed", "closing", "failed") and not self._client_closed:
             return f"the client lost its connection to {self.description} and gave up"
         return None
+
+    def scheduler_gone_within(self, patience: float) -> str | None:
+        """:meth:`scheduler_gone`, waiting up to ``patience`` seconds for the embedded
+        cluster's process to be seen ended while the client has lost its connection.
+        Dask cancels every future as the scheduler's connection closes, a moment
+        before the killed process can be reaped: a cancelled future is then the
+        scheduler's death, not the job's. No wait for an attached cluster (its
+        client reconnects) or while the client is connected."""
+        deadline = time.monotonic() + patience
+        while True:
+            why = self.scheduler_gone()
+            if why is not None or self.local is None or self.client.status == "running":
+                return why
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
 
     def abandon_client(self) -> None:
         """Close the client at once, without waiting for a scheduler that is gone (no

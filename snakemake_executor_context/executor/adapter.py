@@ -168,6 +168,10 @@ class Executor(RemoteExecutor):
                     stimulus = ended
                     if entry is not None:
                         self._summary.append(entry)
+                    for lost in startup.lost_with_the_scheduler(
+                        self.dispatch, self.connection, ended, time.time()
+                    ):
+                        self._execute(self.dispatch.handle(lost))
                 self._execute(self.dispatch.handle(stimulus))
 
     # -- commands out ------------------------------------------------------------------

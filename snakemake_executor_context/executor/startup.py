@@ -49,6 +49,12 @@ if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
     from .localjobs import LocalJobs, NoLocalJobs
 
+#: Seconds a cancelled future waits for the embedded cluster's process to be seen
+#: ended: Dask cancels the futures as the scheduler's connection closes, and the
+#: killed process is reaped a moment later (under load, CI saw the cancellations
+#: handled first).
+SCHEDULER_GONE_PATIENCE = 2.0
+
 __all__ = [
     "checked_declarations",
     "connect",
@@ -56,6 +62,7 @@ __all__ = [
     "export_local_dir",
     "local_plain_jobs",
     "log_dask_to_file",
+    "lost_with_the_scheduler",
     "make_dispatch",
     "planned_jobs",
     "process_started",
@@ -250,6 +257,21 @@ def run_stimuli(
         why = "Snakemake was asked to stop (SIGTERM) and only waits for running jobs"
         found.append(StopQueued(why, now))
     return found
+
+
+def lost_with_the_scheduler(
+    dispatch: Dispatch, connection: ClusterConnection, ended: Stimulus, now: float
+) -> list[Stimulus]:
+    """Before an attempt that Dask cancelled (dispatch cancels none that way): the
+    scheduler's death, if that is why, so that the job fails as the scheduler's
+    loss in one line rather than as a cancellation."""
+    if dispatch.scheduler_lost is not None or not getattr(ended, "dask_cancelled", False):
+        return []
+    why = connection.scheduler_gone_within(SCHEDULER_GONE_PATIENCE)
+    if why is None:
+        return []
+    connection.abandon_client()
+    return [SchedulerLost(why, now)]
 
 
 def rules_to_run(workflow: Any) -> list[Any]:

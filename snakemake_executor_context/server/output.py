@@ -20,6 +20,7 @@ import io
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 _OWNER = "_snakemake_context_job"
+#: How long after a job's end a file it seems to have left open is looked at again.
+LEAK_RECHECK_SECONDS = 0.05
 _LOADING = "_snakemake_context_loading"
 _lock = threading.Lock()
 _installed: dict[str, ThreadRoutedStream] = {}
@@ -271,6 +274,18 @@ def _leaked_fds(before: dict[int, str], after: dict[int, str]) -> list[str]:
     ]
 
 
+def _lasting_leaks(before: dict[int, str]) -> list[str]:
+    """The files a job left open: new since ``before`` and still open a moment later.
+    The server's own threads open files for an instant too (a TLS context reads the
+    system's CA bundle while the job ends, seen in CI); a job's leak stays."""
+    found = _leaked_fds(before, open_fds())
+    if found:
+        time.sleep(LEAK_RECHECK_SECONDS)
+        again = set(_leaked_fds(before, open_fds()))
+        found = [leak for leak in found if leak in again]
+    return found
+
+
 @contextmanager
 def job_output(title: str, fd: int) -> Iterator[Leaks]:
     """Send the calling thread's (and its descendants') output to the log ``fd``;
@@ -314,7 +329,7 @@ def job_output(title: str, fd: int) -> Iterator[Leaks]:
         stdout.close()
         stderr.close()
         # Files another job opened meanwhile cannot be told from this one's.
-        leaks.fds = [] if job.overlapped else _leaked_fds(fds_before, open_fds())
+        leaks.fds = [] if job.overlapped else _lasting_leaks(fds_before)
 
 
 def _take_fds(job: JobOutput, fd: int, *, lingering: bool) -> None:
