@@ -2,8 +2,7 @@
 dispatch state machine (:mod:`.dispatch`) decides; this class feeds it stimuli, one
 thread at a time, and carries out its commands in :meth:`Executor._execute`, the one
 place that submits or cancels tasks (:mod:`.tasks`) and calls ``report_job_*``.
-Imports are cheap: Snakemake imports this module on every start, in every job.
-"""
+Imports are cheap: Snakemake imports this module on every start, in every job."""
 
 from __future__ import annotations
 
@@ -168,9 +167,7 @@ class Executor(RemoteExecutor):
                     stimulus = ended
                     if entry is not None:
                         self._summary.append(entry)
-                    for lost in startup.lost_with_the_scheduler(
-                        self.dispatch, self.connection, ended, time.time()
-                    ):
+                    for lost in startup.scheduler_lost_first(self.dispatch, self.connection, ended):
                         self._execute(self.dispatch.handle(lost))
                 self._execute(self.dispatch.handle(stimulus))
 

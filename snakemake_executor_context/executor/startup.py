@@ -43,7 +43,7 @@ from .rulecheck import (
     constant_resource,
 )
 from .settings import ExecutorSettings
-from .vocabulary import SchedulerLost, Stimulus, StopQueued
+from .vocabulary import AttemptEnded, SchedulerLost, Stimulus, StopQueued
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
@@ -62,12 +62,12 @@ __all__ = [
     "export_local_dir",
     "local_plain_jobs",
     "log_dask_to_file",
-    "lost_with_the_scheduler",
     "make_dispatch",
     "planned_jobs",
     "process_started",
     "rules_to_run",
     "run_stimuli",
+    "scheduler_lost_first",
     "wait_for_server",
 ]
 
@@ -259,19 +259,19 @@ def run_stimuli(
     return found
 
 
-def lost_with_the_scheduler(
-    dispatch: Dispatch, connection: ClusterConnection, ended: Stimulus, now: float
+def scheduler_lost_first(
+    dispatch: Dispatch, connection: ClusterConnection, ended: AttemptEnded
 ) -> list[Stimulus]:
     """Before an attempt that Dask cancelled (dispatch cancels none that way): the
     scheduler's death, if that is why, so that the job fails as the scheduler's
     loss in one line rather than as a cancellation."""
-    if dispatch.scheduler_lost is not None or not getattr(ended, "dask_cancelled", False):
+    if dispatch.scheduler_lost is not None or not ended.dask_cancelled:
         return []
     why = connection.scheduler_gone_within(SCHEDULER_GONE_PATIENCE)
     if why is None:
         return []
     connection.abandon_client()
-    return [SchedulerLost(why, now)]
+    return [SchedulerLost(why, ended.now)]
 
 
 def rules_to_run(workflow: Any) -> list[Any]:
