@@ -259,8 +259,12 @@ def _status(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    from .terminal import shown, shown_values
+
+    # Names and paths the cluster reports may quote a workflow's values: shown escaped.
+    inventories, pool = shown_values(inventories), shown_values(pool)
     if inventories is not None:
-        print(f"{len(inventories)} server(s) running at {args.scheduler_file}:")
+        print(f"{len(inventories)} server(s) running at {shown(args.scheduler_file)}:")
         names = {inv["server"]["name"] for inv in inventories.values()}
         if short := ClusterFiles(Path(args.scheduler_file)).shortfall(names):
             print(f"  WARNING: {short}")
