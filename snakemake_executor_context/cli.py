@@ -186,9 +186,17 @@ def _story(args: argparse.Namespace) -> int:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
+    from .catalog.store import resolve_location
     from .catalog.writer import open_writer
 
     catalog = _catalog_of(args)
+    location = resolve_location(catalog)
+    existing = location.snapshot or location.path  # None: a database server's URL
+    if existing is not None and not existing.exists():
+        raise ContextExecutorError(
+            f"No catalog at {existing}: nothing to upgrade (upgrade never starts a new "
+            "one). Fix: name an existing catalog (--catalog PATH|URL)."
+        )
     writer = open_writer(
         catalog, owner=f"upgrade-{os.getpid()}", warn=print, say=print, fallback=False
     )

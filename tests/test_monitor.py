@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -362,6 +363,21 @@ def test_empty_catalog(tmp_path):
 
     async def script(pilot):
         assert "is empty: no run has written to it yet" in _problem(app)
+
+    drive(app, script)
+
+
+def test_a_catalog_missing_a_table(tmp_path):
+    path = tmp_path / "c.db"
+    with CatalogBuilder(path) as b:
+        b.server("gpu0")
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE jobs")
+    app = make_app(path)
+
+    async def script(pilot):
+        message = _problem(app)
+        assert "lacks the table jobs" in message and "Fix:" in message, message
 
     drive(app, script)
 

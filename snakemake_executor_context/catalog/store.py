@@ -294,6 +294,15 @@ def check_schema(store: CatalogStore, *, create: bool) -> None:
     or a foreign one, and a reader's older one, in one line each."""
     with store.engine.connect() as connection:
         found = read_revision(connection)
+    if found.current and found.missing:
+        where = store.location.snapshot or store.location.path or store.location.describe()
+        raise CatalogError(
+            f"The catalog {store.location.describe()} lacks the table"
+            f"{'s' if len(found.missing) > 1 else ''} {', '.join(found.missing)} of its "
+            f"schema version {found.version}: it is damaged (or was changed by hand). "
+            f"Fix: restore it from a copy, or move it aside (mv {where} {where}.damaged) "
+            "and let the next run start a new one."
+        )
     if found.current:
         return
     if found.version is None and not found.foreign:

@@ -5,6 +5,7 @@ writes itself at its end (``--context-report``)."""
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -26,6 +27,7 @@ __all__ = [
     "report_command",
     "report_name",
     "report_target",
+    "since_problem",
     "write_report",
 ]
 
@@ -37,10 +39,14 @@ def add_parser(commands: Any, catalog_option: Any, catalog_of: Any) -> None:
         "report",
         help="where every GPU-second of a run went, as one HTML file (and CSV, JSON)",
     )
+    from ..allowed import TEXT, Allowed, add_argument
+
     which = sub.add_mutually_exclusive_group()
     which.add_argument("--run", default=None, help="the run's id (default: the latest run)")
-    which.add_argument(
+    add_argument(
+        which,
         "--since",
+        Allowed(TEXT, optional=True, form=lambda _flag, text: since_problem(text)),
         default=None,
         help="a time window from T until now: Unix seconds or ISO 8601 ('2026-12-01T07:00')",
     )
@@ -60,19 +66,40 @@ def add_parser(commands: Any, catalog_option: Any, catalog_of: Any) -> None:
     sub.set_defaults(func=lambda args: report_command(args, catalog_of(args)))
 
 
-def parse_since(text: str) -> float:
-    """Unix seconds, or an ISO 8601 time (local time without a zone)."""
+def _since(text: str) -> float | None:
+    """Unix seconds, or an ISO 8601 time (local time without a zone); None if neither."""
     try:
         return float(text)
     except ValueError:
         pass
     try:
         return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise ContextExecutorError(
-            f"--since {text!r} is neither Unix seconds nor an ISO 8601 time "
-            "(for example 2026-12-01T07:00)."
-        ) from None
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def since_problem(text: str, now: float | None = None) -> str | None:
+    """Why ``text`` is no start of a report's window (None: it is one): neither Unix
+    seconds nor an ISO 8601 time, not finite, before 1970 or after ``now``."""
+    at = _since(text)
+    if at is None:
+        return "it is neither Unix seconds nor an ISO 8601 time (for example 2026-12-01T07:00)"
+    if not math.isfinite(at) or at < 0:
+        return "it is no time from 1970 on: give Unix seconds or an ISO 8601 time"
+    if at > (time.time() if now is None else now):
+        return "it lies in the future: the window runs from it until now"
+    return None
+
+
+def parse_since(text: str) -> float:
+    """Unix seconds, or an ISO 8601 time (local time without a zone); refused in one
+    line (:func:`since_problem`) otherwise."""
+    problem = since_problem(text)
+    if problem:
+        raise ContextExecutorError(f"--since {text!r} is not allowed: {problem}.")
+    at = _since(text)
+    assert at is not None  # since_problem said so
+    return at
 
 
 def read_report(
