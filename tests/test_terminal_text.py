@@ -106,3 +106,25 @@ def test_a_story_not_found_names_the_value_escaped(catalog):
     )
     assert run.returncode == 1 and "nope\\x1b[31mRED" in run.stderr, run.stderr
     _clean(run.stderr)
+
+
+def test_what_the_executor_tells_snakemake_is_escaped():
+    """A job's title (its wildcards), the errors and log lines the dispatch machine
+    hands Snakemake: made by the executor's own code, shown escaped. A stand-in for a
+    Snakemake job (the two attributes the title reads): a real run prints the same
+    wildcards raw in Snakemake's own job lines, which are Snakemake's."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_context.executor import vocabulary as v
+    from snakemake_executor_context.executor.jobbuild import label, title
+
+    job = SimpleNamespace(
+        is_group=lambda: False, rule=SimpleNamespace(name="score"), wildcards_dict={"s": EVIL}
+    )
+    assert title(job).startswith("Rule 'score' (s=\\x1b[31mRED") and label(job) == "rule 'score'"
+    assert not CONTROL.search(title(job))
+    ticket = v.JobTicket(key="score-1-a1-00000001", label=label(job), title=title(job), rule="x")
+    failed = v.ReportError(ticket, f"{RED}: failed\nits log ends:\n\x1b[2Jx")
+    assert failed.message == "\\x1b[31mRED\\x1b[0m: failed\nits log ends:\n\\x1b[2Jx"
+    logged = v.Log("warning", f"server gpu{RED} lost")
+    assert logged.message == "server gpu\\x1b[31mRED\\x1b[0m lost"
