@@ -23,7 +23,8 @@ bottom, ``catalog`` above it, then ``server``, ``cluster``, ``executor`` and ``c
   recently used entries no process of the node uses removed), :mod:`.processes` (is
   a pid alive, stopping a process tree), :mod:`.allowed` (what each setting allows,
   declared once beside it), :mod:`.walltime` (a walltime as each batch system reads
-  it), :mod:`._version`;
+  it), :mod:`.terminal` (values from a workflow or a catalog shown with their control
+  characters escaped), :mod:`._version`;
 - Snakemake's process and a server's: :mod:`.snakemake_internals` (every read of
   Snakemake beyond its plugin interface, checked at the start of a run);
 - packages: :mod:`.fleet` (vocabulary and pure policy), :mod:`.catalog` (storage),

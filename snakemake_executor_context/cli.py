@@ -186,9 +186,17 @@ def _story(args: argparse.Namespace) -> int:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
+    from .catalog.store import resolve_location
     from .catalog.writer import open_writer
 
     catalog = _catalog_of(args)
+    location = resolve_location(catalog)
+    existing = location.snapshot or location.path  # None: a database server's URL
+    if existing is not None and not existing.exists():
+        raise ContextExecutorError(
+            f"No catalog at {existing}: nothing to upgrade (upgrade never starts a new "
+            "one). Fix: name an existing catalog (--catalog PATH|URL)."
+        )
     writer = open_writer(
         catalog, owner=f"upgrade-{os.getpid()}", warn=print, say=print, fallback=False
     )
@@ -259,8 +267,12 @@ def _status(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    from .terminal import shown, shown_values
+
+    # Names and paths the cluster reports may quote a workflow's values: shown escaped.
+    inventories, pool = shown_values(inventories), shown_values(pool)
     if inventories is not None:
-        print(f"{len(inventories)} server(s) running at {args.scheduler_file}:")
+        print(f"{len(inventories)} server(s) running at {shown(args.scheduler_file)}:")
         names = {inv["server"]["name"] for inv in inventories.values()}
         if short := ClusterFiles(Path(args.scheduler_file)).shortfall(names):
             print(f"  WARNING: {short}")

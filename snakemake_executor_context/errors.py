@@ -23,7 +23,11 @@ message names what is wrong (rule, context, server), and the fix.
 
 from __future__ import annotations
 
+from typing import Any
+
 from snakemake_interface_common.exceptions import WorkflowError
+
+from .terminal import printable
 
 __all__ = [
     "ClusterError",
@@ -44,7 +48,14 @@ __all__ = [
 
 
 class ContextExecutorError(WorkflowError):
-    """Base of every error raised by snakemake-executor-plugin-context."""
+    """Base of every error raised by snakemake-executor-plugin-context.
+
+    Its message is shown on a terminal and may quote names and values from a workflow
+    or a catalog: every control character in it but newline and tab is escaped
+    (:func:`.terminal.printable`), once, here."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*(printable(a) if isinstance(a, str) else a for a in args), **kwargs)
 
 
 class ContextDeclarationError(ContextExecutorError):

@@ -211,6 +211,19 @@ def test_network_filesystems_are_recognised(network_mounts):
     assert not is_network_fs(network_mounts["local"] / "x.db")
 
 
+def test_a_catalog_kept_in_the_private_root_says_which_of_the_two_reasons(network_mounts):
+    on_nfs = store.resolve_location(network_mounts["nfs"] / "catalog.db")
+    assert on_nfs.snapshot is not None and "on a network filesystem" in on_nfs.describe()
+    shared = network_mounts["local"] / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # a local directory anyone may write, not a network filesystem
+    open_to_all = store.resolve_location(shared / "catalog.db")
+    assert open_to_all.snapshot is not None
+    described = open_to_all.describe()
+    assert "network" not in described, described
+    assert f"in {shared}, a directory other users may write (mode 0777)" in described
+
+
 def test_catalog_on_a_network_filesystem_is_a_published_snapshot(
     tmp_path, network_mounts, monkeypatch
 ):

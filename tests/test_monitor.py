@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -54,8 +55,9 @@ def drive(
 
 
 def rows(app: MonitorApp, table_id: str) -> dict[str, list[Any]]:
+    """A table's cells as the text they show (cells are Rich Text: no markup read)."""
     table = app.screen.query_one(f"#{table_id}", DataTable)
-    return {key.value: table.get_row(key) for key in table.rows}
+    return {key.value: [str(cell) for cell in table.get_row(key)] for key in table.rows}
 
 
 def drawn(app: MonitorApp, table_id: str, key: str) -> list[str]:
@@ -361,6 +363,58 @@ def test_empty_catalog(tmp_path):
 
     async def script(pilot):
         assert "is empty: no run has written to it yet" in _problem(app)
+
+    drive(app, script)
+
+
+def test_a_catalog_missing_a_table(tmp_path):
+    path = tmp_path / "c.db"
+    with CatalogBuilder(path) as b:
+        b.server("gpu0")
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE jobs")
+    app = make_app(path)
+
+    async def script(pilot):
+        message = _problem(app)
+        assert "lacks the table jobs" in message and "Fix:" in message, message
+
+    drive(app, script)
+
+
+def test_markup_and_escape_sequences_in_the_catalog_are_shown_as_they_are(tmp_path):
+    """Textual reads a plain string's [b] as markup (and a stray [/x] raised), and
+    passes ESC on to the terminal: the monitor shows such values as text, escaped."""
+    with CatalogBuilder(tmp_path / "c.db", start=EPOCH) as b:
+        server = b.server("[b]x[/b]", host="h\x1b[2J")
+        model = b.context("c[/x]")
+        run = b.run(jobs_total=1)
+        b.load(server, model, seconds=1.0)
+        b.job(run, "score", server=server, context=model, wildcards={"i": "\x1b[31mred[bold]"})
+        now = b.tick(5.0)
+    app = make_app(tmp_path / "c.db", now=now)
+
+    async def script(pilot):
+        servers = rows(app, "fleet-servers")
+        (key,) = servers
+        assert servers[key][0] == "[b]x[/b]" and servers[key][3] == "c[/x]", servers
+        assert drawn(app, "fleet-servers", key)[0] == "[b]x[/b]"
+        table = app.query_one("#fleet-servers", DataTable)
+        table.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        title = text(app, "server-title")
+        assert "[b]x[/b] on h\\x1b[2J" in title and "\x1b" not in title, repr(title)
+        jobs = app.screen.query_one("#server-jobs", DataTable)
+        jobs.focus()
+        jobs.move_cursor(row=0)
+        await pilot.press("enter")
+        for _ in range(50):
+            await pilot.pause(0.05)
+            if "placed" in text(app, "server-story"):
+                break
+        story = text(app, "server-story")
+        assert "i=\\x1b[31mred[bold]" in story and "\x1b" not in story, repr(story)
 
     drive(app, script)
 

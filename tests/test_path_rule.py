@@ -38,12 +38,6 @@ ALLOWED = {
     "--preempt-trace), read as data, never run",
     ("simulate/workload.py", "read_text"): "the workload spec the user names, read as "
     "data (YAML), never run",
-    ("executor/recording.py", "mkdir"): f"the run's reports directory {WORKFLOW_DIRECTORY}",
-    ("executor/recording.py", "write_text"): f"the run's ledger report {WORKFLOW_DIRECTORY}",
-    ("report/command.py", "mkdir"): "the directory of the report file the user named (-o), "
-    "else the reports directory of the workflow in the current directory",
-    ("report/command.py", "write_text"): "that report, and the CSV and JSON exports the "
-    "user named (--csv, --json): files a user asked for by name, as any command's output",
     ("snakemake_internals.py", "read_text"): "the installed Snakemake's own modules, read "
     "to check the shape of its classes at start",
     ("snakemake_internals.py", "tempfile"): "a job's resources.tmpdir on its server: the "
@@ -73,9 +67,6 @@ ALLOWED = {
     ("server/isolation.py", "makedirs"): "the job's own temporary directory",
     ("loaders.py", "read_bytes"): "the workflow's loader files, hashed for a context's "
     "identity (code the run executes anyway)",
-    ("executor/startup.py", "mkdir"): f"the client log's directory {WORKFLOW_DIRECTORY}",
-    ("executor/summary.py", "mkdir"): f"the run summaries {WORKFLOW_DIRECTORY}",
-    ("executor/summary.py", "write_text"): f"a run summary {WORKFLOW_DIRECTORY}",
     ("cluster/serve.py", "tempfile"): "tempfile.tempdir set to the private root's tmp/",
     ("cluster/serve.py", "local_directory"): "the private root's scratch space "
     "(paths.scratch_dir) for the scheduler and every nanny and server",

@@ -35,7 +35,132 @@ class Refusal:
 
 
 # ---- report, status, story, upgrade and the catalog (snakemake-context ...) ----
-CATALOG_CASES: list[Refusal] = []
+def _catalog(tmp: Path) -> None:
+    """``{tmp}/c.db``: one run (of this plugin's id form), one job."""
+    from tests.catalog_builder import CatalogBuilder
+
+    with CatalogBuilder(tmp / "c.db") as b:
+        run = b.run("20261201T070021-4242", jobs_total=1)
+        server = b.server("gpu0")
+        model = b.context("smollm2")
+        b.load(server, model)
+        b.job(run, "score", server=server, context=model)
+        b.finish_run(run)
+
+
+def _catalog_without_jobs(tmp: Path) -> None:
+    """``{tmp}/c.db`` with its ``jobs`` table dropped (a damaged catalog), and a
+    workload spec for ``simulate``."""
+    import sqlite3
+
+    _catalog(tmp)
+    with sqlite3.connect(tmp / "c.db") as db:
+        db.execute("DROP TABLE jobs")
+    (tmp / "w.yaml").write_text("contexts: {m: {}}\nstages:\n  - {rule: a, context: m}\n")
+
+
+def _catalog_and_a_file(tmp: Path) -> None:
+    _catalog(tmp)
+    (tmp / "file").write_text("x")
+
+
+def _nothing_at(*names: str) -> Callable[[Path], None]:
+    """An ``after`` check: none of ``names`` (relative to {tmp}) exists, and no report
+    was written anywhere under {tmp}."""
+
+    def check(tmp: Path) -> None:
+        for name in names:
+            path = tmp / name
+            assert not (path.exists() or path.is_symlink()), f"{name} was created"
+        assert not list(tmp.rglob("*.html")), list(tmp.rglob("*.html"))
+
+    return check
+
+
+_REPORT = ("snakemake-context", "report", "--catalog", "{tmp}/c.db")
+_LACKS = "lacks the table jobs"
+CATALOG_CASES: list[Refusal] = [
+    Refusal("report-since-nan", (*_REPORT, "--since", "nan"), "--since 'nan'", _catalog),
+    Refusal("report-since-inf", (*_REPORT, "--since", "inf"), "--since 'inf'", _catalog),
+    Refusal("report-since-1e300", (*_REPORT, "--since", "1e300"), "in the future", _catalog),
+    Refusal("report-o-dir", (*_REPORT, "-o", "{tmp}"), "is a directory", _catalog, _nothing_at()),
+    Refusal(
+        "report-o-missing-dir",
+        (*_REPORT, "-o", "{tmp}/missing/r.html"),
+        "missing does not exist",
+        _catalog,
+        _nothing_at("missing"),
+    ),
+    Refusal(
+        "report-o-under-a-file",
+        (*_REPORT, "-o", "{tmp}/file/r.html"),
+        "is not a directory",
+        _catalog_and_a_file,
+        _nothing_at("file/r.html"),
+    ),
+    Refusal(
+        "report-csv-missing-dir",
+        (*_REPORT, "--csv", "{tmp}/missing/l.csv"),
+        "does not exist",
+        _catalog,
+        _nothing_at("missing", ".snakemake"),
+    ),
+    Refusal(
+        "report-json-missing-dir",
+        (*_REPORT, "-o", "{tmp}/r.html", "--json", "{tmp}/missing/l.json"),
+        "does not exist",
+        _catalog,
+        _nothing_at("missing"),
+    ),
+    # Not writable even for root: sysfs takes no new files.
+    Refusal("report-csv-unwritable", (*_REPORT, "--csv", "/sys/l.csv"), "no new file", _catalog),
+    Refusal(
+        "status-no-table",
+        ("snakemake-context", "status", "--catalog", "{tmp}/c.db"),
+        _LACKS,
+        _catalog_without_jobs,
+    ),
+    Refusal(
+        "story-no-table",
+        ("snakemake-context", "story", "score", "--catalog", "{tmp}/c.db"),
+        _LACKS,
+        _catalog_without_jobs,
+    ),
+    Refusal(
+        "report-no-table",
+        (*_REPORT, "-o", "{tmp}/r.html"),
+        _LACKS,
+        _catalog_without_jobs,
+        _nothing_at(),
+    ),
+    Refusal(
+        "simulate-catalog-no-table",
+        (
+            "snakemake-context",
+            "simulate",
+            "--spec",
+            "{tmp}/w.yaml",
+            "--gpus",
+            "a10:1",
+            "--catalog",
+            "{tmp}/c.db",
+        ),
+        _LACKS,
+        _catalog_without_jobs,
+    ),
+    Refusal(
+        "upgrade-mistyped-path",
+        ("snakemake-context", "upgrade", "--catalog", "{tmp}/typo.db"),
+        "No catalog at",
+        after=_nothing_at("typo.db"),
+    ),
+    Refusal(
+        "upgrade-mistyped-sqlite-url",
+        ("snakemake-context", "upgrade", "--catalog", "sqlite:///{tmp}/typo.db"),
+        "nothing to upgrade",
+        after=_nothing_at("typo.db"),
+    ),
+]
 
 # ---- the simulator (snakemake-context simulate ...) ----
 SIMULATE_CASES: list[Refusal] = []

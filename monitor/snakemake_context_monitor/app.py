@@ -19,6 +19,7 @@ from textual.widgets import Footer, Static, TabbedContent, TabPane
 from .data import WINDOWS, CatalogProblem, CatalogSource, Snapshot
 from .model import Memo, Page, Presenter, ViewModel, ViewUpdate
 from .statusbar import StatusBar
+from .tables import text
 from .views import contexts, fleet, ledger, losses, progress, server, throughput
 from .views.base import PolledView
 from .views.contexts import ContextsView
@@ -236,7 +237,7 @@ class MonitorApp(App[None]):
         if isinstance(result, str):
             self.problem = result
             status.problem = True
-            problem_box.update(result)
+            problem_box.update(text(result, lines=True))
             problem_box.display = self.snapshot is None
             views.display = self.snapshot is not None
             self._tick()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from .format import ago, clock
+from .tables import text
 
 
 class StatusBar(Static):
@@ -29,4 +30,4 @@ class StatusBar(Static):
         flags = " | run STALE" if self.stale_run else ""
         flags += " | catalog unreadable" if self.problem else ""
         self.set_class(self.stale_run or self.problem, "warning")
-        self.update(f"{self.catalog} | {age}{flags}", layout=False)  # one line, always
+        self.update(text(f"{self.catalog} | {age}{flags}"), layout=False)  # one line, always

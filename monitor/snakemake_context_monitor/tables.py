@@ -1,18 +1,33 @@
-"""The views' tables, and keyed updates of them: change what changed, never rebuild."""
+"""The views' tables, and keyed updates of them: change what changed, never rebuild.
+
+What a view shows comes from a catalog another user may have written: every cell and
+label reaches Textual as plain :func:`text` (Textual reads a plain string's ``[red]``,
+``[/x]`` as markup, and passes an ESC sequence on to the terminal), never as a string.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from rich.text import Text
 from textual import events
 from textual.geometry import Size
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
+from snakemake_executor_context.terminal import printable, shown
+
 from .model import Cells, Delta
 
-__all__ = ["Column", "Table", "apply_delta", "clip", "setup_columns"]
+__all__ = ["Column", "Table", "apply_delta", "clip", "setup_columns", "text"]
+
+
+def text(value: str, *, lines: bool = False) -> Text:
+    """``value`` as Textual shows it: its characters as they are, no markup read in
+    them, control characters escaped visibly (newlines too, unless ``lines``: a label
+    of several lines)."""
+    return Text(printable(value) if lines else shown(value), end="")
 
 
 class Table(DataTable[Any]):
@@ -40,7 +55,7 @@ class Table(DataTable[Any]):
         rows: set[RowKey] = set()
         for row, column, value in changes:
             key = RowKey(row)
-            self._data[key][column] = value
+            self._data[key][column] = text(value)
             rows.add(key)
         indexes = {self._row_locations.get(key) for key in rows}
         for cache, position, stale in (
@@ -79,7 +94,7 @@ def apply_delta(table: DataTable[Any], held: dict[str, Cells], delta: Delta) -> 
     for key, cells in delta.upserts.items():
         before = held.get(key)
         if before is None:
-            table.add_row(*cells, key=key)
+            table.add_row(*(text(cell) for cell in cells), key=key)
             changes += 1
         else:
             for column, old, new in zip(columns, before, cells, strict=False):
@@ -89,7 +104,7 @@ def apply_delta(table: DataTable[Any], held: dict[str, Cells], delta: Delta) -> 
                 if column.auto_width or not isinstance(table, Table):
                     # Measured again: a column sized to its content (measuring a fixed
                     # one would measure all its cells whenever a value shrinks).
-                    table.update_cell(key, column.key, new, update_width=column.auto_width)
+                    table.update_cell(key, column.key, text(new), update_width=column.auto_width)
                 else:
                     fixed.append((key, column.key, new))
         held[key] = cells

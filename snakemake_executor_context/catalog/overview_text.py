@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..terminal import shown, shown_values
+
 __all__ = ["format_overview"]
 
 
@@ -47,8 +49,11 @@ def _how_got(kinds: dict[str, int], fetched: dict[str, Any] | None) -> str:
 
 def format_overview(catalog: str, report: dict[str, Any]) -> str:
     """The catalog part of ``snakemake-context status`` as text (from
-    :func:`.queries.overview`)."""
-    lines = [f"Catalog {catalog}", "", "Fleet by GPU model:"]
+    :func:`.queries.overview`), every value read from the catalog shown escaped
+    (:func:`..terminal.shown`: a name or wildcard holding an ESC sequence reaches no
+    terminal)."""
+    report = shown_values(report)
+    lines = [f"Catalog {shown(catalog)}", "", "Fleet by GPU model:"]
     for row in report["fleet"]:
         kind = row["gpu_name"] or row["gpu_model"]
         extra = []

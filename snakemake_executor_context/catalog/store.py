@@ -69,14 +69,16 @@ class CatalogLocation:
     """Where a catalog lives.
 
     ``url`` is the live database's SQLAlchemy URL; for SQLite, ``path`` is its file
-    and ``snapshot`` the requested path when that is on a network filesystem (the
-    live file then lies on local disk).
+    and ``snapshot`` the requested path when that is on a network filesystem or in a
+    directory other users may write (the live file then lies in the private root);
+    ``why`` says which of the two.
     """
 
     requested: str
     url: str
     path: Path | None = None
     snapshot: Path | None = None
+    why: str = ""
 
     def describe(self) -> str:
         """A short human form: the path (and where its live copy is), or the URL
@@ -86,7 +88,7 @@ class CatalogLocation:
 
             return make_url(self.url).render_as_string(hide_password=True)
         if self.snapshot is not None:
-            return f"{self.snapshot} (network filesystem: live copy {self.path})"
+            return f"{self.snapshot} ({self.why}: live copy {self.path})"
         return str(self.path)
 
 
@@ -119,18 +121,23 @@ def is_network_fs(path: str | os.PathLike[str]) -> bool:
     return False
 
 
-def others_may_write(directory: Path) -> bool:
-    """Whether users other than this one (and root) may create files in
-    ``directory`` (or the nearest existing directory above it): its mode lets group
-    or others write, or it is another user's."""
+def others_may_write(directory: Path) -> str | None:
+    """Why users other than this one (and root) may create files in ``directory`` (or
+    the nearest existing directory above it): its mode lets group or others write, or
+    it is another user's; None when they may not."""
     target = Path(os.path.abspath(directory))
     while not target.exists() and target != target.parent:
         target = target.parent
     try:
         info = target.stat()
     except OSError:
-        return False
-    return info.st_uid not in (os.getuid(), 0) or bool(info.st_mode & 0o022)
+        return None
+    if info.st_uid not in (os.getuid(), 0):
+        return f"in {target}, a directory of uid {info.st_uid}"
+    if info.st_mode & 0o022:
+        mode = f"{info.st_mode & 0o7777:04o}"
+        return f"in {target}, a directory other users may write (mode {mode})"
+    return None
 
 
 def resolve_location(spec: str | os.PathLike[str]) -> CatalogLocation:
@@ -146,11 +153,17 @@ def resolve_location(spec: str | os.PathLike[str]) -> CatalogLocation:
             return CatalogLocation(requested=text, url=text)
         text = database
     requested = Path(text).expanduser().absolute()
-    if is_network_fs(requested) or others_may_write(requested.parent):
+    why = "on a network filesystem" if is_network_fs(requested) else None
+    why = why or others_may_write(requested.parent)
+    if why:
         digest = hashlib.sha256(str(requested).encode()).hexdigest()[:16]
         live = paths.root_path() / "catalogs" / digest / requested.name
         return CatalogLocation(
-            requested=str(requested), url=f"sqlite:///{live}", path=live, snapshot=requested
+            requested=str(requested),
+            url=f"sqlite:///{live}",
+            path=live,
+            snapshot=requested,
+            why=why,
         )
     return CatalogLocation(requested=str(requested), url=f"sqlite:///{requested}", path=requested)
 
@@ -281,6 +294,15 @@ def check_schema(store: CatalogStore, *, create: bool) -> None:
     or a foreign one, and a reader's older one, in one line each."""
     with store.engine.connect() as connection:
         found = read_revision(connection)
+    if found.current and found.missing:
+        where = store.location.snapshot or store.location.path or store.location.describe()
+        raise CatalogError(
+            f"The catalog {store.location.describe()} lacks the table"
+            f"{'s' if len(found.missing) > 1 else ''} {', '.join(found.missing)} of its "
+            f"schema version {found.version}: it is damaged (or was changed by hand). "
+            f"Fix: restore it from a copy, or move it aside (mv {where} {where}.damaged) "
+            "and let the next run start a new one."
+        )
     if found.current:
         return
     if found.version is None and not found.foreign:

@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..fleet.keys import is_attempt_key, job_key_of
+from ..terminal import shown
 from .models import Attempt, Job, Run, Server
 from .models import JobStory as JobStoryRow
 from .store import CatalogError
@@ -43,10 +44,12 @@ class StoryLine:
     stimulus: str = ""
 
     def text(self) -> str:
-        """'12:00:01.250  lost      a1  cpu0 left (...)  [stimulus fleet-server-left-9]'."""
+        """'12:00:01.250  lost      a1  cpu0 left (...)  [stimulus fleet-server-left-9]'
+        (what the catalog holds shown with its control characters escaped)."""
         clock = datetime.datetime.fromtimestamp(self.at).strftime("%H:%M:%S.%f")[:-3]
-        stimulus = f"  [stimulus {self.stimulus}]" if self.stimulus else ""
-        return f"{clock}  {self.what:<9} {self.attempt:<3} {self.detail}{stimulus}".rstrip()
+        stimulus = f"  [stimulus {shown(self.stimulus)}]" if self.stimulus else ""
+        what, attempt, detail = shown(self.what), shown(self.attempt), shown(self.detail)
+        return f"{clock}  {what:<9} {attempt:<3} {detail}{stimulus}".rstrip()
 
 
 _RULE = re.compile(r"^(?P<rule>[\w.-]+)\s*(?:\((?P<w1>.*)\)|\s+(?P<w2>.+))?$")
@@ -116,12 +119,10 @@ def _wildcards(job: Job) -> dict[str, str]:
 
 
 def _title(job: Job) -> str:
-    wildcards = ", ".join(f"{k}={v}" for k, v in _wildcards(job).items())
-    return (
-        f"{job.rule}({wildcards}) [job {job.jobid}]"
-        if wildcards
-        else f"{job.rule} [job {job.jobid}]"
-    )
+    """'score(shard=3) [job 12]', every value shown escaped (:func:`..terminal.shown`)."""
+    wildcards = ", ".join(f"{shown(k)}={shown(v)}" for k, v in _wildcards(job).items())
+    rule, jobid = shown(job.rule), shown(job.jobid)
+    return f"{rule}({wildcards}) [job {jobid}]" if wildcards else f"{rule} [job {jobid}]"
 
 
 def job_story(session: Session, job: Job) -> list[StoryLine]:
@@ -165,5 +166,5 @@ def job_story(session: Session, job: Job) -> list[StoryLine]:
 
 def story_text(run: Run, job: Job, lines: list[StoryLine]) -> str:
     """The story as ``snakemake-context story`` prints it."""
-    head = f"{_title(job)} of run {run.run_id}: {job.outcome or 'not reported'}"
+    head = f"{_title(job)} of run {shown(run.run_id)}: {shown(job.outcome or 'not reported')}"
     return "\n".join([head, *(f"  {line.text()}" for line in lines)])

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import paths
 from ..errors import UnsafePathError
+from ..fleet.keys import safe_name
 from ..processes import pid_alive
 from .credentials import FIX, Credentials, private_dir, write_private
 
@@ -89,6 +90,12 @@ class ClusterFiles:
         """Where a preemption injector holds a server's restart back: one file per
         server name, holding the time until which it stays down."""
         return self.scheduler_file.with_suffix(".holds")
+
+    def hold_file(self, name: str) -> Path:
+        """Server ``name``'s hold file in :attr:`hold_dir`. The name comes from the
+        scheduler (a worker names itself): reduced to a plain file name, so that one
+        such as ``../x`` names a file in the hold directory, not above it."""
+        return self.hold_dir / safe_name(name)
 
     def read_info(self) -> dict[str, Any] | None:
         """The cluster process's record, or None if it is not (yet) written. A pid

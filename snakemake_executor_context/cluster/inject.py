@@ -143,7 +143,7 @@ def _kill(
         raise ClusterError(f"server {name} ({address}) reports no pid ({pid!r}): cannot kill it")
     if down > 0:
         private_dir(files.hold_dir)  # the nanny holds a restart back on what it reads
-        write_private(files.hold_dir / name, str(time.time() + down))
+        write_private(files.hold_file(name), str(time.time() + down))
     announce = ev.ServerKillInjected(address=address, name=name, pid=pid, signal=int(signum))
     client.log_event(ev.TOPIC, ev.encode([announce]))
     at = time.time()

@@ -15,7 +15,6 @@ import asyncio
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any, ClassVar
 
 from distributed import Nanny
@@ -23,6 +22,7 @@ from distributed import Nanny
 from .. import paths
 from ..errors import UnsafePathError
 from ..server.pgroups import GroupRecord
+from .files import ClusterFiles
 from .hub import FleetHub
 
 __all__ = ["ContextNanny", "held_until"]
@@ -30,13 +30,13 @@ __all__ = ["ContextNanny", "held_until"]
 logger = logging.getLogger(__name__)
 
 
-def held_until(hold_dir: Path | None, name: str) -> float:
+def held_until(files: ClusterFiles | None, name: str) -> float:
     """Until when server ``name``'s restart is held back (0: not held; a hold file
     that is not this user's own holds nothing back)."""
-    if hold_dir is None:
+    if files is None:
         return 0.0
     try:
-        return float((paths.read_trusted(hold_dir / name) or b"").strip() or 0)
+        return float((paths.read_trusted(files.hold_file(name)) or b"").strip() or 0)
     except (OSError, ValueError, UnsafePathError):
         return 0.0
 
@@ -44,8 +44,8 @@ def held_until(hold_dir: Path | None, name: str) -> float:
 class ContextNanny(Nanny):
     """See the module docstring."""
 
-    #: The cluster's hold directory (set by :mod:`.serve`).
-    hold_dir: ClassVar[Path | None] = None
+    #: The cluster's files, whose hold directory it reads (set by :mod:`.serve`).
+    cluster_files: ClassVar[ClusterFiles | None] = None
 
     async def _on_worker_exit(self, exitcode: Any) -> None:
         address = self.worker_address
@@ -56,7 +56,7 @@ class ContextNanny(Nanny):
         killed = record.kill_all()
         if killed:
             logger.warning("server %s: killed its jobs' process groups %s", self.name, killed)
-        until = held_until(self.hold_dir, str(self.name))
+        until = held_until(self.cluster_files, str(self.name))
         if until > time.time():
             logger.warning("server %s: restart held for %.1f s", self.name, until - time.time())
             while time.time() < until and self.status.name not in ("closing", "closed"):

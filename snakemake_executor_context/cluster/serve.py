@@ -104,7 +104,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
     dask.config.set({"temporary-directory": scratch})
     files = ClusterFiles(args.scheduler_file.resolve())
     FleetHub.exit_wait = 1.5
-    ContextNanny.hold_dir = files.hold_dir
+    ContextNanny.cluster_files = files
     files.remove()
     # Every listener requires TLS with a certificate of this cluster's own authority.
     security = None if args.no_tls else Credentials.generate(files.credentials.directory).security()

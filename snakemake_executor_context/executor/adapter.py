@@ -20,7 +20,7 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from ..fleet import events as ev
-from ..fleet.keys import job_key_of
+from ..fleet.keys import job_key_of, new_run_id
 from ..jobspec import remove_outputs
 from ..snakemake_internals import cancel_scheduler_timers
 from . import announce, startup
@@ -62,7 +62,7 @@ class Executor(RemoteExecutor):
         self.declarations = startup.checked_declarations(workflow)
         steps.mark("checks")
         self.workdir = os.getcwd()
-        self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        self.run_id = new_run_id()
         self.started = time.time()
         self.specs = SpecBuilder(
             workflow, self.workdir, self.run_id, self.format_job_exec, self.envvars

@@ -19,6 +19,7 @@ from ..errors import ContextExecutorError
 from ..fleet.keys import job_key, safe_name
 from ..fleet.resources import job_resources, requirements_from
 from ..jobspec import OutputSpec
+from ..terminal import shown
 from .vocabulary import JobTicket
 
 if TYPE_CHECKING:
@@ -189,16 +190,18 @@ def output_specs(job: Any) -> list[OutputSpec]:
 
 
 def label(job: Any) -> str:
-    """ "rule 'score'" or "group 'g'", for messages."""
-    return f"group '{job.groupid}'" if job.is_group() else f"rule '{job.rule.name}'"
+    """ "rule 'score'" or "group 'g'", for messages (names shown escaped)."""
+    return f"group '{shown(job.groupid)}'" if job.is_group() else f"rule '{shown(job.rule.name)}'"
 
 
 def title(job: Any) -> str:
-    """'Rule 'score' (shard=3)' or 'Group 'g'', for messages."""
+    """'Rule 'score' (shard=3)' or 'Group 'g'', for messages: a wildcard value holding
+    an ESC sequence or a newline is shown escaped (:func:`..terminal.shown`)."""
     if job.is_group():
-        return f"Group '{job.groupid}'"
-    wildcards = ", ".join(f"{k}={v}" for k, v in internals.wildcards_dict(job).items())
-    return f"Rule '{job.rule.name}'" + (f" ({wildcards})" if wildcards else "")
+        return f"Group '{shown(job.groupid)}'"
+    pairs = internals.wildcards_dict(job).items()
+    wildcards = ", ".join(f"{shown(k)}={shown(v)}" for k, v in pairs)
+    return f"Rule '{shown(job.rule.name)}'" + (f" ({wildcards})" if wildcards else "")
 
 
 def rule_name(job: Any) -> str:

@@ -248,7 +248,7 @@ class Recording:
     def _ledger(self) -> None:
         """Write the run's GPU ledger report (``--context-report``), or name the command
         that writes it. Never fails the run."""
-        from ..report.command import build_report, default_output
+        from ..report.command import build_report, write_report
 
         spec = self.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
         if "://" not in spec and self.location and not self.writes:
@@ -261,9 +261,7 @@ class Recording:
             return
         try:
             page, _ = build_report(spec, run=self.run_id)
-            output = default_output(Path(self.workdir), self.run_id)
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(page)
+            output = write_report(page, None, Path(self.workdir), self.run_id)
             self._info(f"Where this run's GPU-seconds went (the ledger): {output}")
         except Exception as error:
             self._warn(f"Cannot write the run's ledger report ({command}): {error}")

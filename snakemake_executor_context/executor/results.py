@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from ..jobspec import JobResult
+from ..terminal import printable
 from .summary import summary_entry
 from .vocabulary import AttemptEnded, JobTicket
 
@@ -32,9 +33,9 @@ def attempt_ended(
 
         logger = snakemake_logger()  # the run's log, as the executor's own
         for warning in result.extra.get("warnings", ()):
-            logger.warning(warning)
+            logger.warning(printable(str(warning)))  # may quote the job's names
         for note in result.extra.get("notes", ()):
-            logger.info(note)
+            logger.info(printable(str(note)))
     entry = summary_entry(
         result.outcome,
         result.extra,

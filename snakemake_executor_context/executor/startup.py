@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import paths
 from ..cluster.triples import Shape
 from ..contexts import ContextDeclaration, declarations_from_config
 from ..defaults import (
@@ -351,9 +352,10 @@ def log_dask_to_file(workdir: str, run_id: str) -> None:
     """Dask's client logs go to a file: Snakemake's output stays Snakemake's."""
     import distributed  # noqa: F401  (its import installs its own handlers: replace them)
 
-    path = Path(workdir) / CONTEXT_DIR / "logs" / f"client-{run_id}.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path)
+    logs = paths.output_directory(Path(workdir) / CONTEXT_DIR / "logs")
+    # Appended without following a symlink, and only to a file of this user's.
+    stream = os.fdopen(paths.open_append(logs / f"client-{run_id}.log"), "a")
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     # Dask gives some of its loggers handlers of their own (distributed.client's):
     # every logger of these families writes to the file, and only there.

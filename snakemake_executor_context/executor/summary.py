@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import paths
 from ..defaults import CONTEXT_DIR
 
 if TYPE_CHECKING:
@@ -100,9 +101,8 @@ def write_summary(
         "loads_on_lost_servers": lost_loads,
         "forward_batches": batches,
     }
-    path = Path(workdir) / CONTEXT_DIR / "runs" / f"{run_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=1, default=str))
+    path = paths.output_directory(Path(workdir) / CONTEXT_DIR / "runs") / f"{run_id}.json"
+    paths.write_output(path, json.dumps(summary, indent=1, default=str))
     loads = sum(inv.get("loads", 0) for inv in inventories.values()) + lost_loads
     context_jobs = sum(1 for job in jobs if job.get("loaded") or job.get("reused"))
     if context_jobs:

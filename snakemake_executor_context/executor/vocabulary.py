@@ -18,6 +18,7 @@ from ..fleet.keys import attempt_log, attempt_number
 from ..fleet.outcome import Outcome
 from ..fleet.placement import PlacementStep
 from ..fleet.resources import Requirements
+from ..terminal import printable
 
 __all__ = [
     "AttemptEnded",
@@ -296,6 +297,10 @@ class ReportError:
     error: ContextExecutorError | None = field(default=None, compare=False)
     stimulus: str = field(default="", compare=False)
 
+    def __post_init__(self) -> None:
+        # Snakemake prints it: names and wildcards in it reach the terminal escaped.
+        object.__setattr__(self, "message", printable(self.message))
+
 
 @dataclass(frozen=True)
 class Record:
@@ -307,11 +312,15 @@ class Record:
 
 @dataclass(frozen=True)
 class Log:
-    """Write a line to Snakemake's log (``level``: debug, info or warning)."""
+    """Write a line to Snakemake's log (``level``: debug, info or warning); its text
+    is kept with its control characters escaped (:func:`..terminal.printable`)."""
 
     level: str
     message: str
     stimulus: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", printable(self.message))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,11 @@
-"""The Dask keys of job attempts: one format, defined here only.
+"""Run ids and the Dask keys of job attempts: one format each, defined here only.
+
+A run's id is its start time and the Snakemake process's pid,
+``20261201T070021-28579`` (:func:`new_run_id`). It names files of the run
+(``.snakemake/context/reports/<run id>.html``, its summary, its client log): an id
+read from a catalog, which another user may have written, becomes part of a path
+only once :func:`is_run_id` says it has this form (an id such as ``/abs/x`` or
+``../../x`` never does).
 
 A Snakemake job gets a *job key* when the executor receives it, and every dispatch
 of it to a server (an *attempt*) gets an attempt key, the job key plus the
@@ -12,25 +19,49 @@ The random part keeps the keys of runs that share a persistent cluster apart.
 
 from __future__ import annotations
 
+import os
 import re
+import time
 
 __all__ = [
+    "RUN_ID_FORM",
     "attempt_key",
     "attempt_log",
     "attempt_number",
     "is_attempt_key",
+    "is_run_id",
     "job_key",
     "job_key_of",
+    "new_run_id",
     "rule_of",
     "safe_name",
 ]
 
 _ATTEMPT = re.compile(r"^.+-[^-]+-a\d+-[0-9a-f]+\.\d+$")
+_RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9]{1,10}$")
+#: A run id's form, for messages.
+RUN_ID_FORM = "YYYYMMDDTHHMMSS-PID, such as 20261201T070021-28579"
+
+
+def new_run_id(at: float | None = None, pid: int | None = None) -> str:
+    """The id of a run that starts now (``at``: seconds since the epoch) in this
+    process (``pid``), in local time: ``20261201T070021-28579``."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(at))
+    return f"{stamp}-{os.getpid() if pid is None else pid}"
+
+
+def is_run_id(text: object) -> bool:
+    """Whether ``text`` has the form of :func:`new_run_id` (and so is safe in a file
+    name: digits, one ``T`` and one ``-``)."""
+    return isinstance(text, str) and _RUN_ID.match(text) is not None
 
 
 def safe_name(text: object) -> str:
-    """A rule or group name reduced to the characters keys and paths allow."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text))
+    """A rule, group or server name reduced to the characters keys and file names
+    allow, never empty and never starting with a dot (``.`` and ``..`` name
+    directories, not files)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text))
+    return "_" + safe[1:] if safe.startswith(".") else safe or "_"
 
 
 def job_key(name: object, jobid: object, attempt: int, nonce: str) -> str:

@@ -22,9 +22,16 @@ Two kinds of place, and nothing else:
   ``fstat`` of the descriptor at each open, :func:`open_trusted`): a file someone
   else planted there is neither read, nor appended to, nor replaced.
 
+- **Output files** (a command's ``-o``, ``--csv``, ``--json``; a run's report and
+  summary under ``.snakemake/context/``): written whole to a private temporary file
+  in the target's directory, then renamed over the target; a directory, another
+  user's file or symlink there is refused, and nothing is created above a path the
+  user named (:func:`write_output`).
+
 Standard library only, and nothing of the project but its exception and
 :mod:`..defaults`: the catalog, the servers, the cluster and the executor all use it.
-:mod:`.root` holds the private root, :mod:`.files` the opens; ``__main__`` is ``python
+:mod:`.root` holds the private root, :mod:`.files` the opens, :mod:`.outputs` the
+output files; ``__main__`` is ``python
 -m snakemake_executor_context.paths --shell``, which prints the root and the scratch
 space as shell ``export`` lines (a pilot's job script runs it on its node).
 """
@@ -49,6 +56,7 @@ from .files import (
     replace_private,
     write_private,
 )
+from .outputs import output_directory, output_problem, write_output
 from .root import (
     LOCAL_DIR_SETTING,
     LOCAL_DIR_VARIABLE,
@@ -85,6 +93,8 @@ __all__ = [
     "open_directory",
     "open_nofollow",
     "open_trusted",
+    "output_directory",
+    "output_problem",
     "private_dir",
     "private_lock",
     "private_path",
@@ -96,5 +106,6 @@ __all__ = [
     "replace_private",
     "root_path",
     "scratch_dir",
+    "write_output",
     "write_private",
 ]

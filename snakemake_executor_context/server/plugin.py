@@ -19,7 +19,7 @@ from .._version import __version__
 from ..batching import configure as configure_batching
 from ..contexts import ContextDeclaration
 from ..defaults import DEVICES_VARIABLE, MODEL_CACHE_SIZE_VARIABLE, MODEL_CACHE_VARIABLE
-from ..fleet.keys import is_attempt_key
+from ..fleet.keys import is_attempt_key, safe_name
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
 from .cache import probe
 from .config import ServerConfig
@@ -104,7 +104,8 @@ class ContextServerPlugin(WorkerPlugin):
         config.slots = worker_slots(worker)
         if config.own_cache:
             own = paths.private_dir(Path(config.own_cache).expanduser().absolute())
-            os.environ[MODEL_CACHE_VARIABLE] = str(own / config.name)
+            # A worker's name is the cluster's to give: a plain file name here.
+            os.environ[MODEL_CACHE_VARIABLE] = str(own / safe_name(config.name))
         if config.model_cache_bytes > 0:
             os.environ[MODEL_CACHE_SIZE_VARIABLE] = str(config.model_cache_bytes)
         # Unset (0): every batched() function keeps its own max_batch and max_wait.

@@ -9,7 +9,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from ..model import Cells, ViewUpdate
-from ..tables import apply_delta
+from ..tables import apply_delta, text
 
 __all__ = ["PolledView"]
 
@@ -36,9 +36,9 @@ class PolledView(Widget):
         """Take a poll's update: labels now, the rest now if ``shown``, else later."""
         if not update:
             return
-        for label, text in update.texts.items():
+        for label, value in update.texts.items():
             # A hidden label is laid out when its view is shown, not now.
-            self.query_one(f"#{label}", Static).update(text, layout=shown)
+            self.query_one(f"#{label}", Static).update(text(value, lines=True), layout=shown)
         rest = ViewUpdate(update.tables, {}, update.extra)
         if rest:
             self.pending = rest if self.pending is None else self.pending.then(rest)

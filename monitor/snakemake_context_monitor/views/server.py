@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Footer, Static
 from ..data import Snapshot
 from ..format import bytes_, cache_cell, clock, duration, kind_cell, rate
 from ..model import Cells, Memo, ViewModel, ViewUpdate, compare
-from ..tables import Table, apply_delta, clip, setup_columns
+from ..tables import Table, apply_delta, clip, setup_columns, text
 
 CONTEXT_COLUMNS = [
     ("context", "context", 14),
@@ -120,13 +120,13 @@ class ServerScreen(Screen[None]):
     def tell_story(self, key: str) -> None:
         """Read the job's story from the catalog, off the UI thread."""
         source = getattr(self.app, "source", None)
-        text = source.story(key) if source is not None else ""
-        self.app.call_from_thread(self.query_one("#server-story", Static).update, text)
+        story = text(source.story(key) if source is not None else "", lines=True)
+        self.app.call_from_thread(self.query_one("#server-story", Static).update, story)
 
     def receive(self, update: ViewUpdate) -> None:
         """Apply a poll's update."""
-        for label, text in update.texts.items():
-            self.query_one(f"#{label}", Static).update(text)
+        for label, value in update.texts.items():
+            self.query_one(f"#{label}", Static).update(text(value, lines=True))
         for table, delta in update.tables.items():
             held = self.held.setdefault(table, {})
             apply_delta(self.query_one(f"#{table}", DataTable), held, delta)

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Sparkline, Static
 from ..data import Snapshot
 from ..format import rate, window_phrase
 from ..model import Memo, Rows, ViewModel
-from ..tables import Table, clip, setup_columns
+from ..tables import Table, clip, setup_columns, text
 from .base import PolledView
 
 COLUMNS = [
@@ -82,10 +82,11 @@ class ThroughputView(VerticalScroll, PolledView):
         for key, label, data in charts:
             found = self.query(f"#label-{key}")
             if found:
-                found.first(Static).update(label, layout=False)  # one short line
+                found.first(Static).update(text(label), layout=False)  # one short line
                 self.query_one(f"#spark-{key}", Sparkline).data = list(data)
             else:
-                self.mount(Static(label, id=f"label-{key}", classes="series-label"), before=table)
+                series = Static(text(label), id=f"label-{key}", classes="series-label")
+                self.mount(series, before=table)
                 self.mount(Sparkline(list(data), id=f"spark-{key}"), before=table)
         wanted = {key for key, _, _ in charts}
         for widget in list(self.query(".series-label")):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, insert, inspect, text
 
-from ..models import SCHEMA_VERSION
+from ..models import SCHEMA_VERSION, Base
 
 __all__ = ["HEAD", "Revision", "migrate", "read_revision", "upgrade"]
 
@@ -28,11 +28,13 @@ HEAD = f"{SCHEMA_VERSION:04d}"
 class Revision:
     """Where a catalog stands, as a schema version: None is an empty database;
     ``foreign``: tables that are not a catalog of this plugin; ``stamped``: Alembic's
-    own table names it (catalogs of schema version 1 predate it)."""
+    own table names it (catalogs of schema version 1 predate it); ``missing``: tables
+    of this release's schema the catalog lacks (a damaged one, when it is current)."""
 
     version: int | None
     foreign: bool = False
     stamped: bool = True
+    missing: tuple[str, ...] = ()
 
     @property
     def current(self) -> bool:
@@ -70,7 +72,8 @@ def read_revision(connection: Connection) -> Revision:
     if stamped:
         found = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
         stamped = found is not None and str(found).isdigit() and int(found) == int(meta)
-    return Revision(int(meta), stamped=stamped)
+    missing = tuple(sorted(set(Base.metadata.tables) - tables))
+    return Revision(int(meta), stamped=stamped, missing=missing)
 
 
 def upgrade(engine: Engine) -> Revision:
