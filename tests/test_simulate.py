@@ -303,3 +303,19 @@ def test_storage_defaults_model_no_transfer():
                              storage=Storage())  # fmt: skip
     assert result.loads == {"source": 1}
     assert result.ledger.buckets[Bucket.LOADING_SOURCE] == pytest.approx(8.0)
+
+
+def test_a_run_stopped_at_the_limit_is_not_ended_and_the_bound_sees_it_first():
+    """A run that reaches Options.limit is marked, so that the command refuses it
+    instead of printing the limit as a makespan; the bound taken before simulating
+    (the command's, and the table's per size) already exceeds the limit there."""
+    from snakemake_executor_context.simulate.whatif import least_makespan
+
+    workload, fleet = _workload(8, items=10), Fleet([ServerKind("a10", 2)], join_at=0.0)
+    cut = engine.simulate(workload, fleet, TIMES, options=Options(limit=5.0, log=False))
+    assert not cut.ended and cut.jobs < len(workload.jobs)
+    whole = engine.simulate(workload, fleet, TIMES, options=Options(log=False))
+    assert whole.ended and whole.jobs == len(workload.jobs)  # 8 and the local merge
+    # 8 jobs of 10 items at 0.2 s on 2 GPUs: 16 s of work, 8 s at least, 2 s a job.
+    assert least_makespan(workload, TIMES, fleet.kinds) == pytest.approx(8.0)
+    assert least_makespan(workload, TIMES, fleet.kinds) <= whole.makespan
