@@ -25,7 +25,7 @@ from .bounds import (
     parse_rates,
 )
 from .buckets import LoadKind
-from .measured import MeasuredRun, contexts_from, read_run, times_from
+from .measured import MeasuredRun, measured_contexts, read_run, times_from
 from .model import ANY_MODEL, Fleet, JobTimes, Options, PoolSpec, Preemption, Storage
 from .preempt import trace_from
 from .whatif import Scenario, missing_times
@@ -67,11 +67,7 @@ def _workload(args: argparse.Namespace) -> Workload:
 
 def _with_catalog(workload: Workload, run: MeasuredRun) -> JobTimes:
     """The catalog's times: items per job, loads per context, seconds per item."""
-    measured = contexts_from([run])
-    for name, model in workload.contexts.items():
-        found = measured.get(name)
-        if found is not None:
-            workload.contexts[name] = replace(found, identity=model.identity)
+    workload.contexts.update(measured_contexts(workload, run))
     items = run.items_of()
     typical: dict[str, int] = {}
     for rule in {job.rule for job in run.jobs}:
