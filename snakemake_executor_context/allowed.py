@@ -33,6 +33,7 @@ __all__ = [
     "check_parsed",
     "check_value",
     "dataclass_settings",
+    "filled",
     "settings_field",
 ]
 
@@ -214,6 +215,12 @@ def _size_ok(
     return bool(
         nbytes > 0 and (least is None or nbytes >= least) and (most is None or nbytes <= most)
     )
+
+
+def filled(flag: str, value: str) -> str | None:
+    """A ``form`` that refuses an empty text (given as ``--flag ''``): it would
+    otherwise be taken silently as the default."""
+    return None if value.strip() else "an empty value; leave the flag out for the default"
 
 
 @dataclass(frozen=True)

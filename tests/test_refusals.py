@@ -156,7 +156,67 @@ SIMULATE_CASES: list[Refusal] = [
 ]
 
 # ---- the executor's settings (snakemake --executor context --context-...) ----
-SETTINGS_CASES: list[Refusal] = []
+_TRIVIAL = 'rule all:\n    output: "a.txt"\n    shell: "touch {output}"\n'
+
+
+def _snakefile(tmp: Path) -> None:
+    (tmp / "Snakefile").write_text(_TRIVIAL)
+
+
+def _nothing_started(tmp: Path) -> None:
+    """Refused while the settings were read: no job ran, no cluster started, and
+    nothing of the plugin's was made in the workflow directory."""
+    assert not (tmp / "a.txt").exists()
+    assert not (tmp / ".snakemake" / "context").exists(), sorted((tmp / ".snakemake").rglob("*"))
+
+
+def _nothing_made(tmp: Path) -> None:
+    _nothing_started(tmp)
+    assert not (tmp / "missing").exists(), "the directories above --context-local-dir were made"
+
+
+def _setting(case: str, *args: str, says: str, after=_nothing_started) -> Refusal:
+    argv = ("snakemake", "--executor", "context", "--jobs", "1", *args)
+    return Refusal(f"settings-{case}", argv, says, prepare=_snakefile, after=after, timeout=120)
+
+
+SETTINGS_CASES: list[Refusal] = [
+    # Was a traceback in the cluster's log, each server failing to make it.
+    _setting(
+        "own-caches-unmakeable",
+        "--context-own-caches",
+        "/proc/nope",
+        says="--context-own-caches '/proc/nope' is not allowed: the directory /proc/nope cannot",
+    ),
+    _setting(
+        "own-caches-under-a-file",
+        "--context-own-caches",
+        "{tmp}/Snakefile/caches",
+        says="/Snakefile/caches' is not allowed: the directory",
+    ),
+    # Made /nonexistent and /nonexistent/dir, then the private root in it.
+    _setting(
+        "local-dir-missing",
+        "--context-local-dir",
+        "{tmp}/missing/dir",
+        after=_nothing_made,
+        says="/missing/dir' is not allowed: no such directory",
+    ),
+    _setting(
+        "model-cache-size-huge",
+        "--context-model-cache-size",
+        "1e30",
+        says="--context-model-cache-size '1e30' is not allowed",
+    ),
+    _setting(
+        "peer-mbps-tiny",
+        "--context-peer-mbps",
+        "1e-9",
+        says="--context-peer-mbps 1e-09 is not allowed",
+    ),
+    # Was taken as the default catalog, silently.
+    _setting("catalog-empty", "--context-catalog", "", says="--context-catalog '' is not allowed"),
+]
 
 CASES = CATALOG_CASES + SIMULATE_CASES + SETTINGS_CASES
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..allowed import FLAG, NUMBER, TEXT, WHOLE, WORDS, Allowed, add_argument
+from ..allowed import FLAG, NUMBER, TEXT, WHOLE, WORDS, Allowed, add_argument, filled
 from ..cluster.pilot_args import PILOT_SETTINGS
 from ..cluster.triples import SLOTS
 from .bounds import (
@@ -46,10 +46,6 @@ def _rates(flag: str, text: str) -> None:
 
 def _counts(flag: str, text: str) -> None:
     parse_counts(text)
-
-
-def _filled(flag: str, text: str) -> str | None:
-    return None if text.strip() else "an empty value; name a catalog (a path or a URL)"
 
 
 def _directory(flag: str, text: str) -> str | None:
@@ -91,7 +87,7 @@ def _workload(group: Any) -> None:
 
 def _times(group: Any) -> None:
     add_argument(
-        group, "--catalog", Allowed(TEXT, optional=True, form=_filled),
+        group, "--catalog", Allowed(TEXT, optional=True, form=filled),
         help="a catalog (path or URL): its latest run's times",
     )  # fmt: skip
     add_argument(
