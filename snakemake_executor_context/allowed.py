@@ -31,7 +31,9 @@ __all__ = [
     "add_argument",
     "check",
     "check_parsed",
+    "check_value",
     "dataclass_settings",
+    "filled",
     "settings_field",
 ]
 
@@ -64,13 +66,15 @@ class Allowed:
     ``kind``: whole (int), number (finite float), size ('16GB'), budget (a fraction
     in (0, 1] or a size), walltime (read as ``backend``'s batch system reads it),
     text, words (a list of texts), flag (a boolean). Bounds: ``least`` (inclusive),
-    ``above`` (exclusive), ``most`` (inclusive). ``optional``: None (the default) is
-    allowed. ``choices``: the words a text may be. ``zero``: what 0 means, for the
-    message. Combinations, by the other settings' names: ``needs`` (one of them must
-    be set when this one differs from its default), ``conflicts`` (none of them may
-    be set then), ``at_most`` (this one may not exceed that one), ``below_walltime``
-    (seconds that must be below the walltime setting of that name). ``form``: a
-    further check of a text, returning the problem (or raising SettingError)."""
+    ``above`` (exclusive), ``most`` (inclusive; of a size too). ``optional``: None
+    (the default) is allowed. ``choices``: the words a text may be. ``zero``: what 0
+    means; 0 is then allowed whatever the bounds (a number or a size: "0: no limit,
+    else at least 1"). Combinations, by the other settings' names: ``needs`` (one of
+    them must be set when this one differs from its default), ``conflicts`` (none of
+    them may be set then; ``clash`` says why), ``at_most`` (this one may not exceed
+    that one), ``below_walltime`` (seconds that must be below the walltime setting of
+    that name). ``form``: a further check of a text or a path (of each, in a list),
+    returning the problem (or raising SettingError)."""
 
     kind: str = NUMBER
     least: float | None = None
@@ -82,6 +86,7 @@ class Allowed:
     choices: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
+    clash: str = "it applies to a cluster this run starts, not to one it attaches to"
     at_most: str = ""
     backend: str = ""
     below_walltime: str = ""
@@ -122,9 +127,7 @@ class Allowed:
                 bounds.append(f"at most {_number(self.most)}")
             text = noun + (", " + " and ".join(bounds) if bounds else "")
         elif self.kind == SIZE:
-            text = "a size such as 16GB" + (
-                f", at least {_size_text(self.least)}" if self.least else ", above 0"
-            )
+            text = "a size such as 16GB" + _size_bounds(self.least, self.most, self.zero)
         elif self.kind == BUDGET:
             text = "a fraction of a server's memory in (0, 1] (e.g. 0.8) or a size (e.g. 6GB)"
         elif self.kind == WALLTIME:
@@ -148,10 +151,12 @@ class Allowed:
         if self.kind in (WHOLE, NUMBER):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return self.describe()
-            if self.kind == WHOLE and not float(value).is_integer():
-                return self.describe()
             if not math.isfinite(value):
                 return self.describe()
+            if self.kind == WHOLE and not float(value).is_integer():
+                return self.describe()
+            if self.zero and value == 0:
+                return None
             if self.least is not None and value < self.least:
                 return self.describe()
             if self.above is not None and value <= self.above:
@@ -160,7 +165,8 @@ class Allowed:
                 return self.describe()
             return None
         if self.kind in (SIZE, BUDGET):
-            return None if _size_ok(value, self.kind == BUDGET, self.least) else self.describe()
+            fits = _size_ok(value, self.kind == BUDGET, self.least, self.most, bool(self.zero))
+            return None if fits else self.describe()
         if self.kind in (TEXT, WALLTIME) and not isinstance(value, (str, os.PathLike)):
             return self.describe()
         if self.choices and value not in self.choices:
@@ -178,7 +184,18 @@ def _size_text(nbytes: float) -> str:
     return str(format_bytes(int(nbytes)))
 
 
-def _size_ok(value: Any, fraction: bool, least: float | None) -> bool:
+def _size_bounds(least: float | None, most: float | None, zero: str) -> str:
+    if least and most:
+        return f", from {_size_text(least)} to {_size_text(most)}"
+    if least:
+        return f", at least {_size_text(least)}"
+    bound = f", at most {_size_text(most)}" if most else ""
+    return bound if zero else ", above 0" + bound
+
+
+def _size_ok(
+    value: Any, fraction: bool, least: float | None, most: float | None = None, zero: bool = False
+) -> bool:
     from dask.utils import parse_bytes
 
     text = str(value).strip()
@@ -190,10 +207,20 @@ def _size_ok(value: Any, fraction: bool, least: float | None) -> bool:
         else:
             return 0 < share <= 1
     try:
-        nbytes = parse_bytes(text) if text else 0
-    except (ValueError, TypeError, KeyError):
+        nbytes = parse_bytes(text) if text else -1
+    except (ValueError, TypeError, KeyError, OverflowError):
         return False
-    return bool(nbytes > 0 and (least is None or nbytes >= least))
+    if zero and nbytes == 0:
+        return True
+    return bool(
+        nbytes > 0 and (least is None or nbytes >= least) and (most is None or nbytes <= most)
+    )
+
+
+def filled(flag: str, value: str) -> str | None:
+    """A ``form`` that refuses an empty text (given as ``--flag ''``): it would
+    otherwise be taken silently as the default."""
+    return None if value.strip() else "an empty value; leave the flag out for the default"
 
 
 @dataclass(frozen=True)
@@ -210,6 +237,8 @@ class Setting:
 def _shown(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return " ".join(repr(item) for item in value)
+    if isinstance(value, os.PathLike):
+        return repr(os.fspath(value))
     return repr(value)
 
 
@@ -232,6 +261,17 @@ def check(values: Mapping[str, Any], settings: Sequence[Setting]) -> None:
         _check_combination(setting, values, by_name)
 
 
+def check_value(flag: str, value: Any, allowed: Allowed, shown: str = "") -> Any:
+    """One value of a flag that holds several (``RULE=S``, ``MODEL:COUNT``), parsed
+    by ``allowed``; else the one line of :func:`check`, naming the flag and the part
+    the user typed (``shown``: "infer=inf"; default the value); the parsed value."""
+    parsed = allowed.parse(value)
+    problem = allowed.problem(parsed)
+    if problem is not None:
+        raise SettingError(f"{flag} {shown or value!r} is not allowed: {problem}.")
+    return parsed
+
+
 def _check_combination(setting: Setting, values: Mapping[str, Any], by_name: dict) -> None:
     allowed, value = setting.allowed, values.get(setting.name)
     given = _differs(value, setting.default)
@@ -246,8 +286,8 @@ def _check_combination(setting: Setting, values: Mapping[str, Any], by_name: dic
         if clash:
             other = by_name[clash[0]].flag
             raise SettingError(
-                f"{setting.flag} {_shown(value)} is not allowed with {other}: it applies "
-                f"to a cluster this run starts, not to one it attaches to. Fix: drop one."
+                f"{setting.flag} {_shown(value)} is not allowed with {other}: "
+                f"{allowed.clash}. Fix: drop one."
             )
     if allowed.at_most and value is not None:
         limit = values.get(allowed.at_most)
@@ -261,10 +301,12 @@ def _check_combination(setting: Setting, values: Mapping[str, Any], by_name: dic
         _check_walltime(setting, value, values, by_name)
     if allowed.below_walltime and value is not None:
         _check_margin(setting, value, values, by_name)
-    if allowed.form is not None and isinstance(value, str) and given:
-        found = allowed.form(setting.flag, value)
-        if found:
-            raise SettingError(f"{setting.flag} {_shown(value)} is not allowed: {found}.")
+    if allowed.form is not None and given:
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, (str, os.PathLike)):
+                found = allowed.form(setting.flag, os.fspath(item))
+                if found:
+                    raise SettingError(f"{setting.flag} {_shown(item)} is not allowed: {found}.")
 
 
 def _check_walltime(setting: Setting, value: str, values: Mapping[str, Any], by_name: dict) -> None:
@@ -331,13 +373,19 @@ _TABLE = "_allowed_settings"
 
 
 def add_argument(
-    parser: argparse.ArgumentParser | Any, flag: str, allowed: Allowed, **kwargs: Any
+    parser: argparse.ArgumentParser | Any,
+    flag: str,
+    allowed: Allowed,
+    *,
+    short: str = "",
+    **kwargs: Any,
 ) -> argparse.Action:
-    """``parser.add_argument(flag, ...)``, parsed and later checked by ``allowed``
-    (:func:`check_parsed`); a parser's argument group works too."""
+    """``parser.add_argument(flag, ...)`` (and its ``short`` form, "-s"), parsed and
+    later checked by ``allowed`` (:func:`check_parsed`); a parser's argument group
+    works too."""
     if allowed.kind in (WHOLE, NUMBER):
         kwargs.setdefault("type", allowed.parse)
-    action = parser.add_argument(flag, **kwargs)
+    action = parser.add_argument(*([short] if short else []), flag, **kwargs)
     table = parser.get_default(_TABLE)
     if table is None:
         table = {}

@@ -97,7 +97,7 @@ MODEL_CACHE_VARIABLE = "SNAKEMAKE_CONTEXT_MODEL_CACHE"
 MODEL_CACHE_SIZE_VARIABLE = "SNAKEMAKE_CONTEXT_MODEL_CACHE_SIZE"
 #: The help of the executor's ``--context-local-dir``, which sets LOCAL_DIR_VARIABLE.
 LOCAL_DIR_METADATA = {
-    "help": "Directory in which the plugin makes this user's private directory for its "
+    "help": "An existing directory in which the plugin makes this user's private directory for its "
     "node-local files (snakemake-context-<uid>, mode 0700: Dask's scratch space, the "
     "servers' process-group records, live copies of network catalogs, the digests of "
     f"model caches). Exported as {LOCAL_DIR_VARIABLE} (which `snakemake-context up` "

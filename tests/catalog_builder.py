@@ -193,11 +193,16 @@ class CatalogBuilder:
         *,
         loader: str = "loaders.py:load",
         arguments: Mapping[str, Any] | None = None,
+        identity: str | None = None,
     ) -> str:
-        """A context (recorded when first loaded or used). Returns its identity."""
-        identity = hashlib.sha256(
-            f"{name}:{loader}:{sorted((arguments or {}).items())}".encode()
-        ).hexdigest()
+        """A context (recorded when first loaded or used; ``identity``: a declaration's,
+        else one made of the name). Returns its identity."""
+        identity = (
+            identity
+            or hashlib.sha256(
+                f"{name}:{loader}:{sorted((arguments or {}).items())}".encode()
+            ).hexdigest()
+        )
         self._contexts[identity] = name
         self._context_args[identity] = (loader, dict(arguments or {}))
         return identity

@@ -233,15 +233,11 @@ def test_up_with_a_bad_setting_is_one_line(tmp_path, args, parts):
 #: start, and each is checked where it is used (with its own one-line test).
 FREE_TEXT = {
     "scheduler_file": "a path, read when attaching (test_truncated_scheduler_file_is_one_line)",
-    "catalog": "a path or URL, opened at start; a problem is a warning (test below)",
     "agnostic": "a switch with no combination to refuse",
-    "local_dir": "a directory, checked (owner, mode, not a symlink) when it is made",
-    "catalog_up": "a path or URL, opened before the cluster starts",
     "report": "a switch; a ledger that cannot be written is a warning, never a failed run",
-    "own_caches": "a directory, checked (owner, mode, not a symlink) by each server as it "
-    "makes its cache in it (paths.private_dir)",
-    "own_caches_up": "the same directory setting of `up`",
 }
+#: A value that the further check (``form``) of a setting refuses; others: "localhost".
+FORM_BAD = {"local_dir": "/nonexistent/dir", "own_caches": "/proc/nope", "catalog": ""}
 
 
 def _bad_values(setting, flag_of) -> list[list[str]]:
@@ -254,7 +250,9 @@ def _bad_values(setting, flag_of) -> list[list[str]]:
     cases: list[list[str]] = []
     if spec.kind in (a.WHOLE, a.NUMBER):
         if spec.least is not None:
-            cases.append([f"{flag}={spec.least - 1!r}"])
+            # 0 is allowed whatever the bounds where it has a meaning (spec.zero).
+            low = spec.least / 2 if spec.zero and spec.least == 1 else spec.least - 1
+            cases.append([f"{flag}={low!r}"])
         if spec.above is not None:
             cases.append([f"{flag}={spec.above!r}"])
         if spec.most is not None:
@@ -264,7 +262,15 @@ def _bad_values(setting, flag_of) -> list[list[str]]:
             cases.append([f"{flag}=1.5"])
         cases = [[*backend, *case] for case in cases]
     elif spec.kind == a.SIZE:
-        cases = [[*backend, f"{flag}={value}"] for value in ("0", "-1GB", "lots", "nan", "1kB")]
+        values = [
+            "0",
+            "-1GB",
+            "lots",
+            "nan",
+            "1kB",
+            *([f"{2 * spec.most:.0f}"] if spec.most else []),
+        ]
+        cases = [[*backend, f"{flag}={value}"] for value in values]
     elif spec.kind == a.BUDGET:
         cases = [[f"{flag}={value}"] for value in ("0", "1.5", "nan", "inf", "abc")]
     elif spec.kind == a.WALLTIME:
@@ -272,7 +278,7 @@ def _bad_values(setting, flag_of) -> list[list[str]]:
     elif spec.choices:
         cases = [[f"{flag}=nonsense"]]
     elif spec.form is not None:
-        cases = [[f"{flag}=localhost"]]
+        cases = [[f"{flag}={FORM_BAD.get(setting.name, 'localhost')}"]]
     if spec.kind == a.FLAG:
         given = [flag]
     elif spec.kind == a.WHOLE:

@@ -31,6 +31,7 @@ REPO = Path(__file__).parent.parent
 RUN = textwrap.dedent("""
     import json, sys, time
     from snakemake_executor_context.executor.recording import Recording
+    from snakemake_executor_context.fleet import events as ev
     from snakemake_executor_context.fleet.state import FleetState
     from tests.test_catalog import _job_events
 
@@ -61,7 +62,7 @@ RUN = textwrap.dedent("""
     for i in range(jobs):
         for event in _job_events(run_id, i):
             recording.emit(event)
-    recording.finished(ok=True)
+    recording.finished(ev.RunFinished(run_id=run_id, ok=True))
     print(json.dumps({"location": recording.location, "said": said}))
 """)
 
@@ -302,7 +303,7 @@ def test_events_a_run_could_not_record_are_counted_and_reported(tmp_path, monkey
         for i in range(3):
             for event in _job_events("r", i):
                 recording.emit(event)
-        recording.finished(ok=True)
+        recording.finished(ev.RunFinished(run_id="r", ok=True))
     finally:
         blocker.rollback()
         blocker.close()

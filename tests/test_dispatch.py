@@ -233,6 +233,55 @@ def test_cancel_drops_queued_jobs_and_stops_running_ones():
     assert recorded(out, ev.JobReported)[0].outcome == "cancelled"
 
 
+def _cancelled_while_running(servers: int = 2):
+    dispatch = machine(servers=servers)
+    (running,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
+    dispatch.handle(started(running.key, running.address, at=1.0))
+    assert dispatch.handle(v.CancelAll(2.0)) == [v.StopRunning((running.key,))]
+    return dispatch, running
+
+
+def _ended_once_cancelled(out, key, *, finished: float) -> None:
+    """One cancelled report, and the attempt's end recorded from its start (no
+    server sealed it), on the server the catalog has it on (no address)."""
+    assert not of(out, v.Submit) and not of(out, v.ReportError)
+    (reported,) = recorded(out, ev.JobReported)
+    assert (reported.key, reported.outcome) == (key, "cancelled")
+    (end,) = recorded(out, ev.JobFinished)
+    assert (end.key, end.cancelled, end.ok, end.address) == (key, True, False, "")
+    assert (end.started, end.finished) == (1.0, finished)
+
+
+def test_a_cancelled_job_whose_server_leaves_while_it_is_stopped_ends_there_once():
+    """A server restarted because its job (a hung load) did not stop: the job was
+    placed again on the next server (and its load ran on after the run), the run
+    recorded as finished. Now it ends cancelled, once, and the run is interrupted."""
+    dispatch, running = _cancelled_while_running()
+    out = leave(dispatch, running.address, at=12.0)
+    _ended_once_cancelled(out, running.key, finished=12.0)
+    assert dispatch.queued == 0
+    late = dispatch.handle(v.AttemptEnded(running.key, 13.0, dask_cancelled=True))
+    assert not recorded(late, ev.JobReported) and not recorded(late, ev.JobFinished)
+    end = dispatch.run_end()
+    assert (end.run_id, end.ok, end.interrupted) == (RUN, False, True)
+
+
+def test_a_cancelled_attempt_no_server_ended_is_recorded_from_its_start():
+    """The embedded cluster killed on Ctrl-C: the task is cancelled in Dask and no
+    server says the attempt ended (it stayed 'running' in the catalog)."""
+    dispatch, running = _cancelled_while_running()
+    out = dispatch.handle(v.AttemptEnded(running.key, 3.5, message="x", dask_cancelled=True))
+    _ended_once_cancelled(out, running.key, finished=3.5)
+    # An attempt whose cancellation never comes back ends once it is stopped.
+    dispatch, running = _cancelled_while_running()
+    _ended_once_cancelled(
+        dispatch.handle(v.Stopped((running.key,), 4.0)), running.key, finished=4.0
+    )
+    late = dispatch.handle(v.AttemptEnded(running.key, 5.0, dask_cancelled=True))
+    assert not recorded(late, ev.JobReported) and not recorded(late, ev.JobFinished)
+    assert not machine().run_end().interrupted and machine().run_end().ok
+
+
 def test_a_task_cancelled_in_dask_unasked_is_an_error():
     dispatch = machine()
     (first,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from sqlalchemy import text
 
 from .conftest import BIN, HEADER, TOY_LOADER
 
@@ -230,15 +231,74 @@ def test_ctrl_c_meeting_a_hung_load_restarts_the_server_as_a_restart(make_workfl
     assert "Traceback" not in output, output
     catalog = scheduler_file.with_suffix(".db")
     deadline = time.monotonic() + 60
-    while True:  # the cluster's writer records the restart a moment later
+    while True:  # the cluster's writer records the restart and the run's end a moment later
         with sqlite3.connect(catalog) as db:
             notes = db.execute("select text from events where kind = 'server-restarted'").fetchall()
             losses = db.execute("select reason from server_losses").fetchall()
-        if notes or time.monotonic() > deadline:
+            ended = db.execute(
+                "select kind from events where kind in ('run-finished', 'run-interrupted')"
+            ).fetchall()
+            attempts = db.execute("select outcome, finished - started from attempts").fetchall()
+        if (notes and ended) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert notes and "restarted by the plugin" in notes[0][0], notes
     assert not losses, losses
+    # The job ends there, cancelled, once: it was placed again on the restarted server
+    # (its load ran on after the run), and the run was recorded as finished.
+    assert ended == [("run-interrupted",)], ended
+    assert len(attempts) == 1 and attempts[0][0] == "cancelled" and attempts[0][1] > 0, attempts
+
+
+def test_a_run_interrupted_while_its_loader_hangs_is_recorded_interrupted(make_workflow):
+    """Ctrl-C while the embedded cluster's only server hangs in a load: the catalog
+    said the run finished and left the attempt running; now the run is interrupted
+    and its one attempt cancelled, from its start to after the interrupt."""
+    from snakemake_executor_context.catalog.history import runs
+    from snakemake_executor_context.catalog.store import open_reader
+
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER.replace("value=5", "")
+            + textwrap.dedent("""
+            rule all:
+                input: "ctx/0.txt"
+
+            rule hung:
+                output: "ctx/{i}.txt"
+                resources: context="toy"
+                script: "scripts/slow.py"
+        """),
+            "loader.py": HUNG_LOADER,
+            "scripts/slow.py": LOOPING_SCRIPT,
+        }
+    )
+    args = ["--executor", "context", "--jobs", "1", "--context-servers", "1"]
+    with _snakemake(args, workdir) as process:
+        deadline = time.monotonic() + 120
+        while not (workdir / "loading").exists():
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the load did not start"
+            time.sleep(0.1)
+        interrupted = time.time()
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode != 0 and "Traceback" not in output, output
+    reader = open_reader(str(workdir / ".snakemake" / "context" / "catalog.db"))
+    try:
+        with reader.session() as session:
+            (run,) = runs(session)
+            rows = session.execute(
+                text("select a.outcome, a.started, a.finished, j.outcome from attempts a "
+                     "join jobs j on a.job_id = j.id")
+            ).all()  # fmt: skip
+    finally:
+        reader.close()
+    assert (run.state, run.ok, run.jobs_failed) == ("interrupted", False, 0), run
+    ((attempt, started, finished, job),) = rows
+    assert (attempt, job) == ("cancelled", "cancelled"), rows
+    load_began = (workdir / "loading").stat().st_mtime
+    assert started <= load_began and finished >= interrupted, (started, load_began, finished)
 
 
 def _servers(scheduler_file) -> list[psutil.Process]:

@@ -191,3 +191,15 @@ def test_an_own_cache_entry_nobody_else_can_reach_is_used_whatever_its_modes(bas
     with pytest.raises(UnsafePathError, match="you recorded no digests"):
         modelcache.open_entry(entry).__enter__()
     assert not os.stat(entry / "config.json").st_mode & 0o022  # closed to others now
+
+
+def test_the_private_root_never_makes_the_directories_above_its_base(tmp_path, monkeypatch):
+    """A mistyped base (/nonexistent/dir) made /nonexistent and everything under it:
+    the base itself may be made (one level), never the directories above it."""
+    monkeypatch.setenv(paths.LOCAL_DIR_VARIABLE, str(tmp_path / "missing" / "dir"))
+    with pytest.raises(UnsafePathError) as caught:
+        paths.private_root()
+    assert "\n" not in str(caught.value) and paths.LOCAL_DIR_SETTING in str(caught.value)
+    assert not (tmp_path / "missing").exists()
+    monkeypatch.setenv(paths.LOCAL_DIR_VARIABLE, str(tmp_path / "one"))
+    assert paths.private_root() == tmp_path / "one" / f"snakemake-context-{os.getuid()}"

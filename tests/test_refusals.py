@@ -163,10 +163,185 @@ CATALOG_CASES: list[Refusal] = [
 ]
 
 # ---- the simulator (snakemake-context simulate ...) ----
-SIMULATE_CASES: list[Refusal] = []
+_SPEC = "contexts: {m: {}}\nstages:\n  - {rule: infer, context: m, count: 4}\n"
+
+
+def _spec(tmp: Path, text: str = _SPEC) -> None:
+    (tmp / "w.yaml").write_text(text)
+
+
+def _trace(tmp: Path) -> None:
+    _spec(tmp)
+    (tmp / "trace.jsonl").write_text('{"at": 5, "server": "a10-0"}\n{"at": "soon"}\n')
+
+
+def _simulate(case: str, *args: str, says: str, prepare=_spec, timeout: float = 60) -> Refusal:
+    """``simulate`` of a 4-job spec on 2 GPUs, its times given, with ``args`` added."""
+    base = ("--spec", "w.yaml", "--gpus", "a10:2", "--item-seconds", "infer=1")
+    argv = ("snakemake-context", "simulate", *base, "--load-seconds", "m:source=3", *args)
+    return Refusal(f"simulate-{case}", argv, says, prepare=prepare, timeout=timeout)
+
+
+SIMULATE_CASES: list[Refusal] = [
+    _simulate("slots-0", "--slots", "0", says="--slots 0 is not allowed"),
+    _simulate("slots-malformed", "--slots", "1e3", says="--slots '1e3' is not allowed"),
+    _simulate("jobs-negative", "--jobs", "-3", says="--jobs -3 is not allowed"),
+    _simulate("seed-negative", "--seed", "-1", says="--seed -1 is not allowed"),
+    _simulate("job-cv-huge", "--job-cv", "1e300", says="--job-cv 1e+300 is not allowed"),
+    _simulate("walltime-negative", "--pilots", "--walltime", "-5", says="--walltime -5.0 is not"),
+    _simulate("walltime-no-pilots", "--walltime", "7200", says="not allowed without --pilots"),
+    _simulate("queue-wait-nan", "--pilots", "--queue-wait", "nan", says="--queue-wait nan is not"),
+    _simulate(
+        "min-over-max-pilots",
+        "--pilots",
+        "--min-pilots",
+        "5",
+        "--max-pilots",
+        "1",
+        says="--min-pilots 5 is not allowed above --max-pilots 1",
+    ),
+    _simulate(
+        "min-pilots-over-fleet",
+        "--pilots",
+        "--min-pilots",
+        "5",
+        says="--min-pilots 5 is not allowed above the fleet's 2 GPUs",
+    ),
+    _simulate(
+        "loads-per-source-negative",
+        "--pilots",
+        "--loads-per-source",
+        "-1",
+        says="--loads-per-source -1 is not allowed",
+    ),
+    _simulate("bandwidth-tiny", "--shared-bandwidth", "1e-9", says="--shared-bandwidth 1e-09"),
+    _simulate("bandwidth-inf", "--shared-bandwidth", "inf", says="--shared-bandwidth inf is not"),
+    _simulate("budget-negative", "--budget", "-5", says="--budget '-5' is not allowed"),
+    _simulate("counts-0", "--counts", "0", says="--counts '0' is not allowed"),
+    _simulate("counts-huge", "--counts", "1e12", says="--counts '1e12' is not allowed"),
+    _simulate("gpus-huge", "--gpus", "a10:100000", says="--gpus 'a10:100000' is not allowed"),
+    _simulate("gpus-over-all", "--gpus", "a:3000,b:3000", says="6000 GPUs, at most 4096"),
+    # 1e9/min spun until killed: every preemption is an event of the simulation.
+    _simulate(
+        "preempt-rate-huge",
+        "--preempt",
+        "1e9/min",
+        timeout=20,
+        says="--preempt '1e9/min' is not allowed: at most 60/min per partition",
+    ),
+    _simulate("preempt-signal-alone", "--preempt-signal", "TERM", says="without --preempt"),
+    _simulate(
+        "preempt-trace-not-a-trace",
+        "--preempt-trace",
+        "/etc/passwd",
+        says="--preempt-trace '/etc/passwd' line 1: ",
+    ),
+    _simulate(
+        "preempt-trace-bad-line",
+        "--preempt-trace",
+        "trace.jsonl",
+        prepare=_trace,
+        says="--preempt-trace 'trace.jsonl' line 2: ",
+    ),
+    _simulate("item-seconds-inf", "--item-seconds", "infer=inf", says="'infer=inf' is not"),
+    _simulate("items-inf", "--items", "infer=inf", says="--items 'infer=inf' is not allowed"),
+    _simulate("slowdown-inf", "--slowdown", "a10=inf", says="--slowdown 'a10=inf' is not"),
+    _simulate("slot-gain-0", "--slot-gain", "2=0", says="--slot-gain '2=0' is not allowed"),
+    _simulate("local-seconds-nan", "--local-seconds", "x=nan", says="'x=nan' is not allowed"),
+    _simulate("context-bytes-huge", "--context-bytes", "m=1e30", says="'m=1e30' is not allowed"),
+    # A job longer than the simulated span: refused, not printed as a prediction.
+    _simulate(
+        "never-ends",
+        "--items",
+        "infer=1000000",
+        "--item-seconds",
+        "infer=1000",
+        "--counts",
+        "none",
+        says="the run cannot end within the simulator's 30 simulated days",
+    ),
+    _simulate("catalog-empty", "--catalog", "", says="--catalog '' is not allowed"),
+    _simulate("run-without-catalog", "--run", "x", says="--run 'x' is not allowed without"),
+    _simulate("spec-and-snakefile", "-s", "Snakefile", says="--spec 'w.yaml' is not allowed with"),
+    Refusal(
+        "simulate-directory-missing",
+        ("snakemake-context", "simulate", "-d", "{tmp}/missing", "--gpus", "a10:1"),
+        "/missing' is not allowed: no such directory",
+    ),
+    _simulate(
+        "spec-malformed",
+        prepare=lambda tmp: _spec(tmp, "contexts: [1, 2]\nstages: [{count: 1}]\n"),
+        says="Workload spec w.yaml: contexts is [1, 2], not a mapping",
+    ),
+    _simulate(
+        "spec-count-huge",
+        prepare=lambda tmp: _spec(tmp, "stages: [{rule: infer, count: 1e12}]\n"),
+        says="stage 'infer': count '1e12' is not allowed",
+    ),
+]
 
 # ---- the executor's settings (snakemake --executor context --context-...) ----
-SETTINGS_CASES: list[Refusal] = []
+_TRIVIAL = 'rule all:\n    output: "a.txt"\n    shell: "touch {output}"\n'
+
+
+def _snakefile(tmp: Path) -> None:
+    (tmp / "Snakefile").write_text(_TRIVIAL)
+
+
+def _nothing_started(tmp: Path) -> None:
+    """Refused while the settings were read: no job ran, no cluster started, and
+    nothing of the plugin's was made in the workflow directory."""
+    assert not (tmp / "a.txt").exists()
+    assert not (tmp / ".snakemake" / "context").exists(), sorted((tmp / ".snakemake").rglob("*"))
+
+
+def _nothing_made(tmp: Path) -> None:
+    _nothing_started(tmp)
+    assert not (tmp / "missing").exists(), "the directories above --context-local-dir were made"
+
+
+def _setting(case: str, *args: str, says: str, after=_nothing_started) -> Refusal:
+    argv = ("snakemake", "--executor", "context", "--jobs", "1", *args)
+    return Refusal(f"settings-{case}", argv, says, prepare=_snakefile, after=after, timeout=120)
+
+
+SETTINGS_CASES: list[Refusal] = [
+    # Was a traceback in the cluster's log, each server failing to make it.
+    _setting(
+        "own-caches-unmakeable",
+        "--context-own-caches",
+        "/proc/nope",
+        says="--context-own-caches '/proc/nope' is not allowed: the directory /proc/nope cannot",
+    ),
+    _setting(
+        "own-caches-under-a-file",
+        "--context-own-caches",
+        "{tmp}/Snakefile/caches",
+        says="/Snakefile/caches' is not allowed: the directory",
+    ),
+    # Made /nonexistent and /nonexistent/dir, then the private root in it.
+    _setting(
+        "local-dir-missing",
+        "--context-local-dir",
+        "{tmp}/missing/dir",
+        after=_nothing_made,
+        says="/missing/dir' is not allowed: no such directory",
+    ),
+    _setting(
+        "model-cache-size-huge",
+        "--context-model-cache-size",
+        "1e30",
+        says="--context-model-cache-size '1e30' is not allowed",
+    ),
+    _setting(
+        "peer-mbps-tiny",
+        "--context-peer-mbps",
+        "1e-9",
+        says="--context-peer-mbps 1e-09 is not allowed",
+    ),
+    # Was taken as the default catalog, silently.
+    _setting("catalog-empty", "--context-catalog", "", says="--context-catalog '' is not allowed"),
+]
 
 CASES = CATALOG_CASES + SIMULATE_CASES + SETTINGS_CASES
 

@@ -6,6 +6,7 @@ The replays of real runs are in tests/test_simulate_replay.py."""
 from __future__ import annotations
 
 import ast
+import json
 import shutil
 import subprocess
 from dataclasses import replace
@@ -303,3 +304,86 @@ def test_storage_defaults_model_no_transfer():
                              storage=Storage())  # fmt: skip
     assert result.loads == {"source": 1}
     assert result.ledger.buckets[Bucket.LOADING_SOURCE] == pytest.approx(8.0)
+
+
+def test_a_run_stopped_at_the_limit_is_not_ended_and_the_bound_sees_it_first():
+    """A run that reaches Options.limit is marked, so that the command refuses it
+    instead of printing the limit as a makespan; the bound taken before simulating
+    (the command's, and the table's per size) already exceeds the limit there."""
+    from snakemake_executor_context.simulate.whatif import least_makespan
+
+    workload, fleet = _workload(8, items=10), Fleet([ServerKind("a10", 2)], join_at=0.0)
+    cut = engine.simulate(workload, fleet, TIMES, options=Options(limit=5.0, log=False))
+    assert not cut.ended and cut.jobs < len(workload.jobs)
+    whole = engine.simulate(workload, fleet, TIMES, options=Options(log=False))
+    assert whole.ended and whole.jobs == len(workload.jobs)  # 8 and the local merge
+    # 8 jobs of 10 items at 0.2 s on 2 GPUs: 16 s of work, 8 s at least, 2 s a job.
+    assert least_makespan(workload, TIMES, fleet.kinds) == pytest.approx(8.0)
+    assert least_makespan(workload, TIMES, fleet.kinds) <= whole.makespan
+
+
+TWO_NAMES = """
+from snakemake_executor_context import declare_context
+
+declare_context(config, "first", "loader.py:load", value=5)
+declare_context(config, "second", "loader.py:load", value=5)
+
+rule all:
+    input: expand("out/a{i}.txt", i=range(2)), expand("out/b{i}.txt", i=range(2))
+
+rule a:
+    output: "out/a{i}.txt"
+    resources: context="first"
+    script: "script.py"
+
+rule b:
+    output: "out/b{i}.txt"
+    resources: context="second"
+    script: "script.py"
+"""
+
+
+def test_measured_times_reach_a_context_under_every_name_it_is_declared_under(tmp_path, capsys):
+    """The catalog keeps a context by identity under the first name it saw: a
+    Snakefile's second name for it got no load time ("missing times", exit 1), and a
+    name that stood for another identity in an earlier run could lend it its size."""
+    from snakemake_executor_context import cli
+    from snakemake_executor_context.simulate.measured import measured_contexts, read_run
+    from snakemake_executor_context.simulate.snakefile import from_snakefile
+
+    from .catalog_builder import CatalogBuilder
+
+    (tmp_path / "Snakefile").write_text(TWO_NAMES)
+    (tmp_path / "loader.py").write_text("def load(value=1):\n    return value\n")
+    (tmp_path / "script.py").write_text("")
+    workload = from_snakefile(tmp_path / "Snakefile")
+    identity = workload.contexts["first"].identity
+    assert workload.contexts["second"].identity == identity
+    catalog = tmp_path / "catalog.db"
+    with CatalogBuilder(catalog) as b:
+        server = b.server("a10-0", gpu="NVIDIA A10")
+        # An earlier run: "first" was another loader's (its code changed since).
+        old = b.context("first", loader="old.py:load")
+        earlier = b.run()
+        b.load(server, old, seconds=30.0, nbytes=9_000_000_000)
+        b.job(earlier, "a", server=server, context=old, seconds=1.0)
+        b.finish_run(earlier)
+        b.evict(server, old)
+        b.commit()
+        # The latest: one context, recorded under the name its first job used.
+        b.context("second", loader="loader.py:load", arguments={"value": 5}, identity=identity)
+        latest = b.run()
+        b.load(server, identity, seconds=4.0, nbytes=1_000_000_000)
+        for rule, i in (("b", 0), ("a", 0), ("a", 1), ("b", 1)):
+            b.job(latest, rule, server=server, context=identity, seconds=2.0, items=1,
+                  wildcards={"i": str(i)})  # fmt: skip
+        b.finish_run(latest)
+    models = measured_contexts(workload, read_run(str(catalog)))
+    assert set(models) == {"first", "second"}
+    for model in models.values():
+        assert model.identity == identity and model.nbytes == 1_000_000_000
+        assert model.load == {LoadKind.SOURCE: 4.0}
+    argv = ["simulate", "-s", str(tmp_path / "Snakefile"), "--catalog", str(catalog)]
+    assert cli.main([*argv, "--counts", "none", "--json"]) == 0, capsys.readouterr().err
+    predicted = json.loads(capsys.readouterr().out)["predicted"]
+    assert predicted["jobs"] == 4 and predicted["loads"] == {"source": 1}, predicted

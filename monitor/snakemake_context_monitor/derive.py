@@ -122,7 +122,7 @@ class Derived:
         total = current.jobs_total
         remaining = (total - current.jobs_ok - current.jobs_failed) if total is not None else None
         eta = None
-        if current.state in ("finished", "failed"):
+        if current.state in ("finished", "failed", "interrupted"):
             eta = 0.0
         elif rate and remaining is not None:
             eta = max(0.0, remaining) / rate * 60.0

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from .models import Attempt, Context, Job, Run, Server, ServerLoss
+from .models import RUN_INTERRUPTED, Attempt, Context, EventRecord, Job, Run, Server, ServerLoss
 
 __all__ = ["JobRow", "LossRow", "RunRow", "losses", "recent_jobs", "runs"]
 
@@ -41,13 +41,25 @@ class RunRow:
 
 def runs(session: Session, limit: int = 10, now: float | None = None) -> list[RunRow]:
     """The latest runs, newest first; ``state`` is running, finished, failed,
-    stale (no heartbeat for :data:`STALE_SECONDS`, never ended) or abandoned (marked
-    so by a later writer: see :func:`.record.mark_abandoned`)."""
+    interrupted (cancelled, or told to stop: its end noted so), stale (no heartbeat for
+    :data:`STALE_SECONDS`, never ended) or abandoned (marked so by a later writer: see
+    :func:`.record.mark_abandoned`)."""
     now = time.time() if now is None else now
     out = []
-    for row in session.scalars(select(Run).order_by(Run.started.desc()).limit(limit)):
+    rows = session.scalars(select(Run).order_by(Run.started.desc()).limit(limit)).all()
+    interrupted = set(
+        session.scalars(
+            select(EventRecord.run_pk).where(
+                EventRecord.kind == RUN_INTERRUPTED,
+                EventRecord.run_pk.in_([row.id for row in rows]),
+            )
+        )
+    )
+    for row in rows:
         if row.finished is not None and row.ok is None:
             state = "abandoned"
+        elif row.finished is not None and row.id in interrupted:
+            state = "interrupted"
         elif row.finished is not None:
             state = "failed" if row.ok is False else "finished"
         elif row.heartbeat is not None and now - row.heartbeat > STALE_SECONDS:

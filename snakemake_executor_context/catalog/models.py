@@ -22,6 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "RUN_INTERRUPTED",
     "SCHEMA_VERSION",
     "Attempt",
     "Base",
@@ -306,6 +307,11 @@ class Pilot(Base):
     batch_state: Mapped[str | None] = mapped_column(String(64))
     busy_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     released: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+#: The note of a run that ended interrupted (cancelled, or told to stop), in place of
+#: "run-finished": the run's state reads it (:func:`.history.runs`).
+RUN_INTERRUPTED = "run-interrupted"
 
 
 class EventRecord(Base):

@@ -21,6 +21,7 @@ from ..fleet.keys import is_attempt_key
 from ..fleet.state import model_of
 from ..processes import pid_alive
 from .models import (
+    RUN_INTERRUPTED,
     Attempt,
     Context,
     EventRecord,
@@ -265,6 +266,10 @@ class Recorder:
             .where(Run.id == run_pk)
             .values(finished=event.at, heartbeat=event.at, ok=event.ok)
         )
+        if event.interrupted:
+            text = f"run {event.run_id} interrupted: cancelled before its jobs were done"
+            self._note(session, RUN_INTERRUPTED, event.at, text, run_pk=run_pk)
+            return
         self._note(session, "run-finished", event.at, f"run {event.run_id} ended", run_pk=run_pk)
 
     # -- servers -------------------------------------------------------------------
@@ -654,18 +659,22 @@ class Recorder:
             self._new_attempt(session, event.key, server_id=server_id, started=event.at)
 
     def _job_finished(self, session: Session, event: ev.JobFinished) -> None:
-        server_id = self._server(session, event.address, event.at)
         attempt_id = self._attempt(session, event.key)
         outcome = "ok" if event.ok else ("cancelled" if event.cancelled else "failed")
         values: dict[str, Any] = {
-            "server_id": server_id,
-            "started": event.started or None,
             "finished": event.finished or event.at,
             "outcome": outcome,
             "items": event.items,
             "load_seconds": event.load_seconds,
             "cold": bool(event.loaded),
         }
+        # An end the executor recorded without its server's word (a task cancelled in
+        # Dask, the run's cluster killed) may not know where or since when it ran:
+        # what the attempt's own rows say is kept then.
+        if event.address:
+            values["server_id"] = self._server(session, event.address, event.at)
+        if event.started:
+            values["started"] = event.started
         if attempt_id is None:
             attempt_id = self._new_attempt(session, event.key, **values)
         else:
@@ -729,12 +738,13 @@ class Recorder:
         if previous is not None:
             return  # counted already (a duplicate)
         ok = event.outcome == "ok"
+        failed = event.outcome not in ("ok", "cancelled")  # stopped on request: no failure
         session.execute(
             update(Run)
             .where(Run.id == run_pk)
             .values(
                 jobs_ok=Run.jobs_ok + (1 if ok else 0),
-                jobs_failed=Run.jobs_failed + (0 if ok else 1),
+                jobs_failed=Run.jobs_failed + (1 if failed else 0),
                 items=Run.items + (items if ok else 0),
                 heartbeat=event.at,
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..allowed import NUMBER, SIZE, TEXT, WHOLE, Allowed, Setting, add_argument, check
 from ..defaults import GANG_TIMEOUT_SECONDS
@@ -40,12 +41,27 @@ BATCH_MAX = Allowed(WHOLE, least=0, most=1_000_000, zero="each function's own ma
 BATCH_WAIT = Allowed(NUMBER, least=0, most=1, unit="seconds")
 #: Transfers of its templates one server serves to peers at once.
 PEER_TRANSFERS = Allowed(WHOLE, least=0, most=64, zero="no peer transfer")
-#: MB a second each transfer a server serves may take.
-PEER_MBPS = Allowed(NUMBER, least=0, most=1e6, zero="no limit", unit="MB/s")
+#: MB a second each transfer a server serves may take (0: no limit). Below 1 MB/s a
+#: template of a few GB takes hours from a peer, longer than any source: a typo.
+PEER_MBPS = Allowed(NUMBER, least=1, most=1e6, zero="no limit", unit="MB/s")
+
+
+def _own_caches(flag: str, value: str) -> str | None:
+    """The directory is made now (0700, checked), as each server would make it at its
+    start: one that cannot be made (``/proc/nope``) or is not this user's is refused
+    before any server starts, not in the cluster's log."""
+    from .. import paths
+
+    path = Path(value).expanduser().absolute()
+    problem = paths.dir_problem(path, tighten=True)
+    return f"the directory {path} {problem}; name one this user can create" if problem else None
+
+
 #: A directory of per-server model caches.
-OWN_CACHES = Allowed(TEXT)
-#: What a node-local model cache may hold ("20GB"; None: no limit).
-MODEL_CACHE_SIZE = Allowed(SIZE, optional=True, least=2**20)
+OWN_CACHES = Allowed(TEXT, form=_own_caches)
+#: What a node-local model cache may hold ("20GB"; None: no limit): at most 1 PiB, more
+#: than any node's local disk (1e30 was taken as it was).
+MODEL_CACHE_SIZE = Allowed(SIZE, optional=True, least=2**20, most=2**50)
 #: GPUs each server owns (or, without GPUs, stands in for).
 GPUS_PER_SERVER = Allowed(WHOLE, least=1, most=64, unit="GPUs")
 #: Seconds a gang's collectives may take.

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..allowed import NUMBER, TEXT, Allowed, add_argument
+from ..allowed import NUMBER, TEXT, Allowed, add_argument, filled
 from ..defaults import DEFAULT_MEMORY_BUDGET, DEFAULT_SCHEDULER_FILE, catalog_disabled
 from .pilot_args import add_pilot_arguments, walltime_line
 from .plan import MEMORY_BUDGET, SERVERS
@@ -55,7 +55,7 @@ def add_up_command(commands: Any, scheduler_file: Callable[[Any], None]) -> None
     add_argument(
         up,
         "--catalog",
-        Allowed(TEXT, optional=True),
+        Allowed(TEXT, optional=True, form=filled),
         default=None,
         help="where the cluster records servers, contexts and jobs: a path, an SQLAlchemy "
         "URL, or 'none' (default: the scheduler file with the suffix .db)",

@@ -188,7 +188,7 @@ class Executor(RemoteExecutor):
                 if self.tasks.done(command.key):
                     self._inbox.put(command.key)
             elif isinstance(command, v.StopRunning):
-                self.tasks.stop(command.keys)
+                self._inbox.put(self.tasks.stop(command.keys))  # the attempts' end
             elif isinstance(command, v.Record):
                 self.recording.emit(command.event)
             elif isinstance(command, v.Log):
@@ -245,6 +245,6 @@ class Executor(RemoteExecutor):
         with contextlib.ExitStack() as closing:  # run last to first, whatever raises
             closing.callback(self.local_jobs.close)
             closing.callback(self.connection.close)
-            closing.callback(self.recording.finished, ok=self.dispatch.failures == 0)
+            closing.callback(self.recording.finished, self.dispatch.run_end())
             run = (self.workdir, self.run_id, self.started, self.connection, self._summary)
             write_summary(*run, self.logger.info, self._loads.lost)

@@ -9,7 +9,14 @@ failure to produce one) is authoritative: only a result reports a job, and a giv
 attempt's result is fenced off. The server's ``JobFinished`` event (best-effort) only
 frees the slot early; each slot is released once, by whichever comes first; an attempt
 whose event came but whose result did not is polled at the next fleet check, and a
-result that beats its event records the attempt's end itself: nothing waits.
+result that beats its event records the attempt's end itself: nothing waits. A
+cancellation that no server seals (a task cancelled in Dask, the embedded cluster
+killed on Ctrl-C, a server restarted while its job was being stopped) is recorded from
+what dispatch knows: from the attempt's start to now.
+
+**A cancelled run** (Ctrl-C, or Snakemake stopping on SIGTERM) is ``interrupted``;
+its jobs end cancelled, each attempt once, and none is placed again, even when the
+server stopping it leaves.
 
 **Its story.** Every command carries the id of the stimulus that caused it, and
 every decision about a job is kept (:mod:`.story`): :meth:`Dispatch.story` answers
@@ -62,6 +69,7 @@ from .vocabulary import (
     SchedulerLost,
     ServersPolled,
     Stimulus,
+    Stopped,
     StopQueued,
     StopRunning,
     Submit,
@@ -114,6 +122,8 @@ class Dispatch:
         self._queue: list[QueuedJob] = []
         self._attempts: dict[str, Attempt] = {}
         self._seq = self.failures = 0
+        #: The run was cancelled (Ctrl-C) or told to stop (SIGTERM).
+        self.interrupted = False
         #: Every decision about a job, with its stimulus (:meth:`story`).
         self.log = StoryLog()
         self._stimuli, self._stimulus, self._now = 0, "", 0.0
@@ -142,6 +152,8 @@ class Dispatch:
             self._scheduler_lost(stimulus.why, out)
         elif isinstance(stimulus, StopQueued):
             self._stop_queued(stimulus.why, out)
+        elif isinstance(stimulus, Stopped):
+            self._stopped(stimulus, out)
         elif isinstance(stimulus, DagPlanned):
             self.demand.plan(stimulus.jobs)
         elif isinstance(stimulus, CachesProbed):
@@ -149,6 +161,11 @@ class Dispatch:
         if not isinstance(stimulus, CancelAll) and self.scheduler_lost is None:
             self._place(stimulus.now, out)
         return [stamped(command, self._stimulus) for command in out]
+
+    def run_end(self) -> ev.RunFinished:
+        """How the run ended: ok when no job failed and it was not interrupted."""
+        ok = self.failures == 0 and not self.interrupted
+        return ev.RunFinished(run_id=self.run_id, ok=ok, interrupted=self.interrupted)
 
     def story(self, key: str) -> list[StoryEntry]:
         """What happened to a job (its key, or an attempt's), in order."""
@@ -317,10 +334,13 @@ class Dispatch:
         job = attempt.job
         how = "ok" if ended.ok else ("cancelled" if ended.cancelled else "failed")
         self._tell(job.ticket, "ended", how, attempt=ended.key)
+        outcome = ended.outcome
+        sealed = outcome is not None and bool(outcome.server.address)
+        if not sealed and attempt.event_seen is None and ended.cancelled and job.cancelled:
+            out.append(self._unsealed_end(attempt, ended.now))  # no server said it ended
         self._release(attempt)
         self._jobs.pop(job.ticket.key, None)
-        outcome = ended.outcome
-        if outcome is not None and outcome.server.address:
+        if outcome is not None and sealed:
             self.fleet.learn(outcome)
             if attempt.event_seen is None:  # record the end from the result
                 out.append(Record(outcome.finished_event(self.run_id, at=ended.now)))
@@ -336,6 +356,29 @@ class Dispatch:
             self._report_error(
                 job.ticket, message, ev.JobOutcome.FAILED, out, ended.aux_logs, key=attempt.key
             )
+
+    def _unsealed_end(self, attempt: Attempt, now: float) -> Record:
+        """The end of a cancelled attempt that no server sealed, as dispatch knows
+        it: from when it started (0: not known; taken before its slot is released) to
+        ``now``. No address: the catalog keeps the server it recorded the attempt on
+        (that one may have left: a second row for its address would be a server that
+        never was)."""
+        where = self.fleet.where(attempt.key) or attempt.address or ""
+        server = self.fleet.servers.get(where)
+        started = server.started.get(attempt.key, 0.0) if server else 0.0
+        return Record(
+            ev.JobFinished(
+                at=now,
+                run_id=self.run_id,
+                key=attempt.key,
+                address="",
+                ok=False,
+                cancelled=True,
+                started=started,
+                finished=now,
+                context=attempt.job.ticket.identity,
+            )
+        )
 
     def _release(self, attempt: Attempt) -> None:
         if attempt.holds_slot:
@@ -425,6 +468,9 @@ class Dispatch:
         unconfirmed = cause.kind != "closed" and cause.exit_code is cause.signal is None
         for attempt in lost:
             del self._attempts[attempt.key]
+            if attempt.job.cancelled:  # being stopped: it ends here, never placed again
+                self._stopped_with(attempt, f"{name or address} left ({cause.why})", now, out)
+                continue
             self._release(attempt)
             out.append(Cancel(attempt.key))
             job, log = attempt.job, attempt_log(attempt.job.ticket.log_path, attempt.job.dispatches)
@@ -441,6 +487,19 @@ class Dispatch:
             wait = f"after its server's lease, {self.lease_wait:g} s" if unconfirmed else "at once"
             self._tell(job.ticket, "requeued", f"placed again {wait}", out=out)
             insort(self._queue, job, key=attrgetter("order"))
+
+    def _stopped_with(self, attempt: Attempt, why: str, now: float, out: list[Command]) -> None:
+        """A cancelled job's attempt whose server left while it was being stopped (a
+        restart by the plugin, the run's cluster ending): the job ends cancelled."""
+        if attempt.event_seen is None:
+            out.append(self._unsealed_end(attempt, now))
+        self._release(attempt)
+        out.append(Cancel(attempt.key))
+        ticket = attempt.job.ticket
+        self._jobs.pop(ticket.key, None)
+        self._tell(ticket, "ended", f"cancelled: {why}", attempt=attempt.key)
+        message = f"{ticket.title}: cancelled ({why})."
+        out.append(self._reported(attempt.key, ticket, ev.JobOutcome.CANCELLED, message))
 
     def _scheduler_lost(self, why: str, out: list[Command]) -> None:
         """The scheduler is gone: every job held fails (none can run any more), the
@@ -515,6 +574,7 @@ class Dispatch:
     def _stop_queued(self, why: str, out: list[Command]) -> None:
         """Snakemake stops after its running jobs (SIGTERM): the queued ones, which no
         server has started, end now; the attempts in flight finish."""
+        self.interrupted = True
         for job in self._queue:
             job.cancelled = True
             self._tell(job.ticket, "cancelled", why)
@@ -522,7 +582,17 @@ class Dispatch:
             self._report_error(job.ticket, message, ev.JobOutcome.CANCELLED, out)
         self._queue = []
 
+    def _stopped(self, stopped: Stopped, out: list[Command]) -> None:
+        """Every attempt of a cancelled job that was stopped and whose end has not
+        come back (its server killed with the run's cluster, say) ends now."""
+        for key in stopped.keys:
+            attempt = self._attempts.get(key)
+            if attempt is not None and attempt.job.cancelled:
+                del self._attempts[key]
+                self._stopped_with(attempt, "stopped with the run", stopped.now, out)
+
     def _cancel_all(self, out: list[Command]) -> None:
+        self.interrupted = True
         for job in [*self._queue, *(attempt.job for attempt in self._attempts.values())]:
             job.cancelled = True
             self._tell(job.ticket, "cancelled", "the run was cancelled", attempt=job.attempt)

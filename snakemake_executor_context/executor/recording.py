@@ -221,11 +221,11 @@ class Recording:
             for left in self.fleet.closing("closed: the run's cluster stopped with the run"):
                 self.emit(left)
 
-    def finished(self, ok: bool) -> None:
-        """Record the servers' end (:meth:`servers_closed`), the run's end, and write
-        what is queued (a few seconds at most)."""
+    def finished(self, end: ev.RunFinished) -> None:
+        """Record the servers' end (:meth:`servers_closed`), the run's ``end`` (as
+        dispatch says it ended), and write what is queued (a few seconds at most)."""
         self.servers_closed()
-        self.emit(ev.RunFinished(run_id=self.run_id, ok=ok))
+        self.emit(end)
         try:
             self.connection.client.unsubscribe_topic(ev.TOPIC)
         except Exception as error:

@@ -15,7 +15,17 @@ from snakemake_interface_executor_plugins.settings import (
     ExecutorSettingsBase,
 )
 
-from ..allowed import FLAG, NUMBER, SIZE, TEXT, WHOLE, Allowed, check, dataclass_settings
+from ..allowed import (
+    FLAG,
+    NUMBER,
+    SIZE,
+    TEXT,
+    WHOLE,
+    Allowed,
+    check,
+    dataclass_settings,
+    filled,
+)
 from ..allowed import settings_field as _checked
 from ..cluster.plan import MEMORY_BUDGET, SERVERS
 from ..cluster.triples import (
@@ -47,6 +57,16 @@ def _address(flag: str, value: str) -> str | None:
 
     parse_address(value, flag)  # raises its own one line
     return None
+
+
+def _existing_dir(flag: str, value: str) -> str | None:
+    # The plugin makes only its private directory inside it, never the path to it.
+    if Path(value).expanduser().is_dir():
+        return None
+    return (
+        "no such directory; name one that exists (the plugin makes its private "
+        "directory snakemake-context-<uid> inside it)"
+    )
 
 
 common_settings = CommonSettings(
@@ -139,7 +159,7 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
     )
     catalog: Optional[str] = _checked(
         None,
-        Allowed(TEXT, optional=True),
+        Allowed(TEXT, optional=True, form=filled),
         {
             "help": "Where this run records its servers, contexts and jobs: a path "
             "(a SQLite file; on a network filesystem the live file stays on local "
@@ -249,7 +269,7 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
         },
     )
     local_dir: Optional[Path] = _checked(
-        None, Allowed(TEXT, optional=True), dict(LOCAL_DIR_METADATA)
+        None, Allowed(TEXT, optional=True, form=_existing_dir), dict(LOCAL_DIR_METADATA)
     )
     slots: int = _checked(
         1,

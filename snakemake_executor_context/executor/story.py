@@ -29,6 +29,7 @@ from .vocabulary import (
     SchedulerLost,
     ServersPolled,
     Stimulus,
+    Stopped,
     StopQueued,
     Tick,
 )
@@ -70,6 +71,7 @@ _KINDS: dict[type, str] = {
     CachesProbed: "caches-probed",
     SchedulerLost: "scheduler-lost",
     StopQueued: "stop-queued",
+    Stopped: "stopped",
 }
 
 

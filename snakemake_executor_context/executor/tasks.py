@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from ..fleet import events as ev
 from ..fleet.keys import attempt_log, attempt_number
 from ..jobspec import OutputSpec, remove_outputs
 from .results import attempt_ended
-from .vocabulary import AttemptEnded, JobTicket, Submit
+from .vocabulary import AttemptEnded, JobTicket, Stopped, Submit
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
@@ -106,15 +107,15 @@ class Tasks:
         future = self._futures.get(key)
         return future is not None and future.done()
 
-    def stop(self, keys: tuple[str, ...]) -> None:
+    def stop(self, keys: tuple[str, ...]) -> Stopped:
         """Stop running attempts: the embedded cluster is killed outright; on an
         attached one each job is stopped where it runs, and a server whose job does
-        not stop within 10 s is restarted."""
+        not stop within 10 s is restarted. Returns the stimulus that says so."""
         from ..server.plugin import cancel_jobs
 
         if self.connection.embedded:
             self.connection.kill()
-            return
+            return Stopped(keys, time.time())
         client = self.connection.client
         futures = [self._futures[key] for key in keys if key in self._futures]
         try:
@@ -133,3 +134,4 @@ class Tasks:
             client.cancel(futures, force=True)
         except Exception as error:
             logger.debug("stopping jobs on the servers: %r", error)
+        return Stopped(keys, time.time())

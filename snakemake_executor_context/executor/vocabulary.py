@@ -41,6 +41,7 @@ __all__ = [
     "Stimulus",
     "StopQueued",
     "StopRunning",
+    "Stopped",
     "Submit",
     "Tick",
 ]
@@ -213,6 +214,16 @@ class StopQueued:
 
 
 @dataclass(frozen=True)
+class Stopped:
+    """The attempts of a :class:`StopRunning` are stopped where they ran (the run's
+    cluster killed, or each job stopped or its server restarted): those whose end has
+    not come back end now, cancelled."""
+
+    keys: tuple[str, ...]
+    now: float
+
+
+@dataclass(frozen=True)
 class DagPlanned:
     """The jobs of the run's DAG that will reach the executor: Snakemake job id ->
     the context identity each needs (None: none, or not known before it runs)."""
@@ -241,6 +252,7 @@ Stimulus = (
     | CachesProbed
     | SchedulerLost
     | StopQueued
+    | Stopped
 )
 
 

@@ -111,6 +111,8 @@ class RunFinished(Event):
     kind: ClassVar[str] = "run-finished"
     run_id: str
     ok: bool | None = None
+    #: Cancelled (Ctrl-C) or told to stop (SIGTERM) before its jobs were done.
+    interrupted: bool = False
 
 
 # -- servers -------------------------------------------------------------------------

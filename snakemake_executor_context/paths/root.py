@@ -64,8 +64,11 @@ def private_root(base: Path | None = None) -> Path:
     directory others may change."""
     base = base or local_base()
     root = root_path(base)
-    with contextlib.suppress(OSError):  # reported below, as the root's problem
-        base.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    # The base named, at most: never the directories above it (a mistyped
+    # /nonexistent/dir made /nonexistent); a base that cannot be made is reported
+    # below, as the root's problem.
+    with contextlib.suppress(OSError):
+        base.mkdir(exist_ok=True, mode=PRIVATE_DIR_MODE)
     problem = _ancestry_problem(base) or dir_problem(root, tighten=False)
     if problem:
         raise UnsafePathError(

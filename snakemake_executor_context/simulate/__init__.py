@@ -20,6 +20,8 @@ machine and the fleet's policy, nothing imports it but the command line):
   and what a run took;
 - :mod:`.replay`: a measured run replayed, predicted against measured;
   :mod:`.paper`: the paper's RQ1-RQ4 at their size; :mod:`.command`: the
-  ``snakemake-context simulate`` command, :mod:`.scenario` (its arguments made a
-  simulation) and :mod:`.whatif` (flags, what is missing, the table over GPU counts).
+  ``snakemake-context simulate`` command, :mod:`.flags` (its flags, each with what it
+  allows), :mod:`.bounds` (the values' bounds: what keeps a simulation finite; the
+  flags that hold several values read), :mod:`.scenario` (its arguments made a
+  simulation) and :mod:`.whatif` (what is missing, the table over GPU counts).
 """

@@ -310,6 +310,7 @@ class Simulation:
         if self.preemption.any:
             self.preempter.start()
         self.clock.run(lambda: self._finished(), limit=options.limit)
+        ended = self._finished()
         self._done = True
         end = self.release.last_end + options.end_seconds
         books = self.pool.close(end) if self.pool else None
@@ -325,6 +326,7 @@ class Simulation:
             handed=self.handed,
             items_of=self.items_of,
             events=self.events,
+            ended=ended,
         )
         wall = time.perf_counter() - began
         return summarise(self.every, counts, end, ledger(self.every, end, self.pool), books, wall)

@@ -6,6 +6,11 @@ A load's kind comes from its cache probe: weights found on local disk is a load 
 the cache; not found, by a loader that probes, is a conversion (it fills the cache);
 no probe is a load from the source. A load that fetched its template from peers is a
 peer load, and one that recorded conversions a conversion, as the ledger splits them.
+
+A context is its identity (the loader, its arguments and code): the catalog keeps one
+row per identity, under the first name it saw, while a Snakefile may declare it under
+two names, and a name may stand for another identity in another run.
+:func:`measured_contexts` therefore matches a workload's contexts by identity first.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import select
@@ -25,8 +30,9 @@ from ..errors import ContextExecutorError
 from ..fleet.loads import load_parts
 from .buckets import LoadKind
 from .model import ContextModel, JobTimes
+from .workload import Workload
 
-__all__ = ["MeasuredRun", "contexts_from", "read_run", "times_from"]
+__all__ = ["MeasuredRun", "contexts_from", "measured_contexts", "read_run", "times_from"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,8 @@ class JobRow:
     reported: float | None
     outcome: str | None
     items: int
+    #: Its context's identity (None: a plain job).
+    identity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,7 @@ class LoadRow:
     loading_at: float
     seconds: float | None
     kind: LoadKind
+    identity: str = ""
 
 
 @dataclass
@@ -95,7 +104,7 @@ class MeasuredRun:
     loads: list[LoadRow] = field(default_factory=list)
     #: (when, server name) of each server lost during the run.
     losses: list[tuple[float, str]] = field(default_factory=list)
-    #: name -> (identity, bytes).
+    #: identity -> (the catalog's name for it, bytes), of the contexts the run used.
     contexts: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @property
@@ -167,22 +176,22 @@ def _read(session: Any, run: Run) -> MeasuredRun:
         for s in sorted(servers, key=lambda s: (s.joined, s.name))
     ]
     contexts = {c.id: c for c in session.scalars(select(Context)).all()}
-    out.contexts = {c.name: (c.identity, c.bytes or 0) for c in contexts.values()}
     jobs = session.scalars(select(Job).where(Job.run_pk == run.id)).all()
     by_job = {job.id: job for job in jobs}
     for job in jobs:
         wildcards = tuple(sorted((k, str(v)) for k, v in json.loads(job.wildcards).items()))
-        context = contexts[job.context_id].name if job.context_id in contexts else None
+        row = contexts.get(job.context_id) if job.context_id is not None else None
         out.jobs.append(
             JobRow(
                 job.jobid,
                 job.rule,
                 wildcards,
-                context,
+                row.name if row else None,
                 job.submitted,
                 job.finished,
                 job.outcome,
                 int(job.items or 0),
+                row.identity if row else None,
             )
         )
     rows = (
@@ -216,15 +225,21 @@ def _read(session: Any, run: Run) -> MeasuredRun:
     for placement in placements:
         if not run.started <= placement.loading_at <= run.finished:
             continue
+        context = contexts[placement.context_id]
         out.loads.append(
             LoadRow(
                 names[placement.server_id].name,
-                contexts[placement.context_id].name,
+                context.name,
                 placement.loading_at,
                 placement.load_seconds,
                 _kind(placement),
+                context.identity,
             )
         )
+    used = {job.identity for job in out.jobs} | {load.identity for load in out.loads}
+    out.contexts = {
+        c.identity: (c.name, c.bytes or 0) for c in contexts.values() if c.identity in used
+    }
     for loss in session.scalars(
         select(ServerLoss).where(ServerLoss.at >= run.started, ServerLoss.at <= run.finished)
     ).all():
@@ -252,19 +267,38 @@ def times_from(runs: Iterable[MeasuredRun]) -> JobTimes:
 
 def contexts_from(runs: Iterable[MeasuredRun]) -> dict[str, ContextModel]:
     """Each context's loads by kind (the mean seconds of each), size, and whether it
-    converts and caches."""
+    converts and caches; by identity."""
     out: dict[str, ContextModel] = {}
     samples: dict[tuple[str, LoadKind], list[float]] = defaultdict(list)
     for run in runs:
-        for name, (identity, nbytes) in run.contexts.items():
-            model = out.setdefault(name, ContextModel(name=name, identity=identity))
+        for identity, (name, nbytes) in run.contexts.items():
+            model = out.setdefault(identity, ContextModel(name=name, identity=identity))
             model.nbytes = nbytes or model.nbytes
         for load in run.loads:
             if load.seconds is not None:
-                samples[(load.context, load.kind)].append(load.seconds)
-    for (name, kind), values in samples.items():
-        model = out[name]
+                samples[(load.identity, load.kind)].append(load.seconds)
+    for (identity, kind), values in samples.items():
+        model = out[identity]
         model.load[kind] = statistics.fmean(values)
         model.converts = model.converts or kind == LoadKind.CONVERSION
         model.caches = kind != LoadKind.SOURCE
+    return out
+
+
+def measured_contexts(workload: Workload, run: MeasuredRun) -> dict[str, ContextModel]:
+    """The run's measurements of the workload's contexts, by the workload's names:
+    each by its identity (every name it is declared under gets them), else by the
+    catalog's name for it, else through the rules that use it (the run's jobs of
+    those rules, when they all used one context: its loader changed since)."""
+    measured = contexts_from([run])
+    by_name = {model.name: model for model in measured.values()}
+    out = {}
+    for name, model in workload.contexts.items():
+        found = measured.get(model.identity) or by_name.get(name)
+        if found is None:
+            rules = {job.rule for job in workload.jobs if job.context == name}
+            used = {job.identity for job in run.jobs if job.rule in rules and job.identity}
+            found = measured.get(used.pop()) if len(used) == 1 else None
+        if found is not None:
+            out[name] = replace(found, name=name, identity=model.identity, load=dict(found.load))
     return out

@@ -4,20 +4,65 @@
 Each preemption picks a running server of its partition with the run's seeded
 generator and kills it (announced, as the injector does, so the loss is classified
 a preemption and charged to the preemption budget), or with ``TERM`` lets it drain
-for the grace period (:meth:`.servers.SimServer.drain`).
+for the grace period (:meth:`.servers.SimServer.drain`). A trace's lines are read by
+:func:`trace_from`.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import random
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
+from ..errors import SettingError
 from .clock import Clock
 from .model import Preemption
 from .servers import SimServer
 
-__all__ = ["Preempter"]
+__all__ = ["Preempter", "trace_from"]
+
+#: An ``at`` above this is an absolute time (the injector's log), else seconds from
+#: the run's start.
+_EPOCH = 1e8
+_FORMAT = (
+    'expected one JSON object a line, {"at": SECONDS, "server": NAME} (at: seconds from '
+    "the run's start, or the injector's epoch time with --catalog)"
+)
+
+
+def trace_from(lines: Iterable[str], where: str, started: float | None) -> list[tuple[float, str]]:
+    """A trace's preemptions, (seconds from the run's start, server or partition or
+    ``*``), from its lines (``where``: the file, for messages; ``started``: the
+    catalog run's start, for absolute times). A line that is not one is refused in
+    one line naming the file, the line and the format."""
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        at = _at(line)
+        if at is not None and at > _EPOCH:
+            at = at - started if started is not None else None
+        if at is None or at < 0:
+            shown = line.strip()
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise SettingError(
+                f"--preempt-trace {where!r} line {number}: {shown!r} is not a preemption: "
+                f"{_FORMAT}."
+            )
+        item = json.loads(line)
+        out.append((at, str(item.get("server") or item.get("name") or "*")))
+    return out
+
+
+def _at(line: str) -> float | None:
+    try:
+        item: Any = json.loads(line)
+        at = float(item["at"])
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+    return at if math.isfinite(at) and isinstance(item, dict) else None
 
 
 class _Host(Protocol):

@@ -18,7 +18,7 @@ from typing import Any
 
 from .buckets import LoadKind
 from .engine import DETECT_SECONDS, simulate
-from .measured import MeasuredRun, contexts_from, read_run, times_from
+from .measured import MeasuredRun, contexts_from, measured_contexts, read_run, times_from
 from .model import Fleet, JobTimes, Options, Preemption, ServerKind
 from .result import SimResult
 from .snakefile import from_snakefile
@@ -66,7 +66,7 @@ class Replay:
 
 def workload_of(run: MeasuredRun) -> Workload:
     """The run's context jobs, from the catalog alone (independent of each other)."""
-    contexts = contexts_from([run])
+    contexts = {model.name: model for model in contexts_from([run]).values()}
     jobs = [
         SimJob(
             jobid=job.jobid,
@@ -108,14 +108,8 @@ def fleet_of(run: MeasuredRun) -> Fleet:
     # A context whose first load of the run came from the local cache was on disk.
     first_load: dict[str, LoadKind] = {}
     for load in sorted(run.loads, key=lambda item: item.loading_at):
-        first_load.setdefault(load.context, load.kind)
-    cached = tuple(
-        sorted(
-            run.contexts[name][0]
-            for name, kind in first_load.items()
-            if kind == LoadKind.CACHE and name in run.contexts
-        )
-    )
+        first_load.setdefault(load.identity, load.kind)
+    cached = tuple(sorted(i for i, kind in first_load.items() if kind == LoadKind.CACHE))
     hosts = {s.host for s in run.servers}
     return Fleet(
         kinds=list(kinds.values()),
@@ -168,7 +162,6 @@ def replay(
     given (else the catalog's context jobs), the catalog's times and fleet (or
     ``fleet``: the same run on another fleet, a pool of pilots for one)."""
     run = read_run(catalog, run_id)
-    contexts = contexts_from([run])
     if snakefile is not None:
         workload = from_snakefile(snakefile, workdir=workdir, config=config)
         items = run.items_of()
@@ -176,9 +169,7 @@ def replay(
             replace(job, items=max(1, items.get((job.rule, job.wildcards), job.items)))
             for job in workload.jobs
         ]
-        for name, model in contexts.items():
-            if name in workload.contexts:
-                workload.contexts[name] = replace(model, identity=workload.contexts[name].identity)
+        workload.contexts.update(measured_contexts(workload, run))
     else:
         workload = workload_of(run)
     options = options_of(run, **overrides)

@@ -41,6 +41,9 @@ class SimResult:
     #: (end time, items) of each job that ended ok, in time order.
     finishes: list[tuple[float, int]] = field(default_factory=list)
     events: list[tuple[float, str, str]] = field(default_factory=list)
+    #: Whether the run ended (False: the simulation stopped at ``Options.limit``
+    #: with jobs still to run, and the makespan is that limit, not a prediction).
+    ended: bool = True
 
     def items_by(self, when: float) -> int:
         """Items of the jobs that had ended ok by ``when``."""
@@ -70,6 +73,7 @@ class SimResult:
             "stimuli": self.stimuli,
             "wall_s": round(self.wall, 3),
             "pool": self.pool,
+            "ended": self.ended,
         }
 
 
@@ -87,6 +91,8 @@ class Counts:
     #: Items of each attempt handed to a server, by attempt key.
     items_of: Mapping[str, int]
     events: list[tuple[float, str, str]]
+    #: Whether every job ended before the simulation's limit.
+    ended: bool = True
 
 
 def summarise(
@@ -132,6 +138,7 @@ def summarise(
         pool=books,
         finishes=finishes,
         events=counts.events,
+        ended=counts.ended,
     )
 
 

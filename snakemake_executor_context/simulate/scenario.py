@@ -5,23 +5,30 @@ missing), the fleet, its pool and its preemptions."""
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from ..errors import ContextExecutorError
-from .buckets import LoadKind
-from .measured import MeasuredRun, contexts_from, read_run, times_from
-from .model import ANY_MODEL, Fleet, JobTimes, Options, PoolSpec, Preemption, Storage
-from .whatif import (
-    Scenario,
-    missing_times,
-    number,
+from ..allowed import check_value
+from ..errors import ContextExecutorError, SettingError
+from .bounds import (
+    GAIN,
+    GAIN_JOBS,
+    ITEMS,
+    MAX_SERVERS,
+    SECONDS,
+    SLOWDOWN,
+    parse_counts,
     parse_gpus,
     parse_pairs,
     parse_rates,
 )
+from .buckets import LoadKind
+from .measured import MeasuredRun, measured_contexts, read_run, times_from
+from .model import ANY_MODEL, Fleet, JobTimes, Options, PoolSpec, Preemption, Storage
+from .preempt import trace_from
+from .whatif import Scenario, missing_times
 from .workload import Workload, from_spec, parse_size
 
 __all__ = ["build", "replay_text"]
@@ -30,17 +37,25 @@ __all__ = ["build", "replay_text"]
 def _config(values: list[str]) -> dict[str, Any]:
     import yaml
 
-    return {k: yaml.safe_load(v) for k, v in parse_pairs(values, "--config").items()}
+    out = {}
+    for key, text in parse_pairs(values, "--config").items():
+        try:
+            out[key] = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            problem = str(error).splitlines()[0]
+            raise SettingError(f"--config {key}={text!r} is not allowed: {problem}.") from None
+    return out
 
 
 def _workload(args: argparse.Namespace) -> Workload:
     if args.spec is not None:
         return from_spec(args.spec)
-    from pathlib import Path
-
     from .snakefile import from_snakefile
 
     snakefile = args.snakefile or Path("Snakefile")
+    for path in args.configfile:
+        if not path.is_file():
+            raise SettingError(f"--configfile '{path}' is not allowed: no such file.")
     return from_snakefile(
         snakefile,
         workdir=args.directory,
@@ -52,11 +67,7 @@ def _workload(args: argparse.Namespace) -> Workload:
 
 def _with_catalog(workload: Workload, run: MeasuredRun) -> JobTimes:
     """The catalog's times: items per job, loads per context, seconds per item."""
-    measured = contexts_from([run])
-    for name, model in workload.contexts.items():
-        found = measured.get(name)
-        if found is not None:
-            workload.contexts[name] = replace(found, identity=model.identity)
+    workload.contexts.update(measured_contexts(workload, run))
     items = run.items_of()
     typical: dict[str, int] = {}
     for rule in {job.rule for job in run.jobs}:
@@ -73,16 +84,19 @@ def _with_catalog(workload: Workload, run: MeasuredRun) -> JobTimes:
 def _flags(args: argparse.Namespace, workload: Workload, times: JobTimes) -> None:
     for key, text in parse_pairs(args.item_seconds, "--item-seconds").items():
         rule, _, model = key.partition("@")
-        times.item[(rule, model.lower() or ANY_MODEL)] = number(text, f"--item-seconds {key}")
+        seconds = check_value("--item-seconds", text, SECONDS, f"{key}={text}")
+        times.item[(rule, model.lower() or ANY_MODEL)] = seconds
     for model, text in parse_pairs(args.slowdown, "--slowdown").items():
-        times.slowdown[model.lower()] = number(text, f"--slowdown {model}")
+        times.slowdown[model.lower()] = check_value("--slowdown", text, SLOWDOWN, f"{model}={text}")
     for key, text in parse_pairs(args.slot_gain, "--slot-gain").items():
-        times.slot_gain[int(number(key, "--slot-gain"))] = number(text, f"--slot-gain {key}")
+        jobs = check_value("--slot-gain", key, GAIN_JOBS, f"{key}={text}")
+        times.slot_gain[jobs] = check_value("--slot-gain", text, GAIN, f"{key}={text}")
     for rule, text in parse_pairs(args.local_seconds, "--local-seconds").items():
-        times.local[rule] = number(text, f"--local-seconds {rule}")
+        times.local[rule] = check_value("--local-seconds", text, SECONDS, f"{rule}={text}")
     times.cv = args.job_cv
     sizes = {
-        r: int(number(t, f"--items {r}")) for r, t in parse_pairs(args.items, "--items").items()
+        r: check_value("--items", t, ITEMS, f"{r}={t}")
+        for r, t in parse_pairs(args.items, "--items").items()
     }
     workload.jobs = [replace(j, items=sizes.get(j.rule, j.items)) for j in workload.jobs]
     for key, text in parse_pairs(args.load_seconds, "--load-seconds").items():
@@ -95,10 +109,11 @@ def _flags(args: argparse.Namespace, workload: Workload, times: JobTimes) -> Non
                 f"--load-seconds {key}: the kind is one of "
                 f"{', '.join(k.value for k in LoadKind)} (CONTEXT:KIND=S)."
             ) from None
-        model.load[load_kind] = number(text, f"--load-seconds {key}")
+        model.load[load_kind] = check_value("--load-seconds", text, SECONDS, f"{key}={text}")
         model.converts = model.converts or load_kind == LoadKind.CONVERSION
     for name, text in parse_pairs(args.context_bytes, "--context-bytes").items():
-        _context(workload, name, "--context-bytes").nbytes = parse_size(text, "--context-bytes")
+        context = _context(workload, name, "--context-bytes")
+        context.nbytes = parse_size(text, "--context-bytes", f"{name}={text}")
 
 
 def _context(workload: Workload, name: str, flag: str) -> Any:
@@ -118,20 +133,20 @@ def build(args: argparse.Namespace) -> tuple[Scenario, list[int]]:
     _flags(args, workload, times)
     budget = parse_size(args.budget or 0, "--budget")
     if args.gpus:
-        kinds = parse_gpus(args.gpus, max(1, args.slots), budget)
+        kinds = parse_gpus(args.gpus, args.slots, budget)
     elif run is not None:
         from .replay import fleet_of
 
-        kinds = [replace(k, slots=max(1, args.slots)) for k in fleet_of(run).kinds]
+        kinds = [replace(k, slots=args.slots) for k in fleet_of(run).kinds]
     else:
         raise ContextExecutorError(
             "simulate: no fleet. Fix: --gpus MODEL:COUNT[,...] (a10:10,titanx:10), or "
             "--catalog PATH to take a run's servers."
         )
     preemption = Preemption(
-        rates=parse_rates(args.preempt),
+        rates=parse_rates(args.preempt or ""),
         signal=args.preempt_signal,
-        trace=_trace(args, run),
+        trace=_trace(args.preempt_trace, run),
     )
     missing = missing_times(workload, times, kinds, args.mode)
     if missing:
@@ -140,8 +155,13 @@ def build(args: argparse.Namespace) -> tuple[Scenario, list[int]]:
             "them, or --catalog PATH of a run that measured them."
         )
     pool = None
+    total = sum(kind.count for kind in kinds)
     if args.pilots:
-        total = sum(kind.count for kind in kinds)
+        if args.min_pilots > total:
+            raise SettingError(
+                f"--min-pilots {args.min_pilots} is not allowed above the fleet's {total} "
+                "GPUs (--gpus, or the catalog's servers). Fix: lower --min-pilots."
+            )
         pool = PoolSpec(
             minimum=args.min_pilots,
             maximum=args.max_pilots or total,
@@ -152,31 +172,21 @@ def build(args: argparse.Namespace) -> tuple[Scenario, list[int]]:
     storage = Storage(shared_bandwidth=args.shared_bandwidth * 1e9 / 8, peer=args.peer)
     options = Options(jobs=args.jobs, mode=args.mode, seed=args.seed, log=False)
     scenario = Scenario(workload, times, Fleet(kinds, pool=pool), storage, preemption, options)
-    total = sum(kind.count for kind in kinds)
-    if args.counts.strip().lower() == "none":
-        totals: list[int] = []
-    elif args.counts:
-        totals = [int(number(t, "--counts")) for t in args.counts.split(",") if t.strip()]
-    else:
-        totals = sorted({max(1, total // 2), total, 2 * total, 4 * total})
+    totals = parse_counts(args.counts)
+    if totals is None:
+        every = {max(1, total // 2), total, 2 * total, 4 * total}
+        totals = sorted(n for n in every if n <= MAX_SERVERS)
     return scenario, totals
 
 
-def _trace(args: argparse.Namespace, run: MeasuredRun | None) -> list[tuple[float, str]]:
-    if args.preempt_trace is None:
+def _trace(path: Path | None, run: MeasuredRun | None) -> list[tuple[float, str]]:
+    if path is None:
         return []
-    out = []
     try:
-        lines = args.preempt_trace.read_text().splitlines()
-    except OSError as error:
-        raise ContextExecutorError(f"--preempt-trace: {error}") from None
-    for line in filter(None, (x.strip() for x in lines)):
-        item = json.loads(line)
-        at = float(item["at"])
-        if at > 1e8:  # an absolute time (the injector's log): from the run's start
-            at -= run.started if run is not None else at
-        out.append((at, str(item.get("server") or item.get("name") or "*")))
-    return out
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SettingError(f"--preempt-trace {str(path)!r} is not allowed: {error}.") from None
+    return trace_from(lines, str(path), run.started if run is not None else None)
 
 
 def replay_text(args: argparse.Namespace) -> str:

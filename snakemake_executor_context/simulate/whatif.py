@@ -1,34 +1,22 @@
 """A user's question, made a simulation: the workload (a Snakefile or a spec), the
 times (the catalog's where it measured them, the command line's for the rest), the
 fleet (``a10:10,titanx:10``), its preemptions (``1/min``, or per partition), and a
-table of the same run over other GPU counts.
+table of the same run over other GPU counts. The flags are read by :mod:`.bounds`.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..errors import ContextExecutorError
 from .buckets import Bucket, LoadKind
 from .engine import simulate
 from .model import ANY_MODEL, Fleet, JobTimes, Options, Preemption, ServerKind, Storage
 from .result import SimResult
 from .workload import Workload
 
-__all__ = [
-    "Scenario",
-    "missing_times",
-    "over_counts",
-    "parse_gpus",
-    "parse_pairs",
-    "parse_rates",
-    "scaled",
-]
-
-_UNITS = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0, "hour": 3600.0}
+__all__ = ["Scenario", "least_makespan", "missing_times", "over_counts", "scaled", "table"]
 
 
 @dataclass
@@ -52,66 +40,6 @@ class Scenario:
             preemption=self.preemption,
             options=self.options,
         )
-
-
-def parse_rate(text: str, what: str) -> float:
-    """Preemptions per second from '1/min', '0.5/s', '2/h' (or 0, 'none')."""
-    text = text.strip().lower()
-    if text in ("0", "none", "off"):
-        return 0.0
-    found = re.fullmatch(r"([0-9.]+(?:e-?[0-9]+)?)\s*/\s*([a-z]+)", text)
-    if not found or found.group(2) not in _UNITS:
-        raise ContextExecutorError(
-            f"{what}: {text!r} is not a rate. Fix: give a count per unit, like 1/min, 0.5/s or 2/h."
-        )
-    return float(found.group(1)) / _UNITS[found.group(2)]
-
-
-def parse_rates(text: str) -> dict[str, float]:
-    """'1/min' (the whole fleet) or 'a10:1/min,titanx:2/h' (per partition)."""
-    out: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        where, _, rate = part.rpartition(":")
-        out[where or "*"] = parse_rate(rate, f"--preempt {part}")
-    return out
-
-
-def parse_gpus(text: str, slots: int = 1, budget: int = 0) -> list[ServerKind]:
-    """'a10:10,titanx:10' as kinds of servers (a model's count after its colon)."""
-    kinds = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        model, _, count = part.rpartition(":")
-        if not model or not count.isdigit() or int(count) < 1:
-            raise ContextExecutorError(
-                f"--gpus {part!r}: expected MODEL:COUNT, like a10:10. Fix: --gpus "
-                "a10:10,titanx:10 (cpu:2 for CPU servers)."
-            )
-        kinds.append(ServerKind(model.lower(), int(count), slots, budget))
-    if not kinds:
-        raise ContextExecutorError("--gpus names no servers. Fix: --gpus a10:10,titanx:10.")
-    return kinds
-
-
-def parse_pairs(values: Iterable[str], flag: str) -> dict[str, str]:
-    """'KEY=VALUE' flags as a mapping (a bad one named in one line)."""
-    out = {}
-    for value in values:
-        key, sep, text = value.partition("=")
-        if not sep or not key or not text:
-            raise ContextExecutorError(f"{flag} {value!r}: expected KEY=VALUE.")
-        out[key.strip()] = text.strip()
-    return out
-
-
-def number(text: str, flag: str) -> float:
-    """A non-negative number, or one clear line."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ContextExecutorError(f"{flag}: {text!r} is not a number.") from None
-    if value < 0 or math.isnan(value):
-        raise ContextExecutorError(f"{flag}: {text!r} must not be negative.")
-    return value
 
 
 def missing_times(
@@ -156,22 +84,51 @@ def scaled(kinds: Sequence[ServerKind], total: int) -> list[ServerKind]:
     return [replace(kind, count=n) for kind, n in zip(kinds, counts, strict=True) if n > 0]
 
 
-def over_counts(scenario: Scenario, totals: Sequence[int]) -> list[tuple[int, SimResult]]:
-    """The scenario on fleets of other sizes (the same mix of GPU models)."""
-    out = []
+def least_makespan(workload: Workload, times: JobTimes, kinds: Sequence[ServerKind]) -> float:
+    """A bound below the makespan of the context jobs on these servers, loads and
+    waits left out: the longest job on the fastest GPU model, or all of them spread
+    over every slot at its best gain, whichever is longer (a run whose bound exceeds
+    the simulation's limit is refused before it is simulated)."""
+    models = {kind.gpu_model for kind in kinds}
+    slots = max((kind.slots for kind in kinds), default=1)
+    gains = [g for k, g in times.slot_gain.items() if k <= slots]
+    fleet_rate = sum(kind.count for kind in kinds) * max([1.0, *gains])
+    job_rate = max([1.0, *(g / k for k, g in times.slot_gain.items() if k <= slots)])
+    longest = total = 0.0
+    for job in workload.jobs:
+        if job.kind != "context":
+            continue
+        known = [times.seconds(job.rule, m, job.items) for m in models]
+        seconds = min((s for s in known if s is not None), default=0.0)
+        longest, total = max(longest, seconds), total + seconds
+    return max(longest / job_rate, total / max(1.0, fleet_rate))
+
+
+def over_counts(scenario: Scenario, totals: Sequence[int]) -> list[tuple[int, SimResult | None]]:
+    """The scenario on fleets of other sizes (the same mix of GPU models); None for
+    a size on which the run cannot end within the simulation's limit."""
+    out: list[tuple[int, SimResult | None]] = []
     for total in totals:
         fleet = replace(scenario.fleet, kinds=scaled(scenario.fleet.kinds, max(1, total)))
         if fleet.pool is not None:
             fleet = replace(fleet, pool=replace(fleet.pool, maximum=total))
-        out.append((total, scenario.run(fleet)))
+        bound = least_makespan(scenario.workload, scenario.times, fleet.kinds)
+        if bound > scenario.options.limit:
+            out.append((total, None))
+            continue
+        result = scenario.run(fleet)
+        out.append((total, result if result.ended else None))
     return out
 
 
-def table(rows: Sequence[tuple[int, SimResult]]) -> str:
+def table(rows: Sequence[tuple[int, SimResult | None]]) -> str:
     """The table over GPU counts."""
     useful = Bucket.RUNNING
     lines = ["GPUs  makespan       GPU-hours  useful  loads  lost attempts"]
     for total, result in rows:
+        if result is None:
+            lines.append(f"{total:>4}  does not end within the simulated span")
+            continue
         hours = result.ledger.total / 3600
         share = result.ledger.buckets.get(useful, 0.0) / max(1e-9, result.ledger.total)
         lines.append(

@@ -23,11 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..allowed import WHOLE, Allowed, check_value
 from ..errors import ContextExecutorError
 from ..fleet.resources import Requirements
+from .bounds import BYTES, ITEMS
 from .model import ContextModel
 
-__all__ = ["SimJob", "Workload", "from_spec", "parse_size"]
+__all__ = ["MAX_JOBS", "SimJob", "Workload", "from_spec", "parse_size"]
+
+#: Jobs of one spec (the paper's batch-1 runs have 145,449).
+MAX_JOBS = 1_000_000
+_COUNT = Allowed(WHOLE, least=0, most=MAX_JOBS, unit="jobs")
+_GPUS = Allowed(WHOLE, least=0, most=64, unit="GPUs")
+_PRIORITY = Allowed(WHOLE, least=-(10**9), most=10**9)
 
 
 @dataclass(frozen=True)
@@ -75,18 +83,13 @@ class Workload:
         return sum(job.items for job in self.jobs if job.kind == "context")
 
 
-def parse_size(value: Any, what: str) -> int:
-    """Bytes from a number or a size ("7.4GB"), naming ``what`` when it is neither."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
+def parse_size(value: Any, what: str, shown: str = "") -> int:
+    """Bytes from a number or a size ("7.4GB"), naming ``what`` and ``shown`` (default
+    the value) when it is neither (or out of :data:`~.bounds.BYTES`)."""
     from dask.utils import parse_bytes
 
-    try:
-        return int(parse_bytes(str(value)))
-    except (ValueError, TypeError):
-        raise ContextExecutorError(
-            f"{what}: {value!r} is not a size. Fix: give bytes or a size like '7.4GB'."
-        ) from None
+    check_value(what, str(value), BYTES, shown or str(value))
+    return int(parse_bytes(str(value)))
 
 
 def from_spec(path: Path | str, data: Mapping[str, Any] | None = None) -> Workload:
@@ -97,20 +100,41 @@ def from_spec(path: Path | str, data: Mapping[str, Any] | None = None) -> Worklo
         try:
             data = yaml.safe_load(Path(path).read_text()) or {}
         except (OSError, yaml.YAMLError) as error:
-            raise ContextExecutorError(f"Workload spec {path}: {error}") from None
+            problem = " ".join(str(error).split())
+            raise ContextExecutorError(f"Workload spec {path}: {problem}") from None
     if not isinstance(data, Mapping):
         raise ContextExecutorError(f"Workload spec {path}: a mapping with 'stages' expected.")
     contexts = {
-        str(name): _context(str(name), dict(item or {}), path)
-        for name, item in dict(data.get("contexts") or {}).items()
+        str(name): _context(str(name), _mapping(item, f"context {name!r}", path), path)
+        for name, item in _mapping(data.get("contexts"), "contexts", path).items()
     }
+    stages = data.get("stages") or []
+    if not isinstance(stages, list):
+        raise ContextExecutorError(f"Workload spec {path}: 'stages' is a list of mappings.")
     jobs: list[SimJob] = []
     by_stage: dict[str, list[str]] = {}
-    for index, stage in enumerate(data.get("stages") or []):
-        jobs.extend(_stage(dict(stage), index, contexts, by_stage, path))
+    for index, stage in enumerate(stages):
+        jobs.extend(
+            _stage(_mapping(stage, f"stage {index + 1}", path), index, contexts, by_stage, path)
+        )
+        if len(jobs) > MAX_JOBS:
+            raise ContextExecutorError(
+                f"Workload spec {path}: more than {MAX_JOBS:,} jobs (each an event of the "
+                "simulation). Fix: fewer jobs, or more items per job (per_job)."
+            )
     if not jobs:
         raise ContextExecutorError(f"Workload spec {path}: no stages. Fix: add one (see --help).")
     return Workload(jobs, contexts, source=str(path))
+
+
+def _mapping(value: Any, what: str, path: Path | str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ContextExecutorError(
+            f"Workload spec {path}: {what} is {value!r}, not a mapping (see --help)."
+        )
+    return dict(value)
 
 
 def _context(name: str, item: dict[str, Any], path: Path | str) -> ContextModel:
@@ -139,16 +163,23 @@ def _stage(
         contexts[str(context)] = _context(str(context), {}, path)
     local = bool(stage.get("local", False))
     kind = "local" if local else ("context" if context else "plain")
-    items = stage.get("items")
-    per_job = max(1, int(stage.get("per_job", 1)))
-    if items is not None:
-        sizes = [per_job] * (int(items) // per_job)
-        if int(items) % per_job:
-            sizes.append(int(items) % per_job)
+    where = f"Workload spec {path}: stage {rule!r}"
+
+    def whole(key: str, default: Any, allowed: Allowed) -> int:
+        value = stage.get(key, default)
+        return int(check_value(f"{where}: {key}", str(value), allowed, str(value)))
+
+    per_job = whole("per_job", 1, ITEMS)
+    if stage.get("items") is not None:
+        items = whole("items", None, Allowed(WHOLE, least=1, most=per_job * MAX_JOBS))
+        sizes = [per_job] * (items // per_job)
+        if items % per_job:
+            sizes.append(items % per_job)
     else:
-        sizes = [per_job] * int(stage.get("count", 1))
+        sizes = [per_job] * whole("count", 1, _COUNT)
     deps: list[str] = []
-    for name in stage.get("after") or []:
+    after = stage.get("after") or []
+    for name in after if isinstance(after, list) else [after]:
         if name not in by_stage:
             raise ContextExecutorError(
                 f"Workload spec {path}: stage {rule!r} comes after {name!r}, which no "
@@ -156,10 +187,11 @@ def _stage(
             )
         deps.extend(by_stage[name])
     requirements = Requirements(
-        gpu=int(stage.get("gpu", 0 if local else 1)),
+        gpu=whole("gpu", 0 if local else 1, _GPUS),
         gpu_model=stage.get("gpu_model"),
         mem_mb=stage.get("mem_mb"),
     )
+    priority = whole("priority", 0, _PRIORITY)
     width = max(1, int(math.log10(max(1, len(sizes)))) + 1)
     jobs = [
         SimJob(
@@ -170,7 +202,7 @@ def _stage(
             items=size,
             deps=tuple(deps),
             requirements=requirements,
-            priority=int(stage.get("priority", 0)),
+            priority=priority,
         )
         for n, size in enumerate(sizes)
     ]
