@@ -17,17 +17,18 @@ children, never on any other (``waitpid(-1)`` would steal the exit status of a c
 job still waits for). :data:`OWN` names the processes a server's own machinery started
 (its zygote, gang ranks, what a context's loader started): never a job's leftovers.
 
-Standard library at import time; ``psutil`` when processes are stopped.
+Standard library at import time; ``psutil`` when a process tree is stopped.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from .defaults import JOB_MARK_VARIABLE, KEEP_VARIABLE, SERVER_MARK_VARIABLE
@@ -227,23 +228,36 @@ def _owner(pid: int) -> int | None:
 
 
 def end_leftovers(processes: Sequence[ProcessFacts], grace: float) -> list[ProcessFacts]:
-    """End these processes: SIGTERM, SIGKILL after ``grace`` seconds; those that are
-    this process's children are reaped, each by its pid. A pid that names another
-    process by now (its start differs) is left alone. Returns those signalled."""
-    import psutil
+    """End these processes: SIGTERM, SIGKILL what still runs after ``grace`` seconds
+    (then up to 5 s more). Those that are, or become, this process's children (an
+    orphan reparented to it as its parent ends) are reaped, each by its pid; a zombie
+    of another parent counts as ended. A pid that names another process by now (its
+    start differs) is left alone. Returns those signalled."""
+    targets = [fact for fact in processes if _gone(fact) is False]
+    for signum, seconds in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        alive = [fact for fact in targets if _gone(fact) is False]
+        for fact in alive:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(fact.pid, signum)
+        deadline = time.monotonic() + seconds
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.01)
+            alive = [fact for fact in alive if _gone(fact) is False]
+        if not alive:
+            break
+    return targets
 
-    targets, ended = [], []
-    for fact in processes:
-        stat = _stat(fact.pid)
-        if stat is None or stat[2] != fact.started:
-            continue
-        try:
-            targets.append(psutil.Process(fact.pid))
-            ended.append(fact)
-        except psutil.Error:
-            continue
-    stop_processes(targets, grace, wait=5.0)
-    return ended
+
+def _gone(fact: ProcessFacts) -> bool:
+    """Whether that process is gone (reaping it if it is a zombie child of this one)."""
+    stat = _stat(fact.pid)
+    if stat is None or stat[2] != fact.started:
+        return True
+    ppid, zombie = stat[0], stat[1]
+    if zombie and ppid == os.getpid():
+        with suppress(ChildProcessError):
+            os.waitpid(fact.pid, os.WNOHANG)  # this pid only, never any child
+    return zombie
 
 
 def become_subreaper() -> bool:

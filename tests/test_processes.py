@@ -116,8 +116,10 @@ SUBREAPER = textwrap.dedent("""
     mark = {JOB_MARK_VARIABLE: "test:job-1"}
     # The job's status, which a reaper waiting on any child would take.
     failing = subprocess.Popen(["sh", "-c", "exit 3"])
+    # Detached: a shell whose child sleeps (they end in turn: the sleep is reparented
+    # here as a zombie), and a sleep.
     job = subprocess.Popen(
-        ["sh", "-c", "setsid sleep 61 >/dev/null 2>&1 & sleep 62 >/dev/null 2>&1 &"],
+        ["sh", "-c", "setsid sh -c 'sleep 61; true' >/dev/null 2>&1 & sleep 62 >/dev/null &"],
         env={**os.environ, **mark},
     )
     job.wait()
@@ -129,9 +131,9 @@ SUBREAPER = textwrap.dedent("""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         found = job_leftovers(read_processes(os.getpid()), "test:job-1")
-        # Once both shells' forks have exec'd their sleep (setsid may still be there).
-        commands = sorted(p.command.removeprefix("setsid ") for p in found.end)
-        if commands == ["sleep 61", "sleep 62"] and len(found.kept) == 1:
+        # Once every fork has exec'd its command.
+        commands = sorted(p.command for p in found.end)
+        if commands == ["sh -c sleep 61; true", "sleep 61", "sleep 62"] and found.kept:
             break
         time.sleep(0.02)
     ended = end_leftovers(found.end, grace=2.0)
@@ -140,6 +142,8 @@ SUBREAPER = textwrap.dedent("""
         "ended": [[p.pid, p.ppid, p.command] for p in ended],
         "kept": [[p.pid, p.command] for p in found.kept],
         "alive": [pid_alive(p.pid) for p in ended],
+        "zombies": [p.pid for p in read_processes(os.getpid()) if p.zombie],
+        "failing_pid": failing.pid,
         "failing": failing.wait(),
     }))
 """)
@@ -154,11 +158,14 @@ def test_what_a_job_detached_comes_back_to_a_subreaper_and_is_ended_there():
     result = json.loads(done.stdout)
     kept = result["kept"]
     try:
-        commands = sorted(cmd.removeprefix("setsid ") for _, _, cmd in result["ended"])
-        assert commands == ["sleep 61", "sleep 62"]
+        ended = {cmd: ppid for _, ppid, cmd in result["ended"]}
+        assert sorted(ended) == ["sh -c sleep 61; true", "sleep 61", "sleep 62"]
         # Reparented to the subreaper when their shell ended, not to init.
-        assert {ppid for _, ppid, _ in result["ended"]} == {result["me"]}
-        assert result["alive"] == [False, False]
+        assert ended["sleep 62"] == ended["sh -c sleep 61; true"] == result["me"]
+        assert result["alive"] == [False, False, False]
+        # Each reaped, the sleep too (reparented to it as its shell ended): the only
+        # zombie left is the job's own child, whose status is still to be read.
+        assert result["zombies"] == [result["failing_pid"]]
         assert len(kept) == 1 and "sleep 63" in kept[0][1]
         # Reaped by its pid only: the job's own child still tells its status.
         assert result["failing"] == 3
