@@ -158,6 +158,45 @@ def test_a_failing_shell_rule_on_a_server_still_fails(make_workflow, one_server)
     assert (workdir / "status.txt").read_text() == "3"
 
 
+HELPER_LOADER = """
+import subprocess
+
+def load(value=1):
+    helper = subprocess.Popen(["sleep", "307"], start_new_session=True)
+    return {"value": value, "helper": helper.pid}
+"""
+USE_HELPER = """
+from snakemake_executor_context import load_context
+
+with open(snakemake.output[0], "w") as f:
+    f.write(str(load_context(snakemake)["helper"]))
+"""
+WITH_HELPER = HEADER + textwrap.dedent("""
+    rule use:
+        output: "helper.pid"
+        resources: context="toy"
+        script: "scripts/use.py"
+""")
+
+
+def test_what_a_contexts_loader_starts_lives_as_long_as_the_context(make_workflow, one_server):
+    """Not the leftover of the job that loaded it: ended when the context is evicted
+    (here at once: a context-agnostic run drops it at its job's end)."""
+    workdir = make_workflow(
+        {"Snakefile": WITH_HELPER, "loader.py": HELPER_LOADER, "scripts/use.py": USE_HELPER}
+    )
+    attach = ("--context-scheduler-file", str(one_server))
+    context_run(workdir, *attach).check()
+    (helper,) = _pids(workdir / "helper.pid")
+    try:
+        assert pid_alive(helper)
+        context_run(workdir, *attach, "--context-agnostic", "--forcerun", "use").check()
+        assert _pids(workdir / "helper.pid") == [helper]  # the same context, reused
+        _wait(lambda: not pid_alive(helper), 10, f"the helper {helper} still runs")
+    finally:
+        subprocess.run(["kill", str(helper)], check=False, capture_output=True)
+
+
 KILLED = HEADER + textwrap.dedent("""
     rule ctx:
         output: "done.txt"
