@@ -106,6 +106,7 @@ def span_leftovers(
     since: int,
     owned: Collection[tuple[int, int]],
     server: int,
+    spared: Collection[tuple[int, int]] = (),
 ) -> Leftovers:
     """What in-process jobs left, once none runs: of ``facts`` (the processes below
     the ``server`` process), those started at or after ``since`` (the first job's
@@ -113,13 +114,17 @@ def span_leftovers(
     ended since); never a plain job's (marked: its own end ends them), nor any below a
     process the server's own machinery started (``owned`` identities: its zygote, a
     plain job's launcher, gang ranks, what a context's loader started): a zombie's
-    mark cannot be read, so a child someone still waits for must be owned."""
+    mark cannot be read, so a child someone still waits for must be owned. The
+    ``spared`` identities are left running, but not what is below them (the
+    interpreter's own helpers, which every later job shares, and their forks)."""
     protected = subtree(facts, {f.pid for f in facts if f.job or f.identity in owned})
     return _split(
         [
             f
             for f in facts
-            if f.pid not in protected and (f.started >= since or (f.zombie and f.ppid == server))
+            if f.pid not in protected
+            and f.identity not in spared
+            and (f.started >= since or (f.zombie and f.ppid == server))
         ],
         facts,
     )

@@ -197,6 +197,35 @@ def test_what_a_contexts_loader_starts_lives_as_long_as_the_context(make_workflo
         subprocess.run(["kill", str(helper)], check=False, capture_output=True)
 
 
+POOLS = HEADER + textwrap.dedent("""
+    rule all:
+        input: "a.txt", "b.txt"
+
+    rule pool:
+        output: "{x}.txt"
+        resources: context="toy"
+        script: "scripts/pool.py"
+""")
+POOL = """
+import multiprocessing
+
+if __name__ == "__main__":
+    with multiprocessing.get_context("forkserver").Pool(1) as pool:
+        result = pool.map(abs, [-3])
+    with open(snakemake.output[0], "w") as f:
+        f.write(str(result))
+"""
+
+
+def test_the_interpreters_forkserver_is_not_a_jobs_leftover(make_workflow, one_server):
+    """The first job's pool starts multiprocessing's forkserver, which the server's
+    interpreter keeps for the next job's pool: ended and reaped, the next job would
+    fail (ChildProcessError) when it asks whether it still runs."""
+    workdir = make_workflow({"Snakefile": POOLS, "loader.py": TOY_LOADER, "scripts/pool.py": POOL})
+    context_run(workdir, "--context-scheduler-file", str(one_server), "--jobs", "1").check()
+    assert (workdir / "a.txt").read_text() == (workdir / "b.txt").read_text() == "[3]"
+
+
 KILLED = HEADER + textwrap.dedent("""
     rule ctx:
         output: "done.txt"

@@ -70,9 +70,12 @@ def test_an_in_process_span_leaves_what_started_in_it_and_no_one_elses():
         _p(30, SERVER, started=30, zombie=True),  # a kept one that ended since
         _p(31, 20, started=30, zombie=True),  # not the server's to reap
         _p(32, SERVER, started=75, zombie=True),  # a plain job's launcher (owned)
+        _p(33, SERVER, started=76),  # multiprocessing's forkserver (spared)
+        _p(34, 33, started=77),  # a pool's worker it forked: the job's
     ]
-    found = span_leftovers(facts, since, owned={(23, 45), (27, 72), (32, 75)}, server=SERVER)
-    assert _pids(found.end) == [21, 22, 29, 30]
+    owned = {(23, 45), (27, 72), (32, 75)}
+    found = span_leftovers(facts, since, owned, server=SERVER, spared={(33, 76)})
+    assert _pids(found.end) == [21, 22, 29, 30, 34]
     assert _pids(found.kept) == [28]
     # An owned identity names a process only with its start: a reused pid is not it.
     assert 27 in _pids(span_leftovers(facts, since, owned={(27, 1)}, server=SERVER).end)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -129,7 +130,9 @@ class JobSpans:
             with OWN.starting():
                 facts = read_processes(os.getpid())
                 owned = OWN.identities()
-            found = span_leftovers(facts, self._since, owned, os.getpid())
+            helpers = _interpreter_helpers()
+            spared = {fact.identity for fact in facts if fact.pid in helpers}
+            found = span_leftovers(facts, self._since, owned, os.getpid(), spared)
             jobs, self._span = self._span, []
         if not found:
             return None
@@ -157,6 +160,21 @@ class JobSpans:
                     for job in sweep.jobs
                 )
             )
+
+
+def _interpreter_helpers() -> set[int]:
+    """multiprocessing's forkserver and resource tracker, if a job started them: the
+    interpreter keeps them for every later job (which would fail to start a pool if
+    the forkserver it knows had been ended and reaped)."""
+    pids = set()
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    for owner, attribute in ((forkserver, "_forkserver"), (tracker, "_resource_tracker")):
+        helper = getattr(owner, attribute, None)
+        pid = getattr(helper, "_forkserver_pid", None) or getattr(helper, "_pid", None)
+        if isinstance(pid, int):
+            pids.add(pid)
+    return pids
 
 
 @contextmanager
