@@ -13,6 +13,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -295,21 +296,41 @@ def test_a_server_killed_while_its_jobs_daemon_runs_leaves_nothing(make_workflow
     assert "server cpu0: ended" in log and f"{daemon} (sleep 305)" in log, log[-3000:]
 
 
-def test_a_pilots_nanny_ends_what_its_killed_server_left(make_workflow, tmp_path):
+def _start_a_daemon() -> tuple[int, int]:
+    """Run in a server: start a daemon there; (the server's pid, the daemon's)."""
+    daemon = subprocess.Popen(["sleep", "308"], start_new_session=True)
+    return os.getpid(), daemon.pid
+
+
+def test_a_pilots_nanny_ends_what_its_killed_server_left(tmp_path):
     """A pilot's worker is Dask's own `dask worker` with the pilot's preloads (here
-    without a batch system): its nanny is the subreaper that ends the daemon."""
-    workdir = make_workflow(
-        {"Snakefile": KILLED, "loader.py": TOY_LOADER, "scripts/daemon.py": DAEMON}
-    )
+    without a batch system): its nanny is the subreaper that ends what the server
+    started (a task stands for a job: the server's mark is on all it starts)."""
+    from distributed import Client
+
     preloads = ("--preload", "snakemake_executor_context.server.pilot")
     preloads += ("--preload-nanny", "snakemake_executor_context.server.orphans")
-    with plain_dask_cluster(tmp_path, *preloads) as scheduler_file:
-        process = _kill_the_server_under_its_daemon(
-            workdir, scheduler_file, "--context-allow-plaintext"
-        )
-        # Done: the run itself would wait out the lost server's lease.
-        os.killpg(process.pid, signal.SIGTERM)
-        process.communicate(timeout=60)
+    with (
+        plain_dask_cluster(tmp_path, *preloads) as scheduler_file,
+        Client(scheduler_file=str(scheduler_file), timeout=30) as client,
+    ):
+        server, daemon = client.submit(_start_a_daemon, pure=False).result(timeout=60)
+        try:
+            assert pid_alive(daemon)
+            os.kill(server, signal.SIGKILL)
+            _wait(lambda: not pid_alive(daemon), 30, f"the daemon {daemon} still runs")
+            # The new server is up before the cluster stops (a nanny closed while it
+            # starts one does not end).
+            _wait(lambda: _servers(client) - {server}, 60, "no new server")
+        finally:
+            subprocess.run(["kill", str(daemon)], check=False, capture_output=True)
+
+
+def _servers(client: Any) -> set[int]:
+    try:
+        return set(client.run(os.getpid, wait=True).values())
+    except Exception:
+        return set()
 
 
 LOADER_OF_SLOTS = TOY_LOADER.replace(
