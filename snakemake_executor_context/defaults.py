@@ -21,7 +21,10 @@ __all__ = [
     "DRAIN_GRACE_SECONDS",
     "GANG_ROSTER_HANDLER",
     "GANG_TIMEOUT_SECONDS",
+    "JOB_MARK_VARIABLE",
+    "KEEP_VARIABLE",
     "LEASE_GRACE_SECONDS",
+    "LEFTOVER_GRACE_SECONDS",
     "LOCAL_DIR_METADATA",
     "LOCAL_DIR_VARIABLE",
     "MEMORY_CAP_VARIABLE",
@@ -34,6 +37,7 @@ __all__ = [
     "PILOT_VARIABLE",
     "RECYCLE_VARIABLE",
     "SERVER_LEASE_SECONDS",
+    "SERVER_MARK_VARIABLE",
     "TIME_SCALE_VARIABLE",
     "catalog_disabled",
 ]
@@ -89,6 +93,15 @@ DEVICES_VARIABLE = "SNAKEMAKE_CONTEXT_DEVICES"
 #: The node a server says it is on (default: its host name). Pilots of one machine
 #: that stand for different nodes (tests, benchmarks) set it in their prologue.
 NODE_VARIABLE = "SNAKEMAKE_CONTEXT_NODE"
+#: Marks in the environment of what a server starts (see :mod:`.processes`): the
+#: plain job a process belongs to, and the server below which it started.
+JOB_MARK_VARIABLE = "SNAKEMAKE_CONTEXT_JOB"
+SERVER_MARK_VARIABLE = "SNAKEMAKE_CONTEXT_SERVER"
+#: "1" in a process's environment: a job leaves it running on purpose (a service);
+#: it is named in the job's log and lives until its server ends.
+KEEP_VARIABLE = "SNAKEMAKE_CONTEXT_KEEP"
+#: Seconds between the SIGTERM and the SIGKILL of what a job left running.
+LEFTOVER_GRACE_SECONDS = 2.0
 #: Where loaders keep converted weights (see :mod:`.modelcache`); a pilot's job
 #: script exports it (--pilot-model-cache).
 MODEL_CACHE_VARIABLE = "SNAKEMAKE_CONTEXT_MODEL_CACHE"

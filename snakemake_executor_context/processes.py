@@ -1,19 +1,55 @@
-"""Process work, written once: whether a pid lives, and stopping a process tree.
+"""Process work, written once: whether a pid lives, stopping a process tree, and what
+a job leaves running.
 
 Every part of the project that ends processes goes through here: a server stopping a
 plain job's tree, the zygote killing the jobs it forked, the executor stopping local
 jobs, the cluster process killing what is left below it, the catalog's lease and the
-cluster's pid file asking whether their process still runs. Standard library at
-import time; ``psutil`` when a tree is walked.
+cluster's pid file asking whether their process still runs.
+
+What a job leaves running (a double fork, ``setsid``, a child it never waited for)
+does not outlive it. A server, its zygote and the process above them (the cluster's,
+a pilot's nanny) are child subreapers (:func:`become_subreaper`, Linux): what a job
+detaches is reparented to them instead of init, so it stays in their tree. Which
+processes to end is a pure decision (:mod:`.leftbehind`); :func:`read_processes`
+reads its facts from ``/proc`` and :func:`end_leftovers` carries it out: SIGTERM,
+SIGKILL after a grace, and ``waitpid`` on the ended processes that are this process's
+children, never on any other (``waitpid(-1)`` would steal the exit status of a child a
+job still waits for). :data:`OWN` names the processes a server's own machinery started
+(its zygote, gang ranks, what a context's loader started): never a job's leftovers.
+
+Standard library at import time; ``psutil`` when a process tree is stopped.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any
 
-__all__ = ["pid_alive", "process_tree", "stop_processes", "stop_tree"]
+from .defaults import JOB_MARK_VARIABLE, KEEP_VARIABLE, SERVER_MARK_VARIABLE
+from .leftbehind import ProcessFacts, span_leftovers
+
+__all__ = [
+    "OWN",
+    "OwnProcesses",
+    "become_subreaper",
+    "end_leftovers",
+    "facts_of",
+    "is_subreaper",
+    "pid_alive",
+    "process_tree",
+    "read_processes",
+    "stop_processes",
+    "stop_tree",
+    "ticks_now",
+]
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def pid_alive(pid: int) -> bool:
@@ -46,7 +82,8 @@ def process_tree(pid: int) -> list[Any]:
 def stop_processes(processes: Iterable[Any], grace: float, *, wait: float = 0.0) -> None:
     """Stop ``psutil.Process`` objects: SIGTERM, then SIGKILL what is still alive
     after ``grace`` seconds (``grace`` 0: SIGKILL at once); then wait up to ``wait``
-    seconds for the killed ones to be gone. Processes already gone are skipped."""
+    seconds for the killed ones to be gone. Processes already gone are skipped.
+    Waiting reaps those that are this process's children (psutil waits on each pid)."""
     import psutil
 
     targets = list(processes)
@@ -69,3 +106,240 @@ def stop_processes(processes: Iterable[Any], grace: float, *, wait: float = 0.0)
 def stop_tree(pid: int, grace: float, *, wait: float = 0.0) -> None:
     """Stop process ``pid`` and everything below it (see :func:`stop_processes`)."""
     stop_processes(process_tree(pid), grace, wait=wait)
+
+
+# --------------------------------------------------------------------------------------
+# What a job leaves running: reading the facts, and carrying a decision out.
+
+
+def ticks_now() -> int:
+    """Now, in the clock ticks after boot in which ``/proc`` gives a process's start."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS)
+
+
+def _stat(pid: int | str) -> tuple[int, bool, int, str] | None:
+    """(ppid, zombie, start ticks, name) of a process; None when it is gone."""
+    try:
+        head, _, tail = _read(f"/proc/{pid}/stat").rpartition(b")")
+        fields = tail.split()
+        name = head.partition(b"(")[2].decode(errors="replace")
+        return int(fields[1]), fields[0] == b"Z", int(fields[19]), name
+    except (IndexError, ValueError):
+        return None
+
+
+def _read(path: str) -> bytes:
+    """A small file of ``/proc`` (os.open: half the cost of open(), at every job's end)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return b""
+    try:
+        chunks = []
+        while chunk := os.read(descriptor, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return b""
+    finally:
+        os.close(descriptor)
+
+
+def _below(root: int) -> set[int] | None:
+    """The pids below ``root``, from the kernel's per-thread lists of children
+    (``CONFIG_PROC_CHILDREN``); None where there are none."""
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        return None
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            for child in _read(f"/proc/{pid}/task/{task}/children").split():
+                if int(child) not in found:
+                    found.add(int(child))
+                    todo.append(int(child))
+    return found
+
+
+def _facts(pid: int, ppid: int, zombie: bool, started: int, name: str) -> ProcessFacts:
+    command = _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ").strip()
+    marks = {JOB_MARK_VARIABLE: "", SERVER_MARK_VARIABLE: "", KEEP_VARIABLE: ""}
+    for entry in _read(f"/proc/{pid}/environ").split(b"\0"):
+        name_, _, value = entry.decode(errors="replace").partition("=")
+        if name_ in marks:
+            marks[name_] = value
+    return ProcessFacts(
+        pid=pid,
+        ppid=ppid,
+        started=started,
+        command=command.decode(errors="replace") or f"[{name}]",
+        job=marks[JOB_MARK_VARIABLE],
+        server=marks[SERVER_MARK_VARIABLE],
+        keep=marks[KEEP_VARIABLE] not in ("", "0"),
+        zombie=zombie,
+    )
+
+
+def facts_of(pid: int) -> ProcessFacts | None:
+    """Process ``pid``'s facts; None when it is gone."""
+    stat = _stat(pid) if sys.platform.startswith("linux") else None
+    return _facts(pid, *stat) if stat is not None else None
+
+
+def read_processes(root: int | None = None) -> list[ProcessFacts]:
+    """The processes below ``root`` (itself excluded) or, ``root`` None, every
+    process of this user but this one; empty where there is no ``/proc``."""
+    if not sys.platform.startswith("linux"):
+        return []
+    below = _below(root) if root is not None else None
+    if below is not None:  # only the subtree's files: a node may run thousands
+        stats = {pid: _stat(pid) for pid in below}
+        return [_facts(pid, *stat) for pid, stat in sorted(stats.items()) if stat is not None]
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(entry)) is not None:
+            table[int(entry)] = stat
+    if root is not None:
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, *_) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        chosen, todo = set(), list(children.get(root, ()))
+        while todo:
+            pid = todo.pop()
+            if pid not in chosen:
+                chosen.add(pid)
+                todo.extend(children.get(pid, ()))
+    else:
+        uid = os.getuid()
+        chosen = {pid for pid in table if pid != os.getpid() and _owner(pid) == uid}
+    return [_facts(pid, *table[pid]) for pid in sorted(chosen)]
+
+
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def end_leftovers(processes: Sequence[ProcessFacts], grace: float) -> list[ProcessFacts]:
+    """End these processes: SIGTERM, SIGKILL what still runs after ``grace`` seconds
+    (then up to 5 s more). Those that are, or become, this process's children (an
+    orphan reparented to it as its parent ends) are reaped, each by its pid; a zombie
+    of another parent counts as ended. A pid that names another process by now (its
+    start differs) is left alone. Returns those signalled."""
+    targets = [fact for fact in processes if _gone(fact) is False]
+    for signum, seconds in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        alive = [fact for fact in targets if _gone(fact) is False]
+        for fact in alive:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(fact.pid, signum)
+        deadline = time.monotonic() + seconds
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.01)
+            alive = [fact for fact in alive if _gone(fact) is False]
+        if not alive:
+            break
+    return targets
+
+
+def _gone(fact: ProcessFacts) -> bool:
+    """Whether that process is gone (reaping it if it is a zombie child of this one)."""
+    stat = _stat(fact.pid)
+    if stat is None or stat[2] != fact.started:
+        return True
+    ppid, zombie = stat[0], stat[1]
+    if zombie and ppid == os.getpid():
+        with suppress(ChildProcessError):
+            os.waitpid(fact.pid, os.WNOHANG)  # this pid only, never any child
+    return zombie
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): an
+    orphan below it is reparented to it, not to init. Whether it is one."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def is_subreaper() -> bool:
+    """Whether this process is a child subreaper (``PR_GET_CHILD_SUBREAPER``)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    flag = ctypes.c_int(0)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(37, ctypes.byref(flag), 0, 0, 0)
+    except (OSError, AttributeError):
+        return False
+    return flag.value != 0
+
+
+class OwnProcesses:
+    """The processes this process's own machinery started (its zygote, gang ranks,
+    what a context's loader started, by owner): a job's leftovers are never among
+    them, nor below them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._starting = threading.Lock()
+        self._owners: dict[tuple[int, int], tuple[str, ProcessFacts]] = {}
+
+    @contextmanager
+    def starting(self) -> Iterator[None]:
+        """Held while the machinery starts a process and adds it, and while a sweep
+        decides: a sweep never sees one of its processes between fork and :meth:`add`
+        (its mark, if any, is not readable before its exec either)."""
+        with self._starting:
+            yield
+
+    def add(self, pid: int, owner: str) -> None:
+        """Process ``pid`` (started just now, by this process) belongs to ``owner``."""
+        stat = _stat(pid)
+        if stat is not None:
+            fact = ProcessFacts(pid=pid, ppid=stat[0], started=stat[2], command=stat[3])
+            with self._lock:
+                if len(self._owners) > 256:  # forget those gone (a gang's ranks, per load)
+                    for key, (_, old) in list(self._owners.items()):
+                        if (found := _stat(old.pid)) is None or found[2] != old.started:
+                            del self._owners[key]
+                self._owners[fact.identity] = (owner, fact)
+
+    def claim(self, since: int, owner: str) -> list[ProcessFacts]:
+        """Give ``owner`` the processes below this one started at or after ``since``
+        (clock ticks) that are no plain job's and no one else's; returns them."""
+        with self._starting:
+            found = read_processes(os.getpid())
+        with self._lock:
+            decided = span_leftovers(found, since, self._owners.keys(), os.getpid())
+            new = [fact for fact in (*decided.end, *decided.kept) if not fact.zombie]
+            for fact in new:
+                self._owners[fact.identity] = (owner, fact)
+        return new
+
+    def identities(self) -> set[tuple[int, int]]:
+        """Every owned process's identity."""
+        with self._lock:
+            return set(self._owners)
+
+    def release(self, owner: str) -> list[ProcessFacts]:
+        """Forget ``owner``'s processes; returns them (to end those still running)."""
+        with self._lock:
+            mine = [k for k, (who, _) in self._owners.items() if who == owner]
+            return [self._owners.pop(key)[1] for key in mine]
+
+
+#: This process's own processes.
+OWN = OwnProcesses()

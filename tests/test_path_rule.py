@@ -54,6 +54,8 @@ ALLOWED = {
     ("server/plain.py", "open"): f"a plain job's log {WORKFLOW_DIRECTORY}",
     ("server/plain.py", "makedirs"): f"its directory {WORKFLOW_DIRECTORY}",
     ("server/zygote.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}; /dev/null",
+    ("server/leftovers.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}, a line appended "
+    "at its end",
     ("server/inprocess.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}",
     ("server/inprocess.py", "mkdir"): f"its directory {WORKFLOW_DIRECTORY}",
     ("server/inprocess.py", "makedirs"): f"output directories, .snakemake/scripts/ "

@@ -85,6 +85,8 @@ def test_job_scripts_carry_gpus_walltime_lifetime_and_prologue(backend: str) -> 
     # The server retires before the walltime: 7200 s - 300 s margin - 60 s stagger.
     assert "--lifetime 6840s --lifetime-stagger 60s" in script
     assert "--preload snakemake_executor_context.server.pilot" in script
+    # Its nanny ends what a dead server left (a subreaper, server/orphans.py).
+    assert "--preload-nanny snakemake_executor_context.server.orphans" in script
     assert "source /shared/venv/bin/activate" in script
     # -P: the job's working directory is not on sys.path.
     assert "/shared/venv/bin/python -P -m distributed.cli.dask_worker" in script

@@ -4,7 +4,9 @@ process, before it comes back:
 
 - its process's exit code goes to the hub (:attr:`.hub.FleetHub.exits`), which
   classifies the loss with it (a crash or a preemption, :mod:`..fleet.losses`);
-- the process groups its plain jobs left are killed (:mod:`..server.pgroups`);
+- the process groups its plain jobs left are killed (:mod:`..server.pgroups`), and
+  what its jobs detached, which this process adopted as a subreaper
+  (:mod:`..server.orphans`);
 - a restart a preemption injector holds back (a file in
   :attr:`.files.ClusterFiles.hold_dir`) waits until the hold ends.
 """
@@ -20,7 +22,9 @@ from typing import Any, ClassVar
 from distributed import Nanny
 
 from .. import paths
+from ..defaults import SERVER_MARK_VARIABLE
 from ..errors import UnsafePathError
+from ..server.orphans import ServerWatch
 from ..server.pgroups import GroupRecord
 from .files import ClusterFiles
 from .hub import FleetHub
@@ -47,6 +51,18 @@ class ContextNanny(Nanny):
     #: The cluster's files, whose hold directory it reads (set by :mod:`.serve`).
     cluster_files: ClassVar[ClusterFiles | None] = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Its server, marked: what it leaves when it dies is ended here.
+        self.watch = ServerWatch(str(self.name))
+        self.env[SERVER_MARK_VARIABLE] = self.watch.mark
+
+    async def instantiate(self) -> Any:
+        """Start the server's process, and note which it is."""
+        status = await super().instantiate()
+        self.watch.started(self.pid)
+        return status
+
     async def _on_worker_exit(self, exitcode: Any) -> None:
         address = self.worker_address
         record = GroupRecord(os.getpid(), str(self.name))
@@ -56,6 +72,7 @@ class ContextNanny(Nanny):
         killed = record.kill_all()
         if killed:
             logger.warning("server %s: killed its jobs' process groups %s", self.name, killed)
+        await asyncio.to_thread(self.watch.end_orphans)
         until = held_until(self.cluster_files, str(self.name))
         if until > time.time():
             logger.warning("server %s: restart held for %.1f s", self.name, until - time.time())

@@ -63,6 +63,8 @@ BACKENDS: dict[str, str] = {
 
 #: The module every pilot's worker preloads: it turns the worker into a context server.
 PILOT_PRELOAD = "snakemake_executor_context.server.pilot"
+#: The module every pilot's nanny preloads: it ends what a dead server left.
+PILOT_NANNY_PRELOAD = "snakemake_executor_context.server.orphans"
 #: The module whose ``--shell`` makes the private root on a pilot's node.
 PATHS_MODULE = "snakemake_executor_context.paths"
 
@@ -281,6 +283,9 @@ def jobqueue_arguments(
         "worker_extra_args": [
             "--preload",
             PILOT_PRELOAD,
+            # Its nanny ends what the server leaves if it dies (a subreaper).
+            "--preload-nanny",
+            PILOT_NANNY_PRELOAD,
             "--lifetime",
             f"{int(options.lifetime_seconds())}s",
             "--lifetime-stagger",

@@ -30,7 +30,7 @@ from typing import Any
 
 from .. import paths
 from ..defaults import DEFAULT_MEMORY_BUDGET
-from ..processes import process_tree, stop_processes
+from ..processes import become_subreaper, process_tree, stop_processes
 from .credentials import Credentials
 from .files import ClusterFiles
 from .plan import SERVER_DASK_CONFIG, plan_servers
@@ -172,6 +172,10 @@ def serve(argv: Sequence[str] | None = None) -> int:
         }
         for plan in plans
     }
+    if not args.pilots:
+        # Its servers' orphans come here when a server dies, not to init: their
+        # nannies end them (:mod:`.nannies`), and its own end ends what is left.
+        become_subreaper()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())

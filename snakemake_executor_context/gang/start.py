@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from ..errors import ContextLoadError
 from ..loaders import LoaderRef
+from ..processes import OWN
 from .driver import POLL_SECONDS, Gang, RankLoss, RankProcess, receive
 from .rank import Channel, Rank, RankStart
 from .store import StoreBook
@@ -142,11 +143,13 @@ def spawn_rank(rank: int, cwd: str | None) -> RankProcess:
     """Start one rank process (it waits for its :class:`~.rank.RankStart`)."""
     ours, theirs = socket.socketpair()
     try:
-        popen = subprocess.Popen(
-            [sys.executable, "-m", RANK_MODULE, str(theirs.fileno())],
-            pass_fds=[theirs.fileno()],
-            cwd=cwd,
-        )
+        with OWN.starting():
+            popen = subprocess.Popen(
+                [sys.executable, "-m", RANK_MODULE, str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                cwd=cwd,
+            )
+            OWN.add(popen.pid, "gang")  # the server's own: never a job's leftover
     finally:
         theirs.close()
     return RankProcess(rank, popen, Channel(ours.detach()))

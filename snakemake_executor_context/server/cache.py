@@ -23,6 +23,7 @@ from ..fleet.eviction import Held, to_evict
 from ..gang import GangOptions
 from ..jobhooks import LoadRecord
 from .config import resolve_budget
+from .leftovers import context_processes, end_context_processes
 from .loadturns import LoadTurns
 
 __all__ = [
@@ -219,7 +220,7 @@ class ContextCache:
         turn = self._turns.take(declaration.identity, cached=bool(from_cache) or fetched)
         before = self._memory_in_use()
         try:
-            with context_loading():
+            with context_loading(), context_processes(declaration.identity):
                 obj = jobhooks.call_loader(declaration, record, self.gang)
         except (ContextLoadError, JobCancelled) as error:
             release()
@@ -338,6 +339,7 @@ class ContextCache:
         del close
         if entry.gang is not None:
             entry.gang.close()
+        end_context_processes(entry.identity)
         entry.release()
         for name in entry.modules:
             sys.modules.pop(name, None)

@@ -19,6 +19,7 @@ from ..jobspec import ContextJobSpec, JobResult
 from .cache import ContextCache
 from .inprocess import run_context_job
 from .isolation import torch_threads
+from .leftovers import JobSpans
 from .running import RunningJob
 from .slots.serverslots import ServerSlots
 
@@ -33,15 +34,17 @@ def run_context(
     slots: ServerSlots,
     identity: ServerIdentity,
     threads_per_slot: int = 0,
+    spans: JobSpans | None = None,
 ) -> JobResult:
     """Run one context job once a slot lets it; a cancellation while it waits ends it
-    as cancelled."""
+    as cancelled. What it leaves running is ended once no in-process job runs
+    (``spans``, :mod:`.leftovers`)."""
     if threads_per_slot > 0:
         spec = dataclasses.replace(spec, threads=threads_per_slot)
     waited = time.time()
     try:
         with slots.admitted(spec, running):
-            result = _run_admitted(spec, running, cache, slots, identity)
+            result = _run_spanned(spec, running, cache, slots, identity, spans)
         notes = slots.take_notes(spec.key)
         if notes:
             result.extra.setdefault("notes", []).extend(notes)
@@ -52,6 +55,26 @@ def run_context(
             Outcome(spec.key, identity, cancelled=True, started=waited, finished=now),
             message=f"{spec.title}: cancelled on {identity.describe()} while it waited for a slot.",
         )
+
+
+def _run_spanned(
+    spec: ContextJobSpec,
+    running: RunningJob,
+    cache: ContextCache,
+    slots: ServerSlots,
+    identity: ServerIdentity,
+    spans: JobSpans | None,
+) -> JobResult:
+    if spans is None:
+        return _run_admitted(spec, running, cache, slots, identity)
+    spans.enter(spec)
+    try:
+        result = _run_admitted(spec, running, cache, slots, identity)
+    finally:
+        sweep = spans.leave(spec)
+    if sweep is not None:
+        spans.tell(sweep, result)
+    return result
 
 
 def _run_admitted(

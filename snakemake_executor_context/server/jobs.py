@@ -17,6 +17,7 @@ from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
 from .blackhole import gpu_failure
 from .cache import ContextCache, ServerStats, free_gpu_cache
 from .contextjob import run_context
+from .leftovers import JobSpans
 from .limits import STOP_GRACE_SECONDS, ServerLimits, broken_limit, memory_message
 from .memwatch import process_tree_rss
 from .pgroups import GroupRecord
@@ -57,6 +58,8 @@ class ServerJobs:
         self._running: dict[str, RunningJob] = {}
         self._durations: dict[str | None, tuple[int, float]] = {}
         self.leaky_jobs = 0
+        #: What its in-process jobs leave running is ended (:mod:`.leftovers`).
+        self.spans = JobSpans(identity.describe(), emit)
 
     def run_bounded(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
         """Run one job under its limits (runtime, memory cap), if it has any: in a
@@ -164,6 +167,7 @@ class ServerJobs:
                     slots=self.slots,
                     identity=self.identity,
                     threads_per_slot=self.threads_per_slot,
+                    spans=self.spans,
                 )
             else:
                 result = run_plain_job(spec, self.identity, running, self.groups)

@@ -12,6 +12,8 @@ from typing import Any
 
 from ..fleet.outcome import Outcome, ServerIdentity
 from ..jobspec import JobResult, PlainJobSpec
+from ..processes import OWN
+from .leftovers import end_plain_leftovers, plain_environment, tell_job
 from .pgroups import GroupRecord, with_parent_death_signal
 from .running import RunningJob
 from .zygote import Zygote, parse_command
@@ -28,27 +30,31 @@ def run_plain_job(
     groups: GroupRecord | None = None,
 ) -> JobResult:
     """Run the job's command with its log as stdout and stderr, in a process group of
-    its own recorded in ``groups`` (killed if the server dies); report its outcome."""
+    its own recorded in ``groups`` (killed if the server dies); end what it left
+    running (:mod:`.leftovers`); report its outcome."""
     started = time.time()
     log_path = os.path.join(spec.workdir, spec.log_path)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     parsed = parse_command(spec.command)
-    env = {**os.environ, **parsed[0]} if parsed else {}
+    env = plain_environment(spec.key, {**os.environ, **(parsed[0] if parsed else {})})
     if parsed and _zygote.usable(env):
         # Forked by the server's zygote, in a process group of its own (see zygote.py).
         process: Any = _zygote.start(parsed[1], spec.workdir, env, log_path)
     else:
-        with open(log_path, "wb") as log:
+        with open(log_path, "wb") as log, OWN.starting():
             process = subprocess.Popen(
                 with_parent_death_signal(spec.command),
                 cwd=spec.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=env,
                 # A group of its own (killed whole if the server dies), in the cluster's
                 # session (which a kill of the embedded cluster still reaches).
                 process_group=0,
             )
+            # The server's own while it runs: no sweep takes its exit status.
+            OWN.add(process.pid, f"plain:{spec.key}")
     if groups is not None and process.pid:
         groups.add(process.pid)
     try:
@@ -62,6 +68,9 @@ def run_plain_job(
                 os.killpg(process.pid, signal.SIGKILL)
         if groups is not None and process.pid:
             groups.remove(process.pid)
+        OWN.release(f"plain:{spec.key}")
+        # And what it detached (setsid, double forks) still carries its mark.
+        ended = end_plain_leftovers(spec.key).lines("The job", server.describe())
     outcome = Outcome(spec.key, server, ok=returncode == 0, started=started, finished=time.time())
     result = JobResult(outcome, log_path=log_path)
     if running.cancel_requested:
@@ -71,6 +80,7 @@ def run_plain_job(
             f"{spec.title}: the job's snakemake process exited with status "
             f"{returncode} on {server.describe()}; its log is {log_path}."
         )
+    tell_job(result, ended)
     return result
 
 

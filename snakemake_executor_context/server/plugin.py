@@ -18,9 +18,16 @@ from .. import paths
 from .._version import __version__
 from ..batching import configure as configure_batching
 from ..contexts import ContextDeclaration
-from ..defaults import DEVICES_VARIABLE, MODEL_CACHE_SIZE_VARIABLE, MODEL_CACHE_VARIABLE
+from ..defaults import (
+    DEVICES_VARIABLE,
+    JOB_MARK_VARIABLE,
+    KEEP_VARIABLE,
+    MODEL_CACHE_SIZE_VARIABLE,
+    MODEL_CACHE_VARIABLE,
+)
 from ..fleet.keys import is_attempt_key, safe_name
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
+from ..processes import become_subreaper
 from .cache import probe
 from .config import ServerConfig
 from .gangsite import start_gang_site
@@ -99,6 +106,11 @@ class ContextServerPlugin(WorkerPlugin):
         """Install the server; leave the terminal's Ctrl-C to the Snakemake process."""
         config = ServerConfig(**asdict(self.config))
         config.name = config.name or str(worker.name)
+        # What its jobs detach is reparented to it, not to init (:mod:`.leftovers`);
+        # a job's mark or keep comes from the job, never from the server's start.
+        become_subreaper()
+        for variable in (JOB_MARK_VARIABLE, KEEP_VARIABLE):
+            os.environ.pop(variable, None)
         if not config.memory_bytes:
             config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
         config.slots = worker_slots(worker)

@@ -20,6 +20,7 @@ import sys
 import threading
 from typing import Any
 
+from ..processes import OWN, become_subreaper, process_tree, stop_processes
 from ..snakemake_internals import preload_job_command, run_snakemake_main
 
 __all__ = ["Zygote", "parse_command"]
@@ -108,14 +109,18 @@ class Zygote:
                 job.started.set()
                 job.ended.set()
             self._jobs.clear()
-            self._process = subprocess.Popen(
-                # -P: the server's current directory (wherever its cluster was started,
-                # or the directory a job changed to) is not put on sys.path.
-                [sys.executable, "-P", "-m", __name__],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-            )
+            with OWN.starting():
+                self._process = subprocess.Popen(
+                    # -P: the server's current directory (wherever its cluster was
+                    # started, or the directory a job changed to) is not on sys.path.
+                    [sys.executable, "-P", "-m", __name__],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+                # The server's own: no job's leftover, nor anything below it (its
+                # jobs' processes carry their marks: their ends end them).
+                OWN.add(self._process.pid, "zygote")
             threading.Thread(
                 target=self._read, args=(self._process,), name="zygote", daemon=True
             ).start()
@@ -198,6 +203,9 @@ def _serve() -> None:
     its exit status. Exits, stopping its children, when stdin closes."""
     import select
 
+    # What a job detaches (setsid, double forks) is reparented here, not to init: it
+    # stays below the server, where the job's end finds it by its mark.
+    become_subreaper()
     preload_job_command()
     wakeup = os.pipe()
     for fd in wakeup:
@@ -216,7 +224,10 @@ def _serve() -> None:
         ready, _, _ = select.select([0, wakeup[0]], [], [])
         if wakeup[0] in ready:
             os.read(wakeup[0], 4096)
-        while children:
+        # Any child: this process's children are its jobs and what it adopted as a
+        # subreaper, and nothing else here waits for them (unlike in the server,
+        # whose jobs' threads wait for their own subprocesses).
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -238,16 +249,9 @@ def _serve() -> None:
                     _child(request, wakeup)
                 children[pid] = request["id"]
                 send({"id": request["id"], "pid": pid})
-    _kill_trees(list(children))
-
-
-def _kill_trees(pids: list[int]) -> None:
-    """SIGKILL the jobs and everything they started (each in a process group of its
-    own, in the cluster's session: stopping the cluster stops them too)."""
-    from ..processes import stop_tree
-
-    for pid in pids:
-        stop_tree(pid, grace=0)
+    # Its server is gone or closing: SIGKILL the jobs, everything they started and
+    # what it adopted (kept processes too: nothing outlives its server).
+    stop_processes(process_tree(os.getpid())[:-1], grace=0)
 
 
 if __name__ == "__main__":
