@@ -76,7 +76,7 @@ def hold_entry(entry: Path) -> Callable[[], None]:
             fd = held.pop()
             with contextlib.suppress(OSError):
                 os.utime(fd)
-            os.close(fd)  # the lock goes with this description's last descriptor
+            paths.close_lock(fd)  # the lock goes with this description's last descriptor
 
     return release
 
@@ -176,4 +176,4 @@ def _remove_unused(entry: Path, recorded: Callable[[Path], Path] | None) -> bool
         logger.info("removed %s from its cache to make room", entry)
         return True
     finally:
-        os.close(fd)
+        paths.close_lock(fd)
