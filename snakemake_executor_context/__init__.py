@@ -20,12 +20,14 @@ bottom, ``catalog`` above it, then ``server``, ``cluster``, ``executor`` and ``c
   outside the workflow directory: the private root, files trusted only when yours),
   :mod:`.manifest` (files by path, size and sha256), :mod:`.modelcache` (a loader's
   cache of converted weights) with :mod:`.cacheroom` (its size limit, the least
-  recently used entries no process of the node uses removed), :mod:`.processes` (is
-  a pid alive, stopping a process tree, ending what a job left running) with
-  :mod:`.leftbehind` (which processes those are: pure decisions), :mod:`.allowed`
-  (what each setting allows, declared once beside it), :mod:`.walltime` (a walltime
-  as each batch system reads it), :mod:`.terminal` (values from a workflow or a
-  catalog shown with their control characters escaped), :mod:`._version`;
+  recently used entries no process of the node uses removed, damaged ones moved
+  aside) and :mod:`.cachecheck` (an entry checked against its manifest before each
+  load: sizes, and the digests of what changed), :mod:`.processes` (is a pid alive,
+  stopping a process tree, ending what a job left running) with :mod:`.leftbehind`
+  (which processes those are: pure decisions), :mod:`.allowed` (what each setting
+  allows, declared once beside it), :mod:`.walltime` (a walltime as each batch system
+  reads it), :mod:`.terminal` (values from a workflow or a catalog shown with their
+  control characters escaped), :mod:`._version`;
 - Snakemake's process and a server's: :mod:`.snakemake_internals` (every read of
   Snakemake beyond its plugin interface, checked at the start of a run);
 - packages: :mod:`.fleet` (vocabulary and pure policy), :mod:`.catalog` (storage),

@@ -20,7 +20,12 @@ use on this node:
 The time of an entry's last use is its lock file's modification time (a hold touches
 it as it begins and as it ends; an entry never held: its own). Entries of other
 users are neither counted nor removed. A new entry larger than the limit still
-enters (it is removed first the next time room is needed). Standard library only.
+enters (it is removed first the next time room is needed).
+
+A damaged entry (:mod:`.cachecheck`) is renamed into ``.damaged-<name>.<random>/``
+beside it (:func:`move_aside`), out of every reader's way but never deleted while a
+process of the node holds the use lock of its name; each :func:`make_room` deletes
+those no process holds (:func:`sweep_aside`). Standard library only.
 """
 
 from __future__ import annotations
@@ -32,16 +37,28 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from . import paths
 from .defaults import MODEL_CACHE_SIZE_VARIABLE
 from .errors import UnsafePathError
 
-__all__ = ["MODEL_CACHE_SIZE_VARIABLE", "cache_limit", "entry_key", "hold_entry", "make_room"]
+__all__ = [
+    "ASIDE_PREFIX",
+    "MODEL_CACHE_SIZE_VARIABLE",
+    "cache_limit",
+    "entry_key",
+    "hold_entry",
+    "make_room",
+    "move_aside",
+    "sweep_aside",
+]
 
 logger = logging.getLogger(__name__)
+
+#: How the name of a directory holding a damaged entry moved aside begins.
+ASIDE_PREFIX = ".damaged-"
 
 
 def entry_key(entry: Path) -> str:
@@ -76,7 +93,7 @@ def hold_entry(entry: Path) -> Callable[[], None]:
             fd = held.pop()
             with contextlib.suppress(OSError):
                 os.utime(fd)
-            os.close(fd)  # the lock goes with this description's last descriptor
+            paths.close_lock(fd)  # the lock goes with this description's last descriptor
 
     return release
 
@@ -96,12 +113,14 @@ def make_room(
     incoming: int,
     *,
     keep: Path | None = None,
-    recorded: Callable[[Path], Path] | None = None,
+    recorded: Callable[[Path], Iterable[Path]] | None = None,
 ) -> list[Path]:
     """Remove this user's entries of the cache ``root`` not in use on this node,
     least recently used first, until ``incoming`` more bytes fit its limit (never
-    ``keep``); ``recorded``: where an entry's recorded manifest lies (removed with
-    it). The entries removed (none without a limit)."""
+    ``keep``); ``recorded``: what this user recorded of an entry in the private root
+    (removed with it). The entries removed (none without a limit). First, the damaged
+    entries moved aside that nobody uses go (:func:`sweep_aside`)."""
+    sweep_aside(root)
     limit = cache_limit()
     if limit is None:
         return []
@@ -155,7 +174,7 @@ def _size(entry: Path) -> int:
     return total
 
 
-def _remove_unused(entry: Path, recorded: Callable[[Path], Path] | None) -> bool:
+def _remove_unused(entry: Path, recorded: Callable[[Path], Iterable[Path]] | None) -> bool:
     """Remove ``entry`` unless a process of this node uses it; whether it went."""
     fd = paths.lock_descriptor(_lock_name(entry))
     try:
@@ -170,10 +189,58 @@ def _remove_unused(entry: Path, recorded: Callable[[Path], Path] | None) -> bool
             logger.info("could not remove %s from its cache: %s", entry, error)
             os.rmdir(aside)
             return False
-        if recorded is not None:
-            paths.remove_own(recorded(entry))
+        for path in recorded(entry) if recorded is not None else ():
+            paths.remove_own(path)
         shutil.rmtree(aside, ignore_errors=True)
         logger.info("removed %s from its cache to make room", entry)
         return True
     finally:
-        os.close(fd)
+        paths.close_lock(fd)
+
+
+def move_aside(entry: Path, recorded: Iterable[Path]) -> Path | None:
+    """Rename the damaged ``entry`` into a new private directory
+    ``.damaged-<name>.<random>`` beside it and remove what this user recorded of it
+    (``recorded``): where it went (None: it was gone already). :func:`sweep_aside`
+    deletes it once no process of the node uses an entry of its name."""
+    aside = paths.new_private_dir(entry.parent, f"{ASIDE_PREFIX}{entry.name}.")
+    try:
+        os.rename(entry, aside / entry.name)
+    except FileNotFoundError:
+        os.rmdir(aside)
+        return None
+    for path in recorded:
+        paths.remove_own(path)
+    logger.info("moved the damaged cache entry %s aside to %s", entry, aside / entry.name)
+    return aside / entry.name
+
+
+def sweep_aside(root: Path) -> list[Path]:
+    """Delete the damaged entries moved aside in ``root`` (:func:`move_aside`) unless
+    a process of this node holds the use lock of their name (a reader may still have
+    one open): the ones deleted."""
+    try:
+        found = [item for item in os.scandir(root) if item.name.startswith(ASIDE_PREFIX)]
+    except OSError:
+        return []
+    deleted = []
+    for item in found:
+        aside = Path(item.path)
+        try:
+            if item.is_symlink() or item.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            names = os.listdir(aside)
+            fd = paths.lock_descriptor(_lock_name(root / names[0])) if names else None
+        except (OSError, UnsafePathError):
+            continue
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(aside, ignore_errors=True)
+            deleted.append(aside)
+        except BlockingIOError:
+            continue
+        finally:
+            if fd is not None:
+                paths.close_lock(fd)
+    return deleted

@@ -11,8 +11,11 @@ The format, JSON in UTF-8::
      "files": [{"path": "config.json", "size": 712, "sha256": "3f0a..."},
                {"path": "sub/model.safetensors", "size": 538090408, "sha256": "9c1e..."}]}
 
-- ``path``: relative, ``/``-separated, no ``.`` or ``..`` parts, no leading ``/``;
-  files only (directories are implied by the paths); sorted, each once.
+- ``path``: relative, ``/``-separated, no ``.`` or ``..`` parts, no leading ``/``,
+  no control character, each part at most 255 bytes; files only (directories are
+  implied by the paths, so no path is also another's directory); sorted, each once.
+  An entry has these three fields and no other (a ``symlink`` or ``target`` field, say,
+  is refused: a manifest lists regular files only).
 - ``size``: bytes; ``sha256``: 64 lowercase hex digits of the content.
 - A directory matches a manifest when it holds exactly these regular files, with
   these sizes and digests, and nothing else but directories: a symlink, a device,
@@ -20,7 +23,8 @@ The format, JSON in UTF-8::
 
 API: :meth:`Manifest.build` (from a directory), :meth:`Manifest.to_json` /
 :meth:`Manifest.from_json`, :meth:`Manifest.write` / :meth:`Manifest.read` (a file of
-this user's, see :mod:`.paths`), :meth:`Manifest.verify` (a directory against it).
+this user's, see :mod:`.paths`), :meth:`Manifest.verify` (a directory against it),
+:func:`walk_files` (the files under a directory, no symlink followed).
 Every failure is one :class:`~.errors.ManifestError` line naming the file and what
 differs. Standard library only.
 """
@@ -39,7 +43,7 @@ from pathlib import Path
 from . import paths
 from .errors import ManifestError, UnsafePathError
 
-__all__ = ["FORMAT", "VERSION", "Manifest", "ManifestEntry", "digest_file"]
+__all__ = ["FORMAT", "VERSION", "Manifest", "ManifestEntry", "digest_file", "walk_files"]
 
 #: The ``format`` field of every manifest.
 FORMAT = "snakemake-context-manifest"
@@ -48,6 +52,11 @@ VERSION = 1
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 _BLOCK = 1 << 20
+#: Characters no manifest path holds: control characters (a path is shown in one line).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: The longest file name part most filesystems take (NAME_MAX), in bytes.
+_NAME_MAX = 255
+_FIELDS = {"path", "size", "sha256"}
 
 
 @dataclass(frozen=True, order=True)
@@ -84,7 +93,7 @@ def _reason(error: BaseException) -> str:
     )
 
 
-def _walk(directory: Path) -> Iterator[str]:
+def walk_files(directory: Path) -> Iterator[str]:
     """The relative paths of the files under ``directory``, without following a
     symlink; anything but a regular file or a directory is a :class:`ManifestError`."""
     todo = [""]
@@ -106,11 +115,30 @@ def _walk(directory: Path) -> Iterator[str]:
                 raise ManifestError(f"{directory}: {name} is not a regular file.")
 
 
-def _check_path(path: str) -> str:
+def _check_path(path: object) -> str:
+    if not isinstance(path, str):
+        raise ManifestError(f"manifest: the path {path!r} is not a string.")
     parts = path.split("/")
     if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise ManifestError(f"manifest: {path!r} is not a relative path inside the directory.")
+    if _CONTROL.search(path) or any(len(p.encode(errors="replace")) > _NAME_MAX for p in parts):
+        raise ManifestError(f"manifest: {path!r} holds a control character or too long a name.")
     return path
+
+
+def _check_tree(entries: list[ManifestEntry]) -> None:
+    """Each path once, and none also the directory of another (``a`` and ``a/b``)."""
+    listed = {e.path for e in entries}
+    if len(listed) != len(entries):
+        raise ManifestError("manifest: a path is listed twice.")
+    for entry in entries:
+        parts = entry.path.split("/")
+        for end in range(1, len(parts)):
+            if (directory := "/".join(parts[:end])) in listed:
+                raise ManifestError(
+                    f"manifest: {directory!r} is listed as a file and as the directory of "
+                    f"{entry.path!r}."
+                )
 
 
 @dataclass(frozen=True)
@@ -128,7 +156,7 @@ class Manifest:
     def build(cls, directory: Path) -> Manifest:
         """The manifest of what ``directory`` holds now (every file read once)."""
         entries = []
-        for name in sorted(_walk(directory)):
+        for name in sorted(walk_files(directory)):
             size, sha256 = digest_file(directory / name)
             entries.append(ManifestEntry(name, size, sha256))
         return cls(tuple(entries))
@@ -153,16 +181,18 @@ class Manifest:
                 raise ValueError(f"not a {FORMAT} of version {VERSION}")
             entries = []
             for item in data["files"]:
+                if set(item) != _FIELDS:
+                    fields = sorted(item)
+                    raise ValueError(f"an entry has the fields {fields}, not {sorted(_FIELDS)}")
                 path, size, sha256 = item["path"], item["size"], item["sha256"]
-                if not isinstance(size, int) or size < 0 or not _HEX.match(str(sha256)):
+                if type(size) is not int or size < 0 or not _HEX.match(str(sha256)):
                     raise ValueError(f"bad size or sha256 for {path!r}")
-                entries.append(ManifestEntry(_check_path(str(path)), size, str(sha256)))
+                entries.append(ManifestEntry(_check_path(path), size, str(sha256)))
         except ManifestError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ManifestError(f"manifest: unreadable ({error}).") from None
-        if len({e.path for e in entries}) != len(entries):
-            raise ManifestError("manifest: a path is listed twice.")
+        _check_tree(entries)
         return cls(tuple(sorted(entries)))
 
     def write(self, path: Path) -> None:
@@ -184,7 +214,7 @@ class Manifest:
         """Nothing if ``directory`` holds exactly these files (sizes and, with
         ``digests``, sha256 digests); else :class:`ManifestError`, one line naming
         the first file that differs and how."""
-        found = set(_walk(directory))
+        found = set(walk_files(directory))
         for entry in self.files:
             where = directory / entry.path
             if entry.path not in found:

@@ -14,9 +14,15 @@ when
   (:mod:`.paths`), not in the cache: digests stored beside the files could be
   replaced along with them.
 
-A cache probe (:func:`is_cached`) checks ownership and sizes only (it runs on every
-server at start); a load (:func:`open_entry`) checks the digests and loads through a
-descriptor of the directory it checked, so the entry cannot be swapped in between.
+An entry of this user's with a recorded manifest is checked against it too
+(:mod:`.cachecheck`): its sizes always, the digests of the files changed since it was
+last verified before a load (:func:`convert_once`, :func:`open_entry`,
+:func:`check_before_load`). One that differs is damaged: it is moved aside and made
+again (from a peer or the source), never loaded. A cache probe (:func:`is_cached`)
+checks ownership and sizes only (it runs on every server at start); a load
+(:func:`open_entry`) checks the digests and loads through a descriptor of the
+directory it checked, so the entry cannot be swapped in between, and once it is
+loaded checks that nothing changed meanwhile.
 A conversion (:func:`convert_once`) runs once per node and user (a lock in the private
 root), writes into a new private directory, records its manifest, then renames it
 into place, once it has made room for it under the cache's size limit
@@ -36,7 +42,8 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import cacheroom, paths
+from . import cachecheck, cacheroom, paths
+from .cachecheck import DIFFERS, Damage, conversion_lock, manifest_path, own_damage, set_aside
 from .cacheroom import hold_entry
 from .defaults import MODEL_CACHE_VARIABLE
 from .errors import ManifestError, UnsafePathError
@@ -45,7 +52,9 @@ from .manifest import Manifest, digest_file
 __all__ = [
     "DEFAULT_MODEL_CACHE",
     "MODEL_CACHE_VARIABLE",
+    "Damage",
     "cache_root",
+    "check_before_load",
     "convert_once",
     "entry_problem",
     "file_sha256",
@@ -74,16 +83,11 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return Path(chosen).expanduser().absolute()
 
 
-def manifest_path(entry: Path) -> Path:
-    """Where the manifest this user recorded for ``entry`` lies (private root)."""
-    return paths.private_path("manifests") / f"{cacheroom.entry_key(entry)}.json"
-
-
 def make_room(root: Path, incoming: int, *, keep: Path | None = None) -> list[Path]:
     """Remove entries of the cache ``root`` no process of this node uses, least
     recently used first, until ``incoming`` more bytes fit its size limit (see
-    :mod:`.cacheroom`); the entries removed, each with its recorded manifest."""
-    return cacheroom.make_room(root, incoming, keep=keep, recorded=manifest_path)
+    :mod:`.cacheroom`); the entries removed, each with what was recorded of it."""
+    return cacheroom.make_room(root, incoming, keep=keep, recorded=cachecheck.recorded_files)
 
 
 def file_sha256(path: Path) -> str:
@@ -149,8 +153,10 @@ def entry_problem(
 ) -> str | None:
     """Why ``entry`` may not be used ("is missing", "is a symlink ...", "belongs to
     uid ... and you recorded no digests of it", a file that differs from the
-    recorded manifest), or None. ``checked``: the path to read it through (a
-    descriptor's ``/proc/self/fd/N``); ``digests``: compare sha256, not only sizes;
+    recorded manifest: a :class:`Damage` when the entry is this user's), or None.
+    ``checked``: the path to read it through (a descriptor's ``/proc/self/fd/N``);
+    ``digests``: compare sha256, not only sizes (of an entry of this user's that
+    nobody else could write, only the files changed since it was last verified);
     ``by_digests``: trust it by the recorded manifest only (it was open to others)."""
     try:
         info = os.lstat(entry)
@@ -167,7 +173,7 @@ def entry_problem(
         # from a group-writable source, the files' own modes do not matter.
         sealed = _sealed(entry.parent) or _sealed(where)
         if not by_digests and _owned_and_closed(where, modes=not sealed):
-            return None
+            return own_damage(entry, where, digests=digests)
     except OSError as error:
         return f"cannot be read ({error.strerror})"
     whose = (
@@ -181,11 +187,37 @@ def entry_problem(
         return f"{whose}, and its recorded digests cannot be read ({error})"
     if manifest is None:
         return f"{whose}, and you recorded no digests of it"
+    if info.st_uid == os.getuid():  # closed first (:func:`_opened`): checked as its own
+        problem = cachecheck.check(entry, where, manifest, digests=digests)
+        return None if problem is None else Damage(f"{whose}, and {DIFFERS} ({problem})")
     try:
         manifest.verify(where, digests=digests)
     except ManifestError as error:
         return f"{whose}, and does not match the digests you recorded ({error})"
     return None
+
+
+def check_before_load(entry: Path) -> str | None:
+    """Check an entry of this user's as a load would (sizes; the digests of what
+    changed since its last verification), and move it aside when it is damaged: what
+    was wrong, or None (also when it is missing or not this user's: a load refuses
+    those)."""
+    try:
+        fd = paths.open_directory(entry)
+    except (OSError, UnsafePathError):
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            return None
+        through = Path(f"/proc/self/fd/{fd}")
+        problem = entry_problem(entry, checked=through if through.is_dir() else entry)
+        if isinstance(problem, Damage):
+            set_aside(entry, problem, (info.st_dev, info.st_ino), locked=False)
+            return problem
+        return None
+    finally:
+        os.close(fd)
 
 
 def _refusal(entry: Path, problem: str) -> UnsafePathError:
@@ -207,7 +239,9 @@ def open_entry(entry: Path) -> Iterator[str]:
     """The path to load ``entry`` from, once it is checked (digests included): a
     descriptor's ``/proc/self/fd/N`` on Linux (so what was checked is what is read),
     valid inside the ``with`` block, which holds the entry (:func:`hold_entry`).
-    Raises :class:`UnsafePathError` (one line)."""
+    Raises :class:`UnsafePathError` (one line): before the block, for an entry that
+    may not be used (a damaged one of this user's is moved aside); after it, for an
+    entry of this user's whose files changed while the block read them."""
     with cacheroom.entry_in_use(entry), _opened(entry) as path:
         yield path
 
@@ -230,12 +264,21 @@ def _opened(entry: Path) -> Iterator[str]:
     except (OSError, UnsafePathError):
         raise _refusal(entry, entry_problem(entry) or "cannot be opened") from None
     try:
+        info = os.fstat(fd)
+        found = (info.st_dev, info.st_ino)
         through = Path(f"/proc/self/fd/{fd}")
         checked = through if through.is_dir() else entry
         problem = entry_problem(entry, checked=checked, by_digests=loose)
+        if isinstance(problem, Damage):
+            set_aside(entry, problem, found, locked=False)
         if problem:
             raise _refusal(entry, problem)
         yield str(checked)
+        # What the block read is what was checked, unless a file changed meanwhile.
+        late = own_damage(entry, checked, digests=True) if info.st_uid == os.getuid() else None
+        if late:
+            set_aside(entry, late, found, locked=False)
+            raise _refusal(entry, f"changed while it was loaded: it {late}")
     finally:
         os.close(fd)
 
@@ -281,8 +324,14 @@ def convert_once(
                 f"Refusing the model cache {root}: it is a symlink of uid "
                 f"{root_info.st_uid} (to {os.readlink(root)}). Fix: {_FIX}."
             )
-    with paths.private_lock(f"convert-{cacheroom.entry_key(entry)}.lock"):
-        problem = entry_problem(entry, digests=False)
+    with paths.private_lock(conversion_lock(entry)):
+        # An entry of this user's: checked as a load would check it (foreign ones:
+        # sizes here, digests as the load opens them).
+        own = _owned(entry)
+        problem = entry_problem(entry, digests=own)
+        if isinstance(problem, Damage):
+            set_aside(entry, problem, None, locked=True)
+            problem = _MISSING
         if problem is None:
             return False  # converted by another server while this one waited
         if problem != _MISSING:
@@ -290,6 +339,7 @@ def convert_once(
         staging = paths.new_private_dir(root, f".{entry.name}.")
         try:
             write(staging)
+            seen = cachecheck.file_stats(staging)  # before the digests are taken
             written = manifest(staging)
             with contextlib.suppress(OSError, UnsafePathError):
                 make_room(root, written.total_bytes, keep=entry)
@@ -302,4 +352,14 @@ def convert_once(
         except OSError as error:  # something appeared there meanwhile
             shutil.rmtree(staging, ignore_errors=True)
             raise _refusal(entry, entry_problem(entry) or str(error)) from None
+        with contextlib.suppress(OSError, ManifestError):
+            if cachecheck.file_stats(entry) == seen:
+                cachecheck.record(entry, seen)  # verified as written: no second read
     return True
+
+
+def _owned(entry: Path) -> bool:
+    try:
+        return os.lstat(entry).st_uid == os.getuid()
+    except OSError:
+        return False

@@ -71,11 +71,23 @@ def test_sizes_only_is_a_cheap_check(tree):
         [{"path": "a", "size": -1, "sha256": "0" * 64}],
         [{"path": "a", "size": 1, "sha256": "xyz"}],
         [{"path": "a", "size": 1, "sha256": "0" * 64}] * 2,
+        [{"path": "a", "size": 1, "sha256": "0" * 64, "symlink": "/etc/passwd"}],
+        [
+            {"path": "a", "size": 1, "sha256": "0" * 64},
+            {"path": "a/b", "size": 1, "sha256": "0" * 64},
+        ],
+        [{"path": "a\nb", "size": 1, "sha256": "0" * 64}],
+        [{"path": "x" * 256, "size": 1, "sha256": "0" * 64}],
+        [{"path": 7, "size": 1, "sha256": "0" * 64}],
+        [{"path": "a", "size": True, "sha256": "0" * 64}],
     ],
 )
 def test_a_malformed_manifest_is_refused(files):
+    """What a peer may send: paths that are not plain relative ones inside the
+    directory, a name twice or as another's directory, fields other than a file's."""
     text = json.dumps({"format": FORMAT, "version": VERSION, "files": files})
-    with pytest.raises(ManifestError, match="manifest"):
+    with pytest.raises(ManifestError, match="manifest") as refused:
         Manifest.from_json(text)
+    assert "\n" not in str(refused.value)
     with pytest.raises(ManifestError, match="manifest"):
         Manifest.from_json(json.dumps({"format": "other", "version": 1, "files": []}))

@@ -145,3 +145,73 @@ def test_a_file_a_server_thread_holds_for_an_instant_is_not_the_jobs_leak(tmp_pa
     )
     assert found.returncode == 0, found.stderr
     assert found.stdout.strip() == f"['{tmp_path / 'kept'}']"
+
+
+TEMPLATE_LOADER = textwrap.dedent("""
+    from pathlib import Path
+    from snakemake_executor_context import loader, modelcache
+
+    def template():
+        return modelcache.cache_root() / "tiny"
+
+    @loader(template=template)
+    def load():
+        entry = template()
+        modelcache.convert_once(entry, lambda into: (into / "w.bin").write_bytes(b"w" * 1000))
+        with modelcache.open_entry(entry) as path:
+            return (Path(path) / "w.bin").read_bytes()
+""")
+
+TEMPLATE_JOB = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from snakemake_executor_context.contexts import make_declaration
+    from snakemake_executor_context.server.cache import ContextCache, ServerStats
+    from snakemake_executor_context.server.output import job_output
+
+    workdir, log_path, kept = sys.argv[1:4]
+    cache = ContextCache(
+        address="tcp://test", budget=1 << 30, stats=ServerStats(), emit=lambda *e: None,
+        where="a test", gpu_model="cpu", memory_in_use=lambda: 0,
+    )
+    declaration = make_declaration("tiny", "loader.py:load", {}, Path(workdir))
+    with open(log_path, "wb") as log:
+        with job_output("the job", log.fileno()) as leaks:
+            # The job's first load: the server holds the template in the node's cache
+            # from here until the context is evicted (a lock file's descriptor).
+            assert cache.acquire(declaration)[0] == b"w" * 1000
+            script_file = os.open(kept, os.O_WRONLY | os.O_CREAT)
+    print([fd.split(" -> ")[1] for fd in leaks.fds])
+    os._exit(0)
+""")
+
+
+def test_the_plugins_hold_of_a_template_is_not_the_jobs_leak(tmp_path):
+    """A loader that declares a template: the server's lock of it in the node's cache,
+    taken in the job's thread, is the plugin's own descriptor, not the job's leak; a
+    file the script keeps open still is."""
+    import os
+    import subprocess
+
+    (tmp_path / "loader.py").write_text(TEMPLATE_LOADER)
+    environment = {
+        **os.environ,
+        "SNAKEMAKE_CONTEXT_LOCAL_DIR": str(tmp_path / "local"),
+        "SNAKEMAKE_CONTEXT_MODEL_CACHE": str(tmp_path / "models"),
+    }
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            TEMPLATE_JOB,
+            str(tmp_path),
+            str(tmp_path / "job.log"),
+            str(tmp_path / "kept"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment,
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == f"['{tmp_path / 'kept'}']"

@@ -80,8 +80,9 @@ ALLOWED = {
     "its recorded manifest (never a path a request names)",
     ("server/transfer.py", "open"): "a received template's files, os.open O_EXCL|O_NOFOLLOW "
     "0600 inside the new private staging directory modelcache.convert_once made "
-    "(paths.new_private_dir)",
-    ("server/transfer.py", "mkdir"): "that staging directory's subdirectories (0700)",
+    "(paths.new_private_dir), directory by directory from a descriptor of it (openat)",
+    ("server/transfer.py", "mkdir"): "that staging directory's subdirectories (0700), "
+    "made from a descriptor of their parent (mkdirat)",
     ("cluster/pilots.py", "local_directory"): "the pilot's scratch space, as its job "
     "script made and checked it on the node (python -m ...paths --shell)",
 }

@@ -90,6 +90,33 @@ async def _fetch_here(declaration: ContextDeclaration, dask_worker=None) -> dict
     }
 
 
+async def _fetch_killing(declaration, holder_pid: int, after: str, dask_worker=None) -> dict:
+    """As :func:`_fetch_here`, killing the holder (SIGKILL, waited until its process
+    is gone) once this receiver has every byte of the file ``after``: between two
+    calls, none in flight."""
+    from snakemake_executor_context.server import transfer
+
+    original = transfer.PeerFetch._chunks
+
+    def chunks(call, token, path, size, state):
+        original(call, token, path, size, state)
+        if path == after:
+            os.kill(holder_pid, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(holder_pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.01)
+
+    transfer.PeerFetch._chunks = staticmethod(chunks)
+    try:
+        return await _fetch_here(declaration, dask_worker=dask_worker)
+    finally:
+        transfer.PeerFetch._chunks = staticmethod(original)
+
+
 # ----------------------------------------------------------------------------------
 # A persistent cluster of three servers with caches of their own.
 
@@ -204,6 +231,30 @@ def test_a_lone_holder_killed_mid_transfer_leaves_nothing_and_the_source_is_read
     )
 
 
+def test_a_holder_dead_after_sending_every_byte_asked_is_known_at_once(three):
+    """The lone holder dies between two calls, after sending every byte asked so far:
+    no call is in flight, and a new one would try to connect for Dask's connect
+    timeout (30 s). The receiver knows at once (its watch of the session closed with
+    the holder) and reads the source."""
+    from snakemake_executor_context.server.transfer import HOLDER_GONE
+
+    client, caches, workdir, seed = three
+    declaration = _declaration(workdir, seed=seed)
+    servers = _by_name(client)
+    holder, receiver = sorted(servers)[:2]
+    client.run(_load_here, declaration, workers=[servers[holder]])
+    pid = client.run(os.getpid, workers=[servers[holder]])[servers[holder]]
+    result = client.run(
+        _fetch_killing, declaration, pid, "config.json", workers=[servers[receiver]]
+    )
+    result = result[servers[receiver]]
+    assert result["seconds"] is None, result  # the source, not a partial template
+    ((peer, got, outcome),) = result["events"]
+    assert peer == servers[holder] and got > 0 and outcome == HOLDER_GONE, result
+    assert "Loading it from its source" in result["said"][-1], result
+    assert not _entry(caches, receiver, seed).exists()
+
+
 def test_a_flipped_byte_is_caught_and_fetched_again_from_another_holder(three):
     client, caches, workdir, seed = three
     declaration, servers, holders, receiver = _two_holders(client, workdir, seed)
@@ -220,6 +271,46 @@ def test_a_flipped_byte_is_caught_and_fetched_again_from_another_holder(three):
     assert "weights/b.bin: sha256 differs from the manifest" in outcomes[0], result
     assert outcomes[-1] == "ok"
     assert _tree_digest(_entry(caches, receiver, seed)) == good
+    # The holder was told: it checked its entry anew and moved it aside.
+    damaged = _entry(caches, first, seed)
+    deadline = time.monotonic() + 60
+    while damaged.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not damaged.exists(), "the holder still holds its damaged entry after 60 s"
+    (aside,) = (caches / first).glob(f".damaged-{damaged.name}.*/{damaged.name}")
+    assert _tree_digest(aside) != good
+
+
+async def _acquire_here(declaration: ContextDeclaration) -> None:
+    """Load the context as a job's first load does (then let it go)."""
+    from snakemake_executor_context.server.server import ContextServer
+
+    cache = ContextServer.current().cache
+    await asyncio.to_thread(cache.acquire, declaration)
+    cache.release(declaration.identity, drop=True)
+
+
+def test_a_servers_damaged_entry_goes_aside_and_comes_again_from_a_peer(three):
+    """A server's own entry with 16 bytes flipped, its mtime put back: its next load
+    finds it damaged, moves it aside, and fetches the template from the peer that
+    holds it; the source is not read again."""
+    from .test_cache_check import _flip16
+
+    client, caches, workdir, seed = three
+    log = workdir / f"source-{seed}.log"
+    declaration = _declaration(workdir, seed=seed, source_log=str(log))
+    servers = _by_name(client)
+    holder, receiver = sorted(servers)[:2]
+    for name in (holder, receiver):
+        client.run(_load_here, declaration, workers=[servers[name]])
+    entry = _entry(caches, receiver, seed)
+    good = _tree_digest(entry)
+    _flip16(entry / "weights" / "a.bin")
+    client.run(_acquire_here, declaration, workers=[servers[receiver]])
+    assert len(log.read_text().splitlines()) == 2  # once for each server, before
+    assert _tree_digest(entry) == good
+    (aside,) = (caches / receiver).glob(f".damaged-{entry.name}.*/{entry.name}")
+    assert _tree_digest(aside) != good
 
 
 def test_peer_requests_outside_the_manifest_and_planted_symlinks_are_refused(three, tmp_path):
@@ -279,6 +370,69 @@ def test_peer_requests_outside_the_manifest_and_planted_symlinks_are_refused(thr
 
     with pytest.raises((OSError, TypeError, ValueError, asyncio.TimeoutError)):
         asyncio.run(without_certificate())
+
+
+async def _forge(files: list, announced: int, dask_worker=None) -> None:
+    """Make this server a forging holder: it says it holds every template, and offers
+    ``files`` as its manifest, announcing ``announced`` bytes."""
+    from snakemake_executor_context.manifest import FORMAT, VERSION
+
+    handlers = dask_worker.handlers
+    handlers.setdefault("real_template", handlers["snakemake_context_template"])
+
+    async def template(identity, declaration, begin=False):
+        answer = {"held": True, "spare": 1, "bytes": announced}
+        if begin:
+            manifest = json.dumps({"format": FORMAT, "version": VERSION, "files": files})
+            answer.update(token="forged", manifest=manifest)
+        return answer
+
+    handlers["snakemake_context_template"] = template
+
+
+async def _unforge(dask_worker=None) -> None:
+    handlers = dask_worker.handlers
+    handlers["snakemake_context_template"] = handlers.pop("real_template")
+
+
+def test_a_forged_manifest_is_refused_in_one_line_before_anything_is_written(three, tmp_path):
+    """A holder offers manifests with an absolute path, `..`, a name twice, a symlink,
+    a file that is also a directory, sizes that do not add up to what it announced:
+    each is refused in one line, nothing is written, and the load reads its source."""
+    client, caches, workdir, seed = three
+    servers = _by_name(client)
+    forger, receiver = sorted(servers)[:2]
+    digest = "0" * 64
+
+    def file(path: str, size: int = 5, **more) -> dict:
+        return {"path": path, "size": size, "sha256": digest, **more}
+
+    forged = {
+        "absolute": ([file(str(tmp_path / "pwned"))], "is not a relative path"),
+        "climbing": ([file("../../pwned")], "is not a relative path"),
+        "twice": ([file("a"), file("a")], "listed twice"),
+        "symlink": ([file("a", symlink="/etc/passwd")], "'symlink'"),
+        "file and directory": ([file("a"), file("a/b")], "as a file and as the directory"),
+        "sizes": ([file("a"), file("b")], "add up to 10 bytes, the holder announced 999"),
+    }
+    try:
+        for name, (files, says) in forged.items():
+            announced = 999 if name == "sizes" else sum(f["size"] for f in files)
+            client.run(_forge, files, announced, workers=[servers[forger]])
+            declaration = _declaration(workdir, seed=seed, megabytes=1)
+            result = client.run(_fetch_here, declaration, workers=[servers[receiver]])
+            result = result[servers[receiver]]
+            assert result["seconds"] is None, (name, result)
+            (peer, got, outcome), *again = result["events"]  # each holder is tried twice
+            assert peer == servers[forger] and got == 0 and again in ([], [(peer, 0, outcome)])
+            assert outcome.startswith("manifest:") and says in outcome, (name, outcome)
+            assert "\n" not in outcome and "Loading it from its source" in result["said"][-1]
+            # Nothing of this template in the receiver's cache (other tests' are there).
+            written = list((caches / receiver).glob(f"*peers-{seed}-1*"))
+            assert written == [], (name, written)
+            assert not (tmp_path / "pwned").exists() and not (caches / "pwned").exists()
+    finally:
+        client.run(_unforge, workers=[servers[forger]])
 
 
 def test_cold_servers_of_a_run_warm_from_a_peer_and_the_source_is_read_once(workflow, tmp_path):

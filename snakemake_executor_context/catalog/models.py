@@ -27,6 +27,7 @@ __all__ = [
     "Attempt",
     "Base",
     "Context",
+    "DamagedEntry",
     "EventRecord",
     "ForwardBatch",
     "Job",
@@ -44,7 +45,7 @@ __all__ = [
 #: bumped with every change to the tables below. Releases before the migrations
 #: read it from ``catalog_meta`` and refuse any other; releases since upgrade an
 #: older catalog in place when they write to it.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 class Base(DeclarativeBase):
@@ -190,6 +191,22 @@ class Transfer(Base):
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
     #: "ok", or one line: why this holder's transfer ended early.
     outcome: Mapped[str] = mapped_column(String(512), default="ok")
+
+
+class DamagedEntry(Base):
+    """A model-cache entry a server found damaged (its files differ from the manifest
+    recorded when they were written) and moved aside before any load read it."""
+
+    __tablename__ = "damaged_entries"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    server_id: Mapped[int] = mapped_column(ForeignKey("servers.id"), index=True)
+    #: The context whose load found it (None: a peer's report, on a holder).
+    context_id: Mapped[int | None] = mapped_column(ForeignKey("contexts.id"))
+    at: Mapped[float] = mapped_column(Float)
+    entry: Mapped[str] = mapped_column(Text, default="")
+    #: Where it went ("" when another process of the node had moved it).
+    aside: Mapped[str] = mapped_column(Text, default="")
+    problem: Mapped[str] = mapped_column(Text, default="")
 
 
 class Job(Base):

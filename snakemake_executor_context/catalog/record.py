@@ -24,6 +24,7 @@ from .models import (
     RUN_INTERRUPTED,
     Attempt,
     Context,
+    DamagedEntry,
     EventRecord,
     ForwardBatch,
     Job,
@@ -118,6 +119,7 @@ class Recorder:
             ev.ContextEvicted: self._context_ended,
             ev.ContextLoadFailed: self._context_ended,
             ev.ContextTransferred: self._context_transferred,
+            ev.CacheEntryDamaged: self._cache_entry_damaged,
             ev.GangFormed: self._gang_formed,
             ev.GangAssembled: self._gang_assembled,
             ev.JobDispatched: self._job_dispatched,
@@ -595,6 +597,25 @@ class Recorder:
         else:
             text = f"{name}: no peer could serve {to}: {outcome}"
         self._note(session, "context-transferred", event.at, text[:2000], server_id=server_id)
+
+    def _cache_entry_damaged(self, session: Session, event: ev.CacheEntryDamaged) -> None:
+        server_id = self._server(session, event.address, event.at)
+        context_id = self._context(session, event.identity, event.at) if event.identity else None
+        session.add(
+            DamagedEntry(
+                server_id=server_id,
+                context_id=context_id,
+                at=event.at,
+                entry=event.entry,
+                aside=event.aside,
+                problem=event.problem[:2000],
+            )
+        )
+        server = session.scalar(select(Server.name).where(Server.id == server_id))
+        where = f"moved aside to {event.aside}" if event.aside else "moved aside"
+        text = f"{server or event.address}: the cache entry {event.entry} is damaged "
+        text += f"({event.problem}), {where}"
+        self._note(session, "cache-entry-damaged", event.at, text[:2000], server_id=server_id)
 
     # -- jobs ----------------------------------------------------------------------
 

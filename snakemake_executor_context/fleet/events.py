@@ -22,6 +22,7 @@ from .losses import LossCause, classify
 
 __all__ = [
     "TOPIC",
+    "CacheEntryDamaged",
     "ContextEvicted",
     "ContextLoadFailed",
     "ContextLoading",
@@ -342,6 +343,23 @@ class ContextTransferred(Event):
     #: "ok", or one line: why this holder's transfer ended early (the receiver goes on
     #: from another holder, or from the source).
     outcome: str = "ok"
+
+
+@dataclass(kw_only=True)
+class CacheEntryDamaged(Event):
+    """A server found an entry of its node's model cache damaged (its files differ
+    from the manifest recorded when they were written, :mod:`...cachecheck`) and moved
+    it aside: the load that needed it went to a peer or the source."""
+
+    kind: ClassVar[str] = "cache-entry-damaged"
+    address: str
+    #: The context whose load found it ("" when a peer's report did: a holder's).
+    identity: str = ""
+    entry: str = ""
+    #: Where it went ("" when another process of the node had moved it).
+    aside: str = ""
+    #: One line: which file differs, and how.
+    problem: str = ""
 
 
 @dataclass(kw_only=True)

@@ -39,8 +39,10 @@ space as shell ``export`` lines (a pilot's job script runs it on its node).
 from __future__ import annotations
 
 from .files import (
+    close_lock,
     create_exclusive,
     file_problem,
+    held_locks,
     lock_descriptor,
     lock_path,
     new_private_dir,
@@ -80,9 +82,11 @@ __all__ = [
     "PRIVATE_DIR_MODE",
     "PRIVATE_FILE_MODE",
     "SCRATCH_NAME",
+    "close_lock",
     "create_exclusive",
     "dir_problem",
     "file_problem",
+    "held_locks",
     "local_base",
     "lock_descriptor",
     "lock_path",

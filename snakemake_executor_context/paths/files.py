@@ -227,11 +227,30 @@ def remove_own(path: Path) -> bool:
     return True
 
 
+#: The lock descriptors this process holds open (fd -> the path it points at): the
+#: plugin's own, which a job's check of the files it left open leaves out.
+_held_locks: dict[int, str] = {}
+
+
 def lock_descriptor(name: str) -> int:
     """A descriptor of the lock file ``name`` in the private root (created 0600 when
     missing), for the caller to ``flock`` as it needs: shared while it uses what the
-    lock names, exclusive to remove it."""
-    return open_append(private_path("locks") / name, _MOVE)
+    lock names, exclusive to remove it. Close it with :func:`close_lock`."""
+    path = private_path("locks") / name
+    fd = open_append(path, _MOVE)
+    _held_locks[fd] = os.path.realpath(path)  # as /proc/self/fd shows it
+    return fd
+
+
+def close_lock(fd: int) -> None:
+    """Close a descriptor :func:`lock_descriptor` gave (its ``flock`` goes with it)."""
+    _held_locks.pop(fd, None)
+    os.close(fd)
+
+
+def held_locks() -> dict[int, str]:
+    """The lock descriptors this process holds open now, and the files they point at."""
+    return dict(_held_locks)
 
 
 def lock_path(name: str) -> Path:
@@ -251,4 +270,4 @@ def private_lock(name: str) -> Iterator[int]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield fd
     finally:
-        os.close(fd)
+        close_lock(fd)

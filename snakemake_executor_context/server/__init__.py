@@ -8,8 +8,10 @@
   they ask: :mod:`.drain` (SIGTERM), :mod:`.blackhole`
   (CUDA-fatal errors), :mod:`.limits` (runtime and memory cap), with
   :mod:`.memwatch` sampling the memory;
-- :mod:`.cache`: the loaded contexts, their budget and eviction; :mod:`.loadturns`:
-  turns to load from a shared source;
+- :mod:`.cache`: the loaded contexts, their budget and eviction; :mod:`.templates`:
+  a context's template around each load (the cache probe, the check that moves a
+  damaged entry aside, its events); :mod:`.loadturns`: turns to load from a shared
+  source;
 - peer-to-peer transfer of context templates: :mod:`.transfer`, the receiver that
   fetches a missing template before a load; :mod:`.peerpick`, which holder it fetches
   from, or whether it reads the source (by measured rates); :mod:`.holder`, what a

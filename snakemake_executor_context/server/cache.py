@@ -1,7 +1,8 @@
 """The contexts one server holds: loaded lazily in the job's thread, kept by identity,
 evicted least recently used first when the server's memory budget is exceeded (by
 the fleet's one eviction order, :func:`..fleet.eviction.to_evict`). From its load to
-its eviction, a context's template is held in the node's model cache."""
+its eviction, a context's template is held in the node's model cache; before the
+load it is checked (:func:`.templates.checked_load`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from ..jobhooks import LoadRecord
 from .config import resolve_budget
 from .leftovers import context_processes, end_context_processes
 from .loadturns import LoadTurns
+from .templates import checked_load, probe
 
 __all__ = [
     "ContextCache",
@@ -193,11 +195,17 @@ class ContextCache:
         return entry.obj
 
     def _load(self, declaration: ContextDeclaration) -> tuple[Any, float, bool]:
+        modules_before = set(sys.modules)  # before the check, which imports the loader
+        with checked_load(declaration, self.address, self._emit):
+            return self._loaded(declaration, modules_before)
+
+    def _loaded(
+        self, declaration: ContextDeclaration, modules_before: set[str]
+    ) -> tuple[Any, float, bool]:
         from .isolation import new_local_modules
         from .output import context_loading
 
         record = LoadRecord()
-        modules_before = set(sys.modules)  # before the probe, which imports the loader
         from_cache = probe(declaration)
         self._emit(
             ev.ContextLoading(
@@ -381,15 +389,6 @@ class ContextCache:
                 }
                 for e in self._contexts.values()
             ]
-
-
-def probe(declaration: ContextDeclaration) -> bool | None:
-    """The loader's cache probe (None without one, or if it fails)."""
-    try:
-        return loaders.cache_probe(declaration)
-    except Exception as error:
-        logger.debug("cache probe of %s: %r", declaration.name, error)
-        return None
 
 
 def free_gpu_cache() -> None:

@@ -17,10 +17,15 @@ the template lies (:func:`..loaders.template_dir`), and serves only
 
 At most ``limit`` transfers run at once (:class:`TransferSessions`); a receiver that
 went silent for :data:`IDLE_SECONDS` loses its session. Each session holds its entry
-in the node's cache (no server removes it to make room meanwhile). The answer to a
+in the node's cache (no server removes it to make room meanwhile), and its receiver
+keeps a call open that is answered only when the session ends (``watch``): if this
+server dies, that connection closes, and the receiver knows at once. The answer to a
 receiver that asks says the template's size and, while every session is taken, when
 the first is expected to end (for the receiver's choice between a peer and the
-source, :func:`..fleet.peerchoice.choose_origin`).
+source, :func:`..fleet.peerchoice.choose_origin`). A receiver that got a file whose
+digest differs from the manifest says so as it ends its session: the holder then
+checks its entry anew, every digest, and moves it aside if it is damaged
+(:mod:`..cachecheck`; an event, a catalog row).
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import loaders, modelcache
+from .. import cachecheck, loaders, modelcache
 from ..contexts import ContextDeclaration, make_declaration
 from ..errors import ContextExecutorError, UnsafePathError
 from ..manifest import Manifest
 from .output import server_directory
+from .templates import damage_events
 
 __all__ = ["CHUNK_BYTES", "HANDLERS", "IDLE_SECONDS", "TemplateHolder", "TransferSessions"]
 
@@ -55,6 +61,7 @@ HANDLERS = {
     "snakemake_context_template": "template",
     "snakemake_context_chunk": "chunk",
     "snakemake_context_template_done": "done",
+    "snakemake_context_template_watch": "watch",
 }
 
 
@@ -70,11 +77,14 @@ class _Session:
     started: float = 0.0
     #: Ends its hold of the entry in the node's cache.
     release: Callable[[], None] = lambda: None
+    #: Set when it ends (its receiver's watch is answered).
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     def end(self) -> None:
         """The session is over: the entry is no longer the server's to keep."""
         server_directory(self.entry, using=False)
         self.release()
+        self.ended.set()
 
 
 @dataclass
@@ -126,11 +136,22 @@ class TransferSessions:
 
 class TemplateHolder:
     """Serves this server's templates; ``rate``: bytes a second each transfer gets
-    (0: as fast as the disk and the connection go)."""
+    (0: as fast as the disk and the connection go); ``address`` and ``emit``: the
+    server's, for the events of the entries it finds damaged."""
 
-    def __init__(self, limit: int, rate: float = 0.0) -> None:
+    def __init__(
+        self,
+        limit: int,
+        rate: float = 0.0,
+        *,
+        address: str = "",
+        emit: Callable[..., None] = lambda *events: None,
+    ) -> None:
         self.sessions = TransferSessions(max(0, int(limit)))
         self.rate = max(0.0, float(rate))
+        self.address = address
+        self.emit = emit
+        self._checks: set[asyncio.Future[None]] = set()
 
     def install(self, worker: Any) -> None:
         """Add the handlers to the worker's server (its TLS port)."""
@@ -177,6 +198,8 @@ class TemplateHolder:
         size = session.sizes.get(path)
         if size is None:
             return {"error": f"{path!r} is not a file of the template's manifest"}
+        if not 0 <= int(offset) <= size:
+            return {"error": f"{path}: offset {offset} is outside its {size} bytes"}
         length = max(0, min(int(length), CHUNK_BYTES, size - int(offset)))
         try:
             data = await asyncio.to_thread(_read, session.entry, path, size, int(offset), length)
@@ -191,12 +214,44 @@ class TemplateHolder:
 
         return {"data": to_serialize(data)}
 
-    async def done(self, token: str) -> dict[str, Any]:
-        """The receiver is finished with its session."""
+    async def done(self, token: str, damaged: str = "") -> dict[str, Any]:
+        """The receiver is finished with its session; ``damaged``: a file it got
+        whose digest differs from the manifest (the entry is checked anew)."""
         session = self.sessions.end(token)
         if session is not None:
             session.end()
+            if damaged in session.sizes:
+                logger.warning(
+                    "a peer got %s of %s with a digest that differs from its manifest: "
+                    "checking it anew",
+                    damaged,
+                    session.entry,
+                )
+                check = asyncio.ensure_future(asyncio.to_thread(self._recheck, session))
+                self._checks.add(check)
+                check.add_done_callback(self._checks.discard)
         return {}
+
+    async def watch(self, token: str) -> dict[str, Any]:
+        """Answered when the session ``token`` ends (done, or idle too long): until
+        then the receiver's call stays open, and its connection closes if this
+        server dies."""
+        session = self.sessions.open.get(token)
+        while session is not None and self.sessions.open.get(token) is session:
+            try:
+                await asyncio.wait_for(session.ended.wait(), self.sessions.idle)
+            except TimeoutError:
+                for gone in self.sessions.expire(time.monotonic()):
+                    gone.end()
+        return {"ended": True}
+
+    def _recheck(self, session: _Session) -> None:
+        """Check a served entry anew, every digest (a damaged one goes aside)."""
+        cachecheck.forget(session.entry)
+        with cachecheck.watching() as found:
+            modelcache.check_before_load(session.entry)
+        if found:
+            self.emit(*damage_events(found, self.address, session.identity))
 
     def _held(self, identity: str, declared: dict[str, Any]) -> tuple[Path | None, Manifest | None]:
         declaration = _declaration(identity, declared)

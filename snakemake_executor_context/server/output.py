@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from .. import paths
+
 __all__ = [
     "JobOutput",
     "Leaks",
@@ -262,12 +264,14 @@ def server_directory(path: str | os.PathLike[str], *, using: bool) -> None:
 
 def _leaked_fds(before: dict[int, str], after: dict[int, str]) -> list[str]:
     # Sockets, pipes and event fds open and close all the time in the server's own
-    # threads (Dask's connections): only files count as a job's leak.
+    # threads (Dask's connections): only files count, not the plugin's own locks.
+    locks = paths.held_locks()
     return [
         f"{fd} -> {target}"
         for fd, target in sorted(after.items())
         if before.get(fd) != target
         and _context_fds.get(fd) != target
+        and locks.get(fd) != target
         and target.startswith("/")
         and not target.startswith("/proc/")
         and not any(target.startswith(d) for d in tuple(_server_dirs))

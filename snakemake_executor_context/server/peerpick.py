@@ -20,9 +20,14 @@ from ..defaults import PEER_WAIT_SECONDS
 from ..fleet.loads import LoadKind
 from ..fleet.peerchoice import Holder, Rates, choose_origin
 
-__all__ = ["HolderPick", "Peers", "wire"]
+__all__ = ["HolderPick", "PeerGone", "Peers", "wire"]
 
 logger = logging.getLogger(__name__)
+
+
+class PeerGone(OSError):
+    """The reply of a call to a peer whose watch broke (:meth:`Peers.watch`): it died,
+    or its connection to this server closed."""
 
 
 class Peers(Protocol):
@@ -32,13 +37,28 @@ class Peers(Protocol):
         """The other servers' addresses."""
         ...
 
-    def call_all(self, addresses: list[str], op: str, **kwargs: Any) -> dict[str, Any]:
-        """``op`` on every server at once: its reply, or the exception it raised."""
+    def call_all(
+        self, addresses: list[str], op: str, *, unless: Any = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """``op`` on every server at once: its reply, or the exception it raised
+        (:class:`PeerGone` for each, at once, when the watch ``unless`` breaks first)."""
         ...
 
-    def call_each(self, address: str, op: str, calls: list[dict[str, Any]]) -> list[Any]:
+    def call_each(
+        self, address: str, op: str, calls: list[dict[str, Any]], *, unless: Any = None
+    ) -> list[Any]:
         """``op`` on one server once per keyword set, all at once: each reply, or the
-        exception it raised, in order."""
+        exception it raised, in order (as :meth:`call_all` for ``unless``)."""
+        ...
+
+    def watch(self, address: str, op: str, **kwargs: Any) -> Any:
+        """Start ``op`` on ``address``, a call the peer answers only when what it
+        watches ends: the watch, for ``unless`` (it breaks when the peer's connection
+        closes: the peer died)."""
+        ...
+
+    def unwatch(self, watch: Any) -> None:
+        """Stop a watch :meth:`watch` started."""
         ...
 
     def rates(self, identity: str, model: str) -> dict[str, Any]:

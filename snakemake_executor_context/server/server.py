@@ -144,7 +144,10 @@ class ContextServer:
         """Serve templates to peers and fetch missing ones from them (on a worker)."""
         if worker is None or config.peer_transfers <= 0:
             return None
-        TemplateHolder(config.peer_transfers, config.peer_rate).install(worker)
+        holder = TemplateHolder(
+            config.peer_transfers, config.peer_rate, address=address, emit=self.emit
+        )
+        holder.install(worker)
         return PeerFetch(address, DaskPeers(worker), emit=self.emit, model=self.gpu_model)
 
     # -- the process-wide instance -------------------------------------------------

@@ -11,14 +11,21 @@ that holds it (:mod:`.holder`), instead of reading the context's source.
    read at once). Holders are tried least busy first.
 3. The transfer (under the node's conversion lock of that entry, so two servers of one
    node fetch once: :func:`..modelcache.convert_once`): a session with one holder
-   gives the manifest; room is made in the node's cache for it
-   (:func:`..modelcache.make_room`); each file is fetched in chunks into a new private
-   directory beside the entry, its sha256 taken as it is written. A holder that fails (it died,
-   refused, sent a wrong size or a file whose digest differs) is left: the receiver
-   goes on from the next, keeping what it verified and, for the file it was fetching,
-   the bytes so far (a file whose digest differs starts again). The manifest is
-   recorded and the directory renamed into place only when every file matches it; a
-   partial template is never renamed, and so never loaded.
+   gives the manifest, refused in one line before anything is written when a path
+   in it is not a plain relative one inside the directory, a path is listed twice or
+   as another's directory, or its sizes do not add up to the bytes the holder
+   announced (:meth:`..manifest.Manifest.from_json`); room is made in the node's
+   cache for it (:func:`..modelcache.make_room`); each file is fetched in chunks into
+   a new private directory beside the entry, created directory by directory from a
+   descriptor of it without following a symlink, its sha256 taken as it is written.
+   A holder that fails (it died, refused, sent a wrong size or a file whose digest
+   differs: it is told so, and checks its entry anew) is left: the receiver goes on
+   from the next, keeping what it verified and, for the file it was fetching, the
+   bytes so far (a file whose digest differs starts again). A holder that dies is
+   known at once, by a watch whose connection closes with it
+   (:meth:`.peering.DaskPeers.watch`), not after Dask's connect timeout. The manifest
+   is recorded and the directory renamed into place only when every file matches
+   it; a partial template is never renamed, and so never loaded.
 4. When no holder can finish, the directory is removed and the load reads the
    source, with one line in the job's log saying why.
 
@@ -27,6 +34,7 @@ Each holder's part is one :class:`~..fleet.events.ContextTransferred` event.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -45,13 +53,15 @@ from ..fleet import events as ev
 from ..manifest import Manifest
 from .holder import CHUNK_BYTES
 from .output import server_directory
-from .peerpick import HolderPick, Peers
+from .peerpick import HolderPick, PeerGone, Peers
 from .peerpick import wire as _wire
 
-__all__ = ["CHUNKS_IN_FLIGHT", "PeerFetch", "Peers"]
+__all__ = ["CHUNKS_IN_FLIGHT", "HOLDER_GONE", "PeerFetch", "Peers"]
 
 #: Chunks asked for at once from one holder.
 CHUNKS_IN_FLIGHT = 3
+#: The outcome of a holder's part that ended as the holder died.
+HOLDER_GONE = "holder gone (its connection closed)"
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +209,7 @@ class PeerFetch:
         """Fetch what is missing from ``holder``; ``known``: the first manifest offered
         (every holder must offer the same)."""
         call = _Caller(self.peers, holder)
-        reached = True
+        reached, differs = True, ""
         opened = call(
             "snakemake_context_template",
             identity=declaration.identity,
@@ -210,11 +220,9 @@ class PeerFetch:
         if not token:
             refused = opened.get("refused")
             raise _HolderFailed(str(refused or opened.get("why") or "refused"), busy=bool(refused))
+        call.unless = self.peers.watch(holder, "snakemake_context_template_watch", token=token)
         try:
-            try:
-                offered = Manifest.from_json(opened["manifest"])
-            except ManifestError as error:
-                raise _HolderFailed(str(error)) from None
+            offered = _offered(opened)
             if not known:
                 _make_room(staging, offered)
                 known.append(offered)
@@ -229,17 +237,18 @@ class PeerFetch:
                     if state.digest.hexdigest() != entry.sha256:
                         os.ftruncate(state.fd, 0)
                         files[entry.path] = _File(state.fd)
+                        differs = entry.path
                         raise _HolderFailed(f"{entry.path}: sha256 differs from the manifest")
                     state.verified = True
         except _HolderFailed as error:
             reached = not error.gone
             raise
         finally:
-            if reached:
-                try:
-                    call("snakemake_context_template_done", token=token)
-                except _HolderFailed:
-                    pass
+            if reached:  # the holder checks its entry anew when a file of it differs
+                told = {"damaged": differs} if differs else {}
+                with contextlib.suppress(_HolderFailed):
+                    call("snakemake_context_template_done", token=token, **told)
+            self.peers.unwatch(call.unless)
 
     @staticmethod
     def _chunks(call: _Caller, token: str, path: str, size: int, state: _File) -> None:
@@ -272,23 +281,45 @@ def _write_chunk(path: str, size: int, offset: int, state: _File, reply: dict[st
     state.written += len(data)
 
 
+def _offered(opened: dict[str, Any]) -> Manifest:
+    """The manifest a holder offered, refused (one line) before anything is written
+    when it is not a manifest of plain relative paths (:meth:`Manifest.from_json`), or
+    its sizes do not add up to the bytes the holder announced."""
+    try:
+        offered = Manifest.from_json(opened.get("manifest") or "")
+    except ManifestError as error:
+        raise _HolderFailed(str(error)) from None
+    announced = opened.get("bytes")
+    if announced != offered.total_bytes:
+        raise _HolderFailed(
+            f"manifest: its files add up to {offered.total_bytes} bytes, the holder "
+            f"announced {announced!r}."
+        )
+    return offered
+
+
 @dataclass
 class _Caller:
-    """One holder's calls: its failures are :class:`_HolderFailed`."""
+    """One holder's calls: its failures are :class:`_HolderFailed`; ``unless``: the
+    watch of its session, which ends every call at once when the holder dies."""
 
     peers: Peers
     holder: str
+    unless: Any = None
 
     def __call__(self, op: str, **kwargs: Any) -> dict[str, Any]:
         """One call's reply."""
-        return self.checked(self.peers.call_all([self.holder], op, **kwargs).get(self.holder))
+        replies = self.peers.call_all([self.holder], op, unless=self.unless, **kwargs)
+        return self.checked(replies.get(self.holder))
 
     def each(self, op: str, calls: list[dict[str, Any]]) -> list[Any]:
         """Several calls at once: their replies, unchecked (see :meth:`checked`)."""
-        return self.peers.call_each(self.holder, op, calls)
+        return self.peers.call_each(self.holder, op, calls, unless=self.unless)
 
     def checked(self, reply: Any) -> dict[str, Any]:
         """A reply, or :class:`_HolderFailed` for an exception or no answer."""
+        if isinstance(reply, PeerGone):
+            raise _HolderFailed(HOLDER_GONE, gone=True)
         if isinstance(reply, BaseException):
             why = f"{type(reply).__name__}: {reply}".strip(": ")
             raise _HolderFailed(why, gone=isinstance(reply, OSError))
@@ -312,14 +343,28 @@ def _make_room(staging: Path, manifest: Manifest) -> None:
 
 
 def _create(staging: Path, relative: str) -> int:
-    where = staging / relative
-    for parent in reversed(where.relative_to(staging).parents[:-1]):
-        (staging / parent).mkdir(mode=0o700, exist_ok=True)
+    """A new file ``relative`` (a manifest's checked path) inside ``staging``, made
+    directory by directory from a descriptor of it, never through a symlink: 0700
+    directories, the file 0600 and created exclusively."""
+    parts = relative.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise TemplateTransferError(f"{relative!r} is not a path inside the template.")
+    directory = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        return os.open(
-            where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
+        fd = os.open(staging, directory)
+        try:
+            for part in parts[:-1]:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                inner = os.open(part, directory, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            return os.open(parts[-1], new, 0o600, dir_fd=fd)
+        finally:
+            os.close(fd)
     except OSError as error:
+        where = staging / relative
         raise TemplateTransferError(f"{where} cannot be created ({error.strerror}).") from None
 
 

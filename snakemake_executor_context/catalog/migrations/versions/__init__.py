@@ -10,5 +10,7 @@ and its ``down_revision`` the one before.
 - :mod:`.v0004_transfers`: peer-to-peer transfer: loads' seconds from peers, and the
   ``transfers`` table;
 - :mod:`.v0005_gangs`: gangs: a placement's ranks and members (``placements.ranks``,
-  ``placements.gang``).
+  ``placements.gang``);
+- :mod:`.v0006_damaged_entries`: the model-cache entries servers found damaged and
+  moved aside (the ``damaged_entries`` table).
 """
