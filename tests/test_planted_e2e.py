@@ -150,6 +150,7 @@ def test_embedded_cluster_refuses_a_planted_root_then_ignores_a_planted_scratch_
     assert not os.listdir(sticky / "theirs")
     # The setting moves the root: the run succeeds, and the planted package never runs.
     mine = tmp_path / "local"
+    mine.mkdir()  # the setting names a directory that exists (nothing above it is made)
     done = snakemake(
         workdir, env, "--context-local-dir", str(mine), "--config", "count=2", "sleep=0"
     )
