@@ -197,13 +197,9 @@ def load():
 """
 
 
-def test_ctrl_c_meeting_a_hung_load_restarts_the_server_as_a_restart(make_workflow, scheduler_file):
-    """The plugin restarts a server whose job does not stop when cancelled; the
-    cluster's catalog records that restart, not a crash ('SIGKILL of unknown origin')
-    and no loss."""
-    import sqlite3
-
-    workdir = make_workflow(
+def _hung_load_workflow(make_workflow) -> Path:
+    """One context job whose loader hangs (it touches ``loading`` first)."""
+    return make_workflow(
         {
             "Snakefile": HEADER.replace("value=5", "")
             + textwrap.dedent("""
@@ -219,6 +215,15 @@ def test_ctrl_c_meeting_a_hung_load_restarts_the_server_as_a_restart(make_workfl
             "scripts/slow.py": LOOPING_SCRIPT,
         }
     )
+
+
+def test_ctrl_c_meeting_a_hung_load_restarts_the_server_as_a_restart(make_workflow, scheduler_file):
+    """The plugin restarts a server whose job does not stop when cancelled; the
+    cluster's catalog records that restart, not a crash ('SIGKILL of unknown origin')
+    and no loss."""
+    import sqlite3
+
+    workdir = _hung_load_workflow(make_workflow)
     args = ["--executor", "context", "--jobs", "1", "--context-scheduler-file", str(scheduler_file)]
     with _snakemake(args, workdir) as process:
         deadline = time.monotonic() + 120
@@ -257,22 +262,7 @@ def test_a_run_interrupted_while_its_loader_hangs_is_recorded_interrupted(make_w
     from snakemake_executor_context.catalog.history import runs
     from snakemake_executor_context.catalog.store import open_reader
 
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER.replace("value=5", "")
-            + textwrap.dedent("""
-            rule all:
-                input: "ctx/0.txt"
-
-            rule hung:
-                output: "ctx/{i}.txt"
-                resources: context="toy"
-                script: "scripts/slow.py"
-        """),
-            "loader.py": HUNG_LOADER,
-            "scripts/slow.py": LOOPING_SCRIPT,
-        }
-    )
+    workdir = _hung_load_workflow(make_workflow)
     args = ["--executor", "context", "--jobs", "1", "--context-servers", "1"]
     with _snakemake(args, workdir) as process:
         deadline = time.monotonic() + 120
