@@ -74,7 +74,14 @@ def output_problem(path: Path) -> str | None:
     fix), or None. It checks what :func:`write_output` checks before it writes (making
     and removing an empty private file to learn that the directory takes new ones), so
     that a command checks all its outputs before it does its work."""
-    target, _, problem = _target(path)
+    return _problem(path, *_target(path), probe=True)
+
+
+def _problem(
+    path: Path, target: Path, info: os.stat_result | None, problem: str | None, *, probe: bool
+) -> str | None:
+    """:func:`output_problem` of what :func:`_target` found; ``probe``: also make and
+    remove an empty file in the directory (a writer skips it: its own file is the probe)."""
     if problem == "is a directory":
         return f"it is a directory. Fix: name a file (e.g. {path / 'NAME'})"
     if problem:
@@ -94,15 +101,17 @@ def output_problem(path: Path) -> str | None:
         return f"the directory {directory} cannot be used ({error.strerror or error})"
     if not stat.S_ISDIR(parent.st_mode):
         return f"{directory} is not a directory. Fix: name a file in a directory"
+    if not probe:
+        return None
     try:  # whether a new file can be made there (root may lack it too: a read-only mount)
-        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", dir=directory)
+        fd, empty = tempfile.mkstemp(prefix=f".{target.name}.", dir=directory)
     except OSError as error:
         return (
             f"no new file can be made in the directory {directory} ({error.strerror or error}). "
             "Fix: name a file in a directory you can write"
         )
     os.close(fd)
-    os.unlink(probe)
+    os.unlink(empty)
     return None
 
 
@@ -112,8 +121,8 @@ def write_output(path: Path, data: str | bytes) -> Path:
     another user's file or symlink), nothing written, when :func:`output_problem` finds
     a problem or the directory refuses the new file. Returns the path written (a
     symlink's target)."""
-    problem = output_problem(path)
     target, info, planted = _target(path)
+    problem = _problem(path, target, info, planted, probe=False)
     if problem:
         kind = UnsafePathError if planted and planted != "is a directory" else ContextExecutorError
         raise kind(f"Cannot write {path}: {problem}.")
