@@ -374,3 +374,20 @@ def test_an_unusable_catalog_path_names_the_catalog_setting(tmp_path):
     )
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "choose another --catalog" in done.stderr and "--scheduler-file" not in done.stderr
+
+
+def test_own_caches_are_made_where_the_servers_start(tmp_path):
+    """The embedded cluster's directory of per-server caches is made and checked while
+    the settings are read; a pilot's is on its node, and an attached cluster's is its
+    own: neither is made (or refused) on this host."""
+    from snakemake_executor_context.errors import SettingError
+    from snakemake_executor_context.executor.settings import ExecutorSettings
+
+    node_local = tmp_path / "node-local" / "caches"
+    ExecutorSettings(own_caches=str(node_local), backend="slurm")
+    ExecutorSettings(own_caches=str(node_local), scheduler_file=str(tmp_path / "x.json"))
+    assert not node_local.parent.exists()
+    ExecutorSettings(own_caches=str(node_local))
+    assert node_local.is_dir() and (node_local.stat().st_mode & 0o777) == 0o700
+    with pytest.raises(SettingError, match="--context-own-caches '/proc/nope' is not allowed"):
+        ExecutorSettings(own_caches="/proc/nope")

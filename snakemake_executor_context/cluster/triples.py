@@ -14,8 +14,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..allowed import NUMBER, SIZE, TEXT, WHOLE, Allowed, Setting, add_argument, check
+from ..allowed import NUMBER, SIZE, TEXT, WHOLE, Allowed, Setting, add_argument, check, filled
 from ..defaults import GANG_TIMEOUT_SECONDS
+from ..errors import SettingError
 
 __all__ = [
     "BATCH_MAX",
@@ -46,19 +47,9 @@ PEER_TRANSFERS = Allowed(WHOLE, least=0, most=64, zero="no peer transfer")
 PEER_MBPS = Allowed(NUMBER, least=1, most=1e6, zero="no limit", unit="MB/s")
 
 
-def _own_caches(flag: str, value: str) -> str | None:
-    """The directory is made now (0700, checked), as each server would make it at its
-    start: one that cannot be made (``/proc/nope``) or is not this user's is refused
-    before any server starts, not in the cluster's log."""
-    from .. import paths
-
-    path = Path(value).expanduser().absolute()
-    problem = paths.dir_problem(path, tighten=True)
-    return f"the directory {path} {problem}; name one this user can create" if problem else None
-
-
-#: A directory of per-server model caches.
-OWN_CACHES = Allowed(TEXT, form=_own_caches)
+#: A directory of per-server model caches: where the servers start, made and checked
+#: there (:meth:`Shape.check_own_caches`; a pilot's on its node).
+OWN_CACHES = Allowed(TEXT, form=filled)
 #: What a node-local model cache may hold ("20GB"; None: no limit): at most 1 PiB, more
 #: than any node's local disk (1e30 was taken as it was).
 MODEL_CACHE_SIZE = Allowed(SIZE, optional=True, least=2**20, most=2**50)
@@ -135,6 +126,24 @@ class Shape:
             repr(float(self.gang_timeout)),
             *(["--model-cache-size", self.model_cache_size] if self.model_cache_size else []),
         ]
+
+    def check_own_caches(self, flag: str) -> None:
+        """Make and check the directory of per-server caches (0700) in this process,
+        as each server of a local cluster would at its start: one that cannot be made
+        (``/proc/nope``) or is not this user's is refused in one line naming ``flag``
+        before any server starts, not in the cluster's log. Not for pilots: their
+        directory is on their nodes, made by their job scripts."""
+        if not self.own_caches:
+            return
+        from .. import paths
+
+        path = Path(self.own_caches).expanduser().absolute()
+        problem = paths.dir_problem(path, tighten=True)
+        if problem:
+            raise SettingError(
+                f"{flag} {self.own_caches!r} is not allowed: the directory {path} {problem}; "
+                "name one this user can create."
+            )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Shape:

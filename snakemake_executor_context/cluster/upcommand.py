@@ -81,6 +81,8 @@ def _up(args: argparse.Namespace) -> int:
             f"(scheduler file {running.files.scheduler_file})."
         )
         return 0
+    if not args.backend:  # the servers start on this node (pilots make theirs on theirs)
+        shape.check_own_caches("--own-caches")
     from .credentials import private_file
     from .files import ClusterFiles
 

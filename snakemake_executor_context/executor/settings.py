@@ -39,6 +39,7 @@ from ..cluster.triples import (
     PEER_TRANSFERS,
     SLOTS,
     THREADS_PER_SLOT,
+    Shape,
 )
 from ..defaults import DEFAULT_MEMORY_BUDGET, GANG_TIMEOUT_SECONDS, LOCAL_DIR_METADATA
 from ..errors import SettingError
@@ -379,6 +380,10 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
     def __post_init__(self) -> None:
         try:
             check(vars(self), settings_table())
+            if not (self.scheduler_file or self.scheduler_address or self.backend):
+                # The embedded cluster's servers start on this node: their directory is
+                # made and checked here (an attached cluster's and pilots' are theirs).
+                Shape(own_caches=self.own_caches or "").check_own_caches("--context-own-caches")
         except SettingError as error:
             # The plugin's frames say nothing to the user (Snakemake prints them).
             raise error.with_traceback(None) from None
