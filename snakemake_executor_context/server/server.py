@@ -353,9 +353,13 @@ class ContextServer:
 
     def _exit_after(self, finishing: list[str], deadline: float, keep_running: bool) -> None:
         for key in finishing:
-            job = self.jobs.running().get(key)
-            if job is not None:
-                job.done.wait(max(0.0, deadline - time.monotonic()))
+            if self._worker is None:
+                job = self.jobs.running().get(key)
+                if job is not None:
+                    job.done.wait(max(0.0, deadline - time.monotonic()))
+            # A task's result leaves when its job ends, or at once when the job was
+            # given up (stuck in C past its limit, its thread never ends): waiting for
+            # the executor to take the result covers both, the thread only the first.
             while time.monotonic() < deadline and self._result_pending(key):
                 time.sleep(0.05)
         self.groups.kill_all(keep_running=keep_running)
