@@ -18,9 +18,26 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).parent
+#: Tests that share one machine-wide service run in one test process, in turn (pytest-
+#: xdist's loadgroup): the single-node SLURM and Grid Engine (their fixtures start and
+#: stop the daemons, their tests count the queue's jobs) and the PostgreSQL database.
+SHARED_SERVICES = {
+    "test_slurm.py": "slurm",
+    "test_sge.py": "sge",
+    "test_catalog_postgres.py": "postgres",
+    "test_catalog_migrations.py": "postgres",
+}
 WORKFLOWS = TESTS / "workflows"
 REPO = TESTS.parent
 BIN = Path(sys.executable).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test of a shared service's files joins that service's group."""
+    for item in items:
+        group = SHARED_SERVICES.get(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def default_sigint() -> None:
@@ -228,9 +245,11 @@ def need_second_user() -> int:
             pytest.fail(f"{REQUIRE_SECOND_USER}=1 but {reason}")
         pytest.skip(reason)
     if subprocess.run(["id", ATTACKER], capture_output=True).returncode != 0:
-        subprocess.run(
+        made = subprocess.run(
             ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER],
-            check=True,
             capture_output=True,
+            text=True,
         )
+        # 9: the name is taken (the other test process made it in the meantime).
+        assert made.returncode in (0, 9), made.stderr
     return pwd.getpwnam(ATTACKER).pw_uid

@@ -10,6 +10,7 @@ become command-line flags; ``cluster="./qsub"`` becomes this executor.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -152,6 +153,16 @@ def fetch_tests(cache: Path) -> Path:
     if (target / "tests" / "common.py").exists():
         return target / "tests"
     cache.mkdir(parents=True, exist_ok=True)
+    # Each test process calls this: the first downloads and extracts, the others wait.
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "tests" / "common.py").exists():
+            return target / "tests"
+        return _download_tests(cache, wanted, target)
+
+
+def _download_tests(cache: Path, wanted: str, target: Path) -> Path:
+    """Download Snakemake ``wanted``'s sdist into ``cache``; extract its tests/ to ``target``."""
     archive = cache / f"snakemake-{wanted}.tar.gz"
     if not archive.exists():
         download = subprocess.run(

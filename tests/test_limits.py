@@ -197,6 +197,7 @@ def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
 
 
 @pytest.mark.long
+@pytest.mark.timeout(900)
 def test_a_one_minute_runtime_stops_a_300_s_sleep_within_75_s(make_workflow):
     """The real clock: `runtime: 1` on a job that sleeps 300 s fails 60-75 s after it
     started (measured here: 65 s), and the server then runs the next job. Long (163 s

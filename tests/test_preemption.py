@@ -146,6 +146,7 @@ def test_a_job_that_crashes_its_server_fails_after_the_crash_budget(preempt):
 
 
 @pytest.mark.long
+@pytest.mark.timeout(900)
 def test_the_crash_budget_case_30_times_in_a_row(tmp_path):
     """It failed now and then (a job finished just before the crash job took its
     server down had its result lost with the server: it failed instead of going

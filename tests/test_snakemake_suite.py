@@ -50,6 +50,7 @@ def test_snakemake_workflow(case: Case, snakemake_tests: Path, tmp_path: Path) -
 
 
 @pytest.mark.long
+@pytest.mark.timeout(900)
 def test_pipes_fail_20_times_in_a_row(snakemake_tests: Path, tmp_path: Path) -> None:
     """test_pipes_fail hung in about one run in 10-20 before the job processes ended
     failed pipe groups (server/pipegroups.py): 20 runs in a row each end, and fail."""
