@@ -170,6 +170,7 @@ def _peers_loaders():
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_servers_damaged_entry_goes_aside_and_every_output_is_right(
     private, tmp_path, workflow, damage

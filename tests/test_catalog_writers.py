@@ -75,6 +75,7 @@ def _jobs_recorded(path: str, run_id: str) -> int:
     return rows[run_id].jobs_ok if run_id in rows else 0
 
 
+@pytest.mark.slow
 def test_two_writers_on_one_sqlite_catalog_lose_no_job(tmp_path):
     catalog = tmp_path / "shared" / "catalog.db"
     go = tmp_path / "go"
@@ -284,6 +285,7 @@ class _Log:
     info = warning
 
 
+@pytest.mark.slow
 def test_events_a_run_could_not_record_are_counted_and_reported(tmp_path, monkeypatch):
     import sqlite3
 

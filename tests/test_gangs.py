@@ -56,6 +56,7 @@ def _catalog(workdir: Path, query: str) -> list[tuple]:
 # The gang itself, in this process (as under another executor: the baseline).
 
 
+@pytest.mark.slow
 def test_a_gang_of_three_sums_across_its_ranks_and_a_rank_error_is_the_callers():
     record = LoadRecord()
     front = call_loader(_toy(3), record)
@@ -99,6 +100,7 @@ def test_a_rank_killed_while_idle_loses_the_gang_once_and_kills_the_others():
     gang.close()
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_while_the_others_wait_tears_the_gang_down():
     """The others wait in an all-reduce the raising rank never joins: the gang is
     desynchronised, so it goes (the next user loads it again), not a hang."""
@@ -151,6 +153,7 @@ def _zombie(pid: int) -> bool:
 # Gangs on the embedded cluster, with the real command line.
 
 
+@pytest.mark.slow
 def test_a_gang_of_three_on_one_server_loads_once_per_rank_and_its_jobs_overlap(gang_workflow):
     """20 jobs, 4 slots, one server of 3 (stand-in) devices: one gang serves them all
     (the same 3 rank processes in every job), two jobs held at a barrier prove that
@@ -179,6 +182,7 @@ def test_a_gang_of_three_on_one_server_loads_once_per_rank_and_its_jobs_overlap(
     ]
 
 
+@pytest.mark.slow
 def test_a_rank_killed_mid_job_loses_the_gang_and_the_job_reruns_on_a_new_one(gang_workflow):
     """SIGKILL of one rank while a job waits on the gang: no rank hangs (the others
     are killed at once), the server leaves, the job runs again on a new gang (its
@@ -237,6 +241,7 @@ def test_a_rank_killed_mid_job_loses_the_gang_and_the_job_reruns_on_a_new_one(ga
     assert [line.split()[1] for line in story.stdout.splitlines()[1:]].count("placed") == 2
 
 
+@pytest.mark.slow
 def test_a_loader_gets_the_servers_devices_and_may_start_child_processes(gang_workflow):
     """A server of 2 (stand-in) devices hands its loader both ("cpu", "cpu"; a GPU
     server's "cuda:0", "cuda:1", checked below without a GPU), and a loader's
@@ -275,6 +280,7 @@ def test_a_gpu_server_of_two_gpus_is_pinned_to_both_and_hands_cuda_devices():
     assert [p.resources["gpu"] for p in cpu] == [3, 3] and all(p.devices == 3 for p in cpu)
 
 
+@pytest.mark.slow
 def test_a_rule_that_asks_more_gpus_than_any_server_has_fails_at_start(gang_workflow):
     run = context_run(gang_workflow, "--context-servers", "2", "split/0.json")
     assert run.returncode != 0
@@ -287,6 +293,7 @@ def test_a_rule_that_asks_more_gpus_than_any_server_has_fails_at_start(gang_work
     assert "Traceback (most recent call last)" not in run.output
 
 
+@pytest.mark.slow
 def test_a_gang_rule_must_ask_for_a_gpu_per_rank(gang_workflow):
     run = context_run(gang_workflow, "--context-servers", "1", "--config", "gpu=1")
     assert run.returncode != 0
@@ -296,6 +303,7 @@ def test_a_gang_rule_must_ask_for_a_gpu_per_rank(gang_workflow):
     ), run.output
 
 
+@pytest.mark.slow
 def test_a_persistent_cluster_of_two_device_servers_keeps_its_gang_and_status_shows_it(
     gang_workflow, tmp_path
 ):

@@ -35,6 +35,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_the_quick_cpu_run_needs_only_torch_and_prints_its_tables(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     out = tmp_path / "gpu_slots.json"

@@ -30,6 +30,8 @@ from .batchpools import pool_books as _pool_books
 from .batchpools import running as _running
 from .conftest import BIN, WORKFLOWS, context_run
 
+pytestmark = pytest.mark.slow
+
 SGE_DIR = Path(__file__).parent / "sge"
 QMASTER_PID = "/var/spool/gridengine/qmaster/qmaster.pid"
 #: Where the execution daemon keeps the script of each job it runs (in a directory
