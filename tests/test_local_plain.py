@@ -184,10 +184,14 @@ def test_a_signal_to_snakemake_leaves_no_local_job_process(make_workflow, how):
         assert process.poll() is None, process.communicate()[0]
         assert time.monotonic() < deadline, "jobs did not start"
         time.sleep(0.2)
-    time.sleep(0.5)
-    started = psutil.Process(process.pid).children(recursive=True)
-    sleeping = [p for p in started if p.name() == "sleep"]
-    assert len(sleeping) == 2, started  # both jobs run locally, below Snakemake
+    # Both jobs run locally, below Snakemake: their shells start `sleep` after writing.
+    while True:
+        started = psutil.Process(process.pid).children(recursive=True)
+        sleeping = [p for p in started if p.name() == "sleep"]
+        if len(sleeping) == 2:
+            break
+        assert time.monotonic() < deadline, started
+        time.sleep(0.1)
 
     os.kill(process.pid, getattr(signal, how))  # Snakemake's PID only, not its group
     output, _ = process.communicate(timeout=60)

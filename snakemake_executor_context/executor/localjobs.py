@@ -140,7 +140,10 @@ class LocalJobs:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        threading.Thread(target=self._watch_sigterm, name="context-sigterm", daemon=True).start()
+        self._sigterm = threading.Thread(
+            target=self._watch_sigterm, name="context-sigterm", daemon=True
+        )
+        self._sigterm.start()
 
     def stop(self) -> None:
         """Ctrl-C: stop every process the local jobs started, remove their outputs
@@ -165,6 +168,10 @@ class LocalJobs:
         """The run is over (its jobs ended or were stopped): the watchdog exits, and
         leaves alone what a job started on purpose to outlive it."""
         self._done.set()
+        # A stop begun on SIGTERM ends first: the jobs it stopped end the run, and
+        # Snakemake's exit would otherwise cut it short (a daemon thread) after the
+        # watchdog had its goodbye, leaving the processes not yet signalled.
+        self._sigterm.join(timeout=GRACE_SECONDS + 5)
         if self.watchdog.stdin is not None:
             with contextlib.suppress(OSError):
                 self.watchdog.stdin.write(BYE)
