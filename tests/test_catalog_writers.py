@@ -57,6 +57,7 @@ RUN = textwrap.dedent("""
     recording = Recording(Connection(), run_id, ".", catalog, Log())
     recording.begin(FleetState(), lambda e: None, jobs_total=jobs, declarations=[])
     import os
+    open(go + "." + run_id, "w").close()  # its catalog is open
     while not os.path.exists(go):
         time.sleep(0.01)
     for i in range(jobs):
@@ -96,7 +97,13 @@ def test_two_writers_on_one_sqlite_catalog_lose_no_job(tmp_path):
                 text=True,
             )
             time.sleep(0.5 if run_id == "run-a" else 0)
-        time.sleep(3.0)  # both have opened their catalogs
+        opened = [tmp_path / f"go.{run_id}" for run_id in runs]
+        deadline = time.monotonic() + 120
+        while not all(path.exists() for path in opened):
+            for run_id, process in runs.items():
+                assert process.poll() is None, (run_id, process.communicate())
+            assert time.monotonic() < deadline, "the two runs never opened their catalogs"
+            time.sleep(0.05)
         go.touch()
         outcome = {}
         for run_id, process in runs.items():
