@@ -19,6 +19,7 @@ on a network filesystem (see :mod:`.store`).
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,11 @@ SNAPSHOT_SECONDS = 3.0
 RETRY_SECONDS = 2.0
 #: Events a failing writer keeps back for its retries, at most.
 BACKLOG_SIZE = 100_000
+#: Tries of one transaction that races another writer before it counts as failed.
+WRITE_ATTEMPTS = 5
+#: SQLSTATEs of two writers' transactions that crossed: PostgreSQL's serialization
+#: failure and deadlock, after which it aborts one of them and asks for a retry.
+CROSSED = frozenset({"40001", "40P01"})
 
 logger = logging.getLogger(__name__)
 
@@ -132,19 +138,26 @@ class CatalogWriter(QueuedSink):
             )
 
     def _write(self, batch: list[Event]) -> None:
-        """One transaction; a unique-key race with another writer (PostgreSQL may
-        have several) is retried at once, with the ids looked up afresh."""
-        from sqlalchemy.exc import IntegrityError
+        """One transaction; a race with another writer (PostgreSQL may have several)
+        is retried at once, with the ids looked up afresh: a unique key taken in the
+        meantime, or two transactions that crossed (a deadlock, a serialization
+        failure: PostgreSQL aborts one of them and asks for a retry)."""
+        from sqlalchemy.exc import IntegrityError, OperationalError
 
-        for attempt in range(3):
+        for attempt in range(WRITE_ATTEMPTS):
             try:
                 with self.store.session() as session, session.begin():
                     self.recorder.apply(session, batch)
                 return
-            except IntegrityError:
+            except (IntegrityError, OperationalError) as error:
                 self.recorder.reset()
-                if attempt == 2:
+                crossed = getattr(getattr(error, "orig", None), "sqlstate", None) in CROSSED
+                if attempt == WRITE_ATTEMPTS - 1 or not (
+                    isinstance(error, IntegrityError) or crossed
+                ):
                     raise
+                # Two victims that retry in step would cross again.
+                time.sleep(random.uniform(0.0, 0.05 * (attempt + 1)))
 
     def _maybe_snapshot(self, now: float, force: bool = False) -> None:
         location = self.store.location
