@@ -4,8 +4,10 @@ waiting for the queue, and a pool of pilots started with ``snakemake-context up`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -111,3 +113,46 @@ def pool_books(scheduler_file: Path) -> dict:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads(out.stdout).get("pool") or {}
+
+
+def batch_system(
+    name: str, scripts: Path, pidfile: str, comm: str, required_by: str, queued: Callable[[], list]
+) -> Iterator[None]:
+    """A session fixture's body: ``<scripts>/<name>-up.sh`` installs and starts the
+    batch system where it can (root, Debian's packages), or it skips with the reason
+    (a failure where ``required_by`` is 1). Started once per test process and shared by
+    every test that uses it (they run in one process: the ``xdist_group`` of
+    ``tests/conftest.py``); at the end, what it started stops, once ``queued()`` (the
+    pilots in its queue) is empty: a daemon stopped with a job still ending would bring
+    that job back, a ghost, on its next start."""
+    label, submit, packages = {
+        "slurm": ("SLURM", "sbatch", "slurm-wlm"),
+        "sge": ("Grid Engine", "qsub", "gridengine packages"),
+    }[name]
+    if os.geteuid() != 0:
+        skip_unless_required(f"a single-node {label} needs root to start its daemons", required_by)
+    if shutil.which("apt-get") is None and shutil.which(submit) is None:
+        skip_unless_required(
+            f"no {label} and no apt-get to install Debian's {packages}", required_by
+        )
+    was_running = running(pidfile, comm)
+    started = subprocess.run(
+        ["bash", str(scripts / f"{name}-up.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, f"{name.upper()}_SMOKE": "0"},
+    )
+    if started.returncode != 0:
+        skip_unless_required(
+            f"{label} did not start: {started.stdout[-1500:]}{started.stderr[-1500:]}", required_by
+        )
+    try:
+        yield
+    finally:
+        if not was_running:
+            with contextlib.suppress(AssertionError):
+                wait(lambda: not queued(), 120, f"{label}'s queue to empty")
+            subprocess.run(
+                ["bash", str(scripts / f"{name}-down.sh")], capture_output=True, timeout=120
+            )

@@ -19,11 +19,10 @@ import pytest
 
 TESTS = Path(__file__).parent
 #: Tests that share one machine-wide service run in one test process, in turn (pytest-
-#: xdist's loadgroup): the single-node SLURM and Grid Engine (their fixtures start and
-#: stop the daemons, their tests count the queue's jobs) and the PostgreSQL database.
+#: xdist's loadgroup): those that use the single-node SLURM or Grid Engine (the
+#: fixtures below start the daemons once; their tests count the queue's jobs), and the
+#: files of the PostgreSQL database's tests.
 SHARED_SERVICES = {
-    "test_slurm.py": "slurm",
-    "test_sge.py": "sge",
     "test_catalog_postgres.py": "postgres",
     "test_catalog_migrations.py": "postgres",
 }
@@ -32,12 +31,34 @@ REPO = TESTS.parent
 BIN = Path(sys.executable).parent
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject.toml): one test process per core and one more, at most 5.
+    The SLURM and Grid Engine groups spend minutes waiting on their queues in one
+    process each; the extra one keeps the cores busy meanwhile."""
+    return min((os.cpu_count() or 1) + 1, 5)
+
+
+# First: xdist's own hook reads the xdist_group markers set here.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test of a shared service's files joins that service's group."""
+    """Each test of a shared service's files joins that service's group; the groups
+    (minutes each, in one process) and the tests that load the real model go first,
+    so that the two test processes end together rather than one waiting on the other."""
+    groups = {}
     for item in items:
-        group = SHARED_SERVICES.get(item.path.name)
+        fixtures = getattr(item, "fixturenames", ())
+        group = next((name for name in ("slurm", "sge") if name in fixtures), None)
+        group = group or SHARED_SERVICES.get(item.path.name)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        groups[item.nodeid] = group
+
+    def rank(item: pytest.Item) -> int:
+        if groups[item.nodeid] in ("slurm", "sge"):
+            return 0
+        return 1 if item.get_closest_marker("model") else 2
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
 
 
 def default_sigint() -> None:
@@ -226,6 +247,44 @@ def plain_dask_cluster(directory: Path, *worker_args: str) -> Iterator[Path]:
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=30)
+
+
+def _queued(command: list[str]) -> list[str]:
+    """The lines a queue listing prints (none when the command fails)."""
+    listed = subprocess.run(command, capture_output=True, text=True)
+    return listed.stdout.split() if listed.returncode == 0 else []
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[None]:
+    """A running single-node SLURM (``tests/slurm/slurm-up.sh``), shared by the tests
+    of this process that use it, stopped at the end unless it already ran."""
+    from .batchpools import batch_system
+
+    yield from batch_system(
+        "slurm",
+        TESTS / "slurm",
+        "/run/slurmctld.pid",
+        "slurmctld",
+        "SNAKEMAKE_CONTEXT_REQUIRE_SLURM",
+        lambda: _queued(["squeue", "-h", "-n", "snakemake-context", "-o", "%i"]),
+    )
+
+
+@pytest.fixture(scope="session")
+def sge() -> Iterator[None]:
+    """A running single-node Grid Engine (``tests/sge/sge-up.sh``), shared by the
+    tests of this process that use it, stopped at the end unless it already ran."""
+    from .batchpools import batch_system
+
+    yield from batch_system(
+        "sge",
+        TESTS / "sge",
+        "/var/spool/gridengine/qmaster/qmaster.pid",
+        "sge_qmaster",
+        "SNAKEMAKE_CONTEXT_REQUIRE_SGE",
+        lambda: _queued(["qstat", "-u", "*"]),
+    )
 
 
 ATTACKER = "ctxattacker"

@@ -28,7 +28,7 @@ from snakemake_executor_context.cluster.files import identity
 
 from .batchpools import wait
 from .conftest import ATTACKER, BIN, WORKFLOWS, need_second_user
-from .test_slurm import _pilots, slurm  # noqa: F401 (the SLURM fixture)
+from .test_slurm import _pilots
 
 pytestmark = pytest.mark.slow
 

@@ -25,14 +25,12 @@ from snakemake_executor_context.cluster.pilots import PilotOptions, jobqueue_arg
 from snakemake_executor_context.cluster.sge import qacct_end_state, sge_directives, sge_h_rt
 from snakemake_executor_context.errors import ClusterError
 
-from .batchpools import pilot_pool, skip_unless_required, wait
+from .batchpools import pilot_pool, wait
 from .batchpools import pool_books as _pool_books
-from .batchpools import running as _running
 from .conftest import BIN, WORKFLOWS, context_run
 
 pytestmark = pytest.mark.slow
 
-SGE_DIR = Path(__file__).parent / "sge"
 QMASTER_PID = "/var/spool/gridengine/qmaster/qmaster.pid"
 #: Where the execution daemon keeps the script of each job it runs (in a directory
 #: named after the host, as the daemon resolved it).
@@ -49,39 +47,6 @@ POOL = (
     "--prologue",
     '[[ -n "$BASH_VERSION" ]] || exit 3',
 )
-
-
-@pytest.fixture(scope="module")
-def sge() -> Iterator[None]:
-    """A running single-node Grid Engine (started here unless it already ran)."""
-    if os.geteuid() != 0:
-        skip_unless_required(
-            "a single-node Grid Engine needs root to start sge_qmaster and sge_execd",
-            "SNAKEMAKE_CONTEXT_REQUIRE_SGE",
-        )
-    if shutil.which("apt-get") is None and shutil.which("qsub") is None:
-        skip_unless_required(
-            "no Grid Engine and no apt-get to install Debian's gridengine packages",
-            "SNAKEMAKE_CONTEXT_REQUIRE_SGE",
-        )
-    was_running = _running(QMASTER_PID, "sge_qmaster")
-    started = subprocess.run(
-        ["bash", str(SGE_DIR / "sge-up.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "SGE_SMOKE": "0"},
-    )
-    if started.returncode != 0:
-        skip_unless_required(
-            f"Grid Engine did not start: {started.stdout[-1500:]}{started.stderr[-1500:]}",
-            "SNAKEMAKE_CONTEXT_REQUIRE_SGE",
-        )
-    try:
-        yield
-    finally:
-        if not was_running:
-            subprocess.run(["bash", str(SGE_DIR / "sge-down.sh")], capture_output=True, timeout=120)
 
 
 def _qstat() -> list[dict[str, str]]:

@@ -22,49 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from .batchpools import pilot_pool, skip_unless_required, wait
+from .batchpools import pilot_pool, wait
 from .batchpools import pool_books as _pool_books
-from .batchpools import running as _running
 from .conftest import BIN, REPO, WORKFLOWS, context_run
 
 pytestmark = pytest.mark.slow
 
-SLURM_DIR = Path(__file__).parent / "slurm"
-
-
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[None]:
-    """A running single-node SLURM (started here unless it already ran)."""
-    if os.geteuid() != 0:
-        skip_unless_required(
-            "a single-node SLURM needs root to start munged, slurmctld and slurmd",
-            "SNAKEMAKE_CONTEXT_REQUIRE_SLURM",
-        )
-    if shutil.which("apt-get") is None and shutil.which("sbatch") is None:
-        skip_unless_required(
-            "no SLURM and no apt-get to install Debian's slurm-wlm",
-            "SNAKEMAKE_CONTEXT_REQUIRE_SLURM",
-        )
-    was_running = _running("/run/slurmctld.pid", "slurmctld")
-    started = subprocess.run(
-        ["bash", str(SLURM_DIR / "slurm-up.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "SLURM_SMOKE": "0"},
-    )
-    if started.returncode != 0:
-        skip_unless_required(
-            f"SLURM did not start: {started.stdout[-1500:]}{started.stderr[-1500:]}",
-            "SNAKEMAKE_CONTEXT_REQUIRE_SLURM",
-        )
-    try:
-        yield
-    finally:
-        if not was_running:
-            subprocess.run(
-                ["bash", str(SLURM_DIR / "slurm-down.sh")], capture_output=True, timeout=120
-            )
 
 
 def _squeue() -> list[dict[str, str]]:
