@@ -29,7 +29,6 @@ from .conftest import BIN, REPO, WORKFLOWS, context_run
 pytestmark = pytest.mark.slow
 
 
-
 def _squeue() -> list[dict[str, str]]:
     out = subprocess.run(
         ["squeue", "-h", "-o", "%i|%j|%T|%b"], capture_output=True, text=True, check=True
