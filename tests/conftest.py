@@ -41,24 +41,39 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 # First: xdist's own hook reads the xdist_group markers set here.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test of a shared service's files joins that service's group; the groups
-    (minutes each, in one process) and the tests that load the real model go first,
-    so that the two test processes end together rather than one waiting on the other."""
-    groups = {}
+    """Each test joins the group of what it shares: a batch system it uses (SLURM,
+    Grid Engine), the PostgreSQL database, or a module-scoped fixture of its file (a
+    loaded model, a persistent cluster: made once, in one process, as without
+    xdist). The batch systems' groups (minutes each, in one process) and the groups
+    and tests that load the real model go first, so that the processes end together."""
+    groups: dict[str, str | None] = {}
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        group = next((name for name in ("slurm", "sge") if name in fixtures), None)
-        group = group or SHARED_SERVICES.get(item.path.name)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-        groups[item.nodeid] = group
+        groups[item.nodeid] = _group(item)
+        if groups[item.nodeid] is not None:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    with_model = {groups[item.nodeid] for item in items if item.get_closest_marker("model")}
 
     def rank(item: pytest.Item) -> int:
-        if groups[item.nodeid] in ("slurm", "sge"):
+        group = groups[item.nodeid]
+        if group in ("slurm", "sge"):
             return 0
-        return 1 if item.get_closest_marker("model") else 2
+        return 1 if item.get_closest_marker("model") or group in with_model else 2
 
     items.sort(key=rank)  # stable: each file's tests keep their order
+
+
+def _group(item: pytest.Item) -> str | None:
+    fixtures = getattr(item, "fixturenames", ())
+    for service in ("slurm", "sge"):
+        if service in fixtures:
+            return service
+    if item.path.name in SHARED_SERVICES:
+        return SHARED_SERVICES[item.path.name]
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    if any(d.scope == "module" for defs in definitions for d in defs):
+        return f"module-{item.path.stem}"
+    return None
 
 
 def default_sigint() -> None:
