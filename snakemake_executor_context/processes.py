@@ -79,11 +79,15 @@ def process_tree(pid: int) -> list[Any]:
         return []
 
 
-def stop_processes(processes: Iterable[Any], grace: float, *, wait: float = 0.0) -> None:
+def stop_processes(
+    processes: Iterable[Any], grace: float, *, wait: float = 0.0, reap: bool = True
+) -> None:
     """Stop ``psutil.Process`` objects: SIGTERM, then SIGKILL what is still alive
     after ``grace`` seconds (``grace`` 0: SIGKILL at once); then wait up to ``wait``
     seconds for the killed ones to be gone. Processes already gone are skipped.
-    Waiting reaps those that are this process's children (psutil waits on each pid)."""
+    Waiting reaps those that are this process's children (psutil waits on each pid);
+    ``reap=False`` leaves them, as zombies, to whoever started them: a ``Popen``
+    whose child another thread reaped reads exit status 0, a killed job as a success."""
     import psutil
 
     targets = list(processes)
@@ -93,14 +97,34 @@ def stop_processes(processes: Iterable[Any], grace: float, *, wait: float = 0.0)
                 process.terminate()
             except psutil.Error:
                 pass
-        _, targets = psutil.wait_procs(targets, timeout=grace)
+        if reap:
+            _, targets = psutil.wait_procs(targets, timeout=grace)
+        else:
+            deadline = time.monotonic() + grace
+            while (targets := [p for p in targets if _alive(p)]) and time.monotonic() < deadline:
+                time.sleep(0.05)
     for process in targets:
         try:
             process.kill()
         except psutil.Error:
             pass
     if wait > 0 and targets:
-        psutil.wait_procs(targets, timeout=wait)
+        if reap:
+            psutil.wait_procs(targets, timeout=wait)
+        else:
+            deadline = time.monotonic() + wait
+            while any(_alive(p) for p in targets) and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+
+def _alive(process: Any) -> bool:
+    """Running and not a zombie (without waiting on it)."""
+    import psutil
+
+    try:
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
 
 
 def stop_tree(pid: int, grace: float, *, wait: float = 0.0) -> None:

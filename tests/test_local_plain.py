@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from snakemake_executor_context.executor.localjobs import WATCH_SECONDS
+
 from .conftest import BIN, HEADER, TOY_LOADER, context_run, default_sigint, snakemake
 
 pytestmark = pytest.mark.slow
@@ -166,6 +168,14 @@ SLOW_PLAIN = {
 }
 
 
+def _name(process: psutil.Process) -> str | None:
+    """A process's name; None once it is gone (the cluster's start runs short ones)."""
+    try:
+        return process.name()
+    except psutil.Error:
+        return None
+
+
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_a_signal_to_snakemake_leaves_no_local_job_process(make_workflow, how):
     workdir = make_workflow(SLOW_PLAIN)
@@ -184,11 +194,15 @@ def test_a_signal_to_snakemake_leaves_no_local_job_process(make_workflow, how):
         assert process.poll() is None, process.communicate()[0]
         assert time.monotonic() < deadline, "jobs did not start"
         time.sleep(0.2)
-    # Both jobs run locally, below Snakemake: their shells start `sleep` after writing.
+    # Both jobs run locally, below Snakemake: their shells start `sleep` after writing,
+    # and the watchdog has had a snapshot of them (one every WATCH_SECONDS).
     while True:
         started = psutil.Process(process.pid).children(recursive=True)
-        sleeping = [p for p in started if p.name() == "sleep"]
-        if len(sleeping) == 2:
+        sleeping = [p for p in started if _name(p) == "sleep"]
+        shells = [p for p in started if _name(p) == "bash"]
+        if len(sleeping) == 2 and all(
+            time.time() - p.create_time() > 2 * WATCH_SECONDS for p in shells
+        ):
             break
         assert time.monotonic() < deadline, started
         time.sleep(0.1)

@@ -13,7 +13,8 @@ below it (the embedded cluster has a session of its own) is stopped: on Ctrl-C b
 :meth:`LocalJobs.stop`, on SIGTERM by a thread that sees Snakemake's graceful
 shutdown begin, and on Snakemake's death by a watchdog process that snapshots those
 processes four times a second and stops them when its pipe from Snakemake closes
-without a goodbye.
+without a goodbye, with what Snakemake started since the last snapshot (its orphans:
+adopted by the same reaper as the watchdog, in Snakemake's session, younger than it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from ..jobspec import remove_outputs
@@ -49,6 +51,9 @@ __all__ = ["LocalJobs", "NoLocalJobs", "local_plain_rules", "run_locally"]
 WATCH_SECONDS = 0.25
 #: What Snakemake tells the watchdog at a normal end.
 BYE = b"bye\n"
+#: What the watchdog says after its first snapshot, and how long Snakemake waits for it.
+READY = b"ready\n"
+READY_SECONDS = 30.0
 #: Seconds a stopped process gets between SIGTERM and SIGKILL.
 GRACE_SECONDS = 2.0
 
@@ -114,8 +119,10 @@ def _below(root: int, skip: set[int]) -> list[Any]:
 
 
 def _stop(processes: list[Any]) -> None:
-    """SIGTERM, then SIGKILL for those alive after the grace period."""
-    stop_processes(processes, GRACE_SECONDS)
+    """SIGTERM, then SIGKILL for those alive after the grace period. Never reaped
+    here: in Snakemake's process they are its local jobs' children, whose exit status
+    Snakemake reads (a reaped one would read as 0, the killed job as a success)."""
+    stop_processes(processes, GRACE_SECONDS, reap=False)
 
 
 class NoLocalJobs:
@@ -135,11 +142,16 @@ class LocalJobs:
         self.workflow = workflow
         self._done = threading.Event()
         self.watchdog = subprocess.Popen(
-            [sys.executable, "-m", __name__],
+            [sys.executable, "-m", __name__, str(os.getpid())],
             stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
+        # No job starts before the watchdog's first snapshot: on a loaded node its
+        # start takes seconds, and a Snakemake killed before it would leave its jobs.
+        assert self.watchdog.stdout is not None
+        if select.select([self.watchdog.stdout], [], [], READY_SECONDS)[0]:
+            self.watchdog.stdout.readline()
         self._sigterm = threading.Thread(
             target=self._watch_sigterm, name="context-sigterm", daemon=True
         )
@@ -181,6 +193,8 @@ class LocalJobs:
             self.watchdog.wait(timeout=GRACE_SECONDS + 5)
         except subprocess.TimeoutExpired:
             self.watchdog.kill()
+        if self.watchdog.stdout is not None:
+            self.watchdog.stdout.close()
 
 
 def _watchdog() -> None:
@@ -188,22 +202,58 @@ def _watchdog() -> None:
     a goodbye (Snakemake died)."""
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, signal.SIG_IGN)  # a terminal's Ctrl-C reaches us too
-    parent, me = os.getppid(), os.getpid()
+    import psutil
+
+    parent, me = int(sys.argv[1]), os.getpid()
+    try:
+        session, born = os.getsid(parent), psutil.Process(parent).create_time()
+    except (OSError, psutil.Error):
+        return  # Snakemake is gone already: it started no job
     seen: dict[int, Any] = {}
-    while True:
-        ready, _, _ = select.select([sys.stdin.buffer], [], [], WATCH_SECONDS)
-        if ready:
+    said_ready = False
+    while os.getppid() == parent:
+        current = _below(parent, {me})
+        seen = {pid: p for pid, p in seen.items() if _running(p)}
+        seen.update((p.pid, p) for p in current)
+        if not said_ready:
+            said_ready = True
+            with contextlib.suppress(OSError):
+                os.write(sys.stdout.fileno(), READY)
+        readable, _, _ = select.select([sys.stdin.buffer], [], [], WATCH_SECONDS)
+        if readable:
             data = os.read(sys.stdin.fileno(), 4096)
             if BYE.strip() in data:
                 return
             if not data:
                 break
-        if os.getppid() != parent:
-            break
-        current = _below(parent, {me})
-        seen = {pid: p for pid, p in seen.items() if _running(p)}
-        seen.update((p.pid, p) for p in current)
+    seen.update((p.pid, p) for p in _orphans(parent, session, born, me))
     _stop([p for p in seen.values() if _running(p)])
+
+
+def _orphans(parent: int, session: int, born: float, me: int) -> list[Any]:
+    """What a dead Snakemake started since the last snapshot (on a loaded node a
+    snapshot can take longer than a job's start): its children, adopted now by the
+    same reaper as this watchdog, in its session and younger than it, and everything
+    below them."""
+    import psutil
+
+    deadline = time.monotonic() + 2.0
+    while os.getppid() == parent and time.monotonic() < deadline:
+        time.sleep(0.01)  # the kernel reparents the children after closing the pipe
+    reaper = os.getppid()
+    if reaper == parent:
+        return []
+    found = []
+    for process in psutil.process_iter(["ppid", "create_time"]):
+        with contextlib.suppress(OSError, psutil.Error):
+            if (
+                process.pid != me
+                and process.info["ppid"] == reaper
+                and process.info["create_time"] >= born
+                and os.getsid(process.pid) == session
+            ):
+                found += [process, *process.children(recursive=True)]
+    return found
 
 
 def _running(process: Any) -> bool:
