@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "DEFAULT_SCHEDULER_FILE",
     "DEMAND_KEY",
+    "DEMAND_STALE_SECONDS",
     "DEVICES_VARIABLE",
     "DRAIN_GRACE_SECONDS",
     "GANG_ROSTER_HANDLER",
@@ -69,6 +70,10 @@ GANG_ROSTER_HANDLER = "snakemake_context_gang_join"
 PEER_RATES_HANDLER = "snakemake_context_rates"
 #: Where a run publishes, in the scheduler's metadata, what it asks of a pool of pilots.
 DEMAND_KEY = ["snakemake-context", "demand"]
+#: Seconds after which a pool reads a run's demand whose sequence number stopped growing
+#: as withdrawn (a run publishes every 2 s while its status loop runs; a Snakemake
+#: killed before its shutdown never withdraws it).
+DEMAND_STALE_SECONDS = 60.0
 
 # Environment variables: each name once, wherever it is set or read.
 #: The servers' memory cap ("8GB"; unset, "0" or "none": no cap); the executor's

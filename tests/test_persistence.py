@@ -29,6 +29,17 @@ def _status(scheduler_file) -> dict:
     return json.loads(out.stdout)["servers"]
 
 
+def _published_demand(scheduler_file) -> object:
+    from snakemake_executor_context.cluster.connection import ClusterConnection
+    from snakemake_executor_context.defaults import DEMAND_KEY
+
+    target = ClusterConnection.attach(address=None, scheduler_file=scheduler_file, timeout=20)
+    try:
+        return target.client.get_metadata(DEMAND_KEY, default=None)
+    finally:
+        target.client.close()
+
+
 def test_second_run_loads_nothing(workflow, scheduler_file):
     workdir = workflow("reuse")
     attach = ["--context-scheduler-file", str(scheduler_file), "--config", "count=8"]
@@ -51,6 +62,9 @@ def test_second_run_loads_nothing(workflow, scheduler_file):
     }
     assert not (workdir / ".snakemake" / "context" / "catalog.db").exists()
     loads_after_first = sum(inv["loads"] for inv in _status(scheduler_file).values())
+    # The run withdrew what it asked of a pool of pilots: a pool attached to this cluster
+    # would otherwise hold, and replace, pilots for the run's last demand.
+    assert _published_demand(scheduler_file) == {}
     assert 1 <= loads_after_first <= 2
 
     second = context_run(workdir, *attach, "--forcerun", "use").check()

@@ -17,6 +17,7 @@ from snakemake_executor_context.cluster.pilots import (
 from snakemake_executor_context.defaults import PILOT_VARIABLE
 from snakemake_executor_context.errors import ClusterError
 from snakemake_executor_context.fleet.pool import (
+    DemandWatch,
     PoolDemand,
     PoolShape,
     pilots_to_release,
@@ -189,6 +190,21 @@ def test_pool_adds_a_pilot_only_for_a_load_worth_of_work() -> None:
     assert pilots_wanted(demand, shape) == 2
     # Unknown times: the ready jobs decide.
     assert pilots_wanted(PoolDemand(ready=10, remaining=10), shape) == 10
+
+
+def test_a_demand_whose_sequence_stops_growing_is_withdrawn() -> None:
+    """A Snakemake killed before its shutdown leaves its last demand in the scheduler:
+    the pool reads it as withdrawn once its number stops growing (else it would hold,
+    and replace, pilots for it as long as the pool lives)."""
+    watch = DemandWatch(stale_after=60.0)
+    last = {"ready": 1, "remaining": 1, "sequence": 7}
+    assert watch.current(last, now=100.0) == last
+    assert watch.current(last, now=160.0) == last  # 60 s: not yet
+    assert watch.current(last, now=160.5) is None
+    newer = {**last, "sequence": 8}
+    assert watch.current(newer, now=161.0) == newer  # a living run's next check
+    assert watch.current({}, now=1000.0) == {}  # withdrawn by the run's shutdown
+    assert watch.current(None, now=1000.0) is None
 
 
 def test_idle_pilots_are_released_longest_idle_first_keeping_the_minimum() -> None:

@@ -17,10 +17,11 @@ from typing import Any
 from distributed.deploy.adaptive import Adaptive
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..defaults import DEMAND_KEY
+from ..defaults import DEMAND_KEY, DEMAND_STALE_SECONDS
 from ..fleet import events as ev
 from ..fleet.pilotbook import PilotRecord, account
 from ..fleet.pool import (
+    DemandWatch,
     PoolDemand,
     PoolShape,
     growth_limit,
@@ -91,6 +92,7 @@ class DemandAdaptive(Adaptive):
         self._sampled = time.time()
         #: Each pilot's record as last sent to the catalog (a PilotBooked event).
         self._booked: dict[str, dict[str, Any]] = {}
+        self._demand = DemandWatch(DEMAND_STALE_SECONDS)
         cluster.scheduler.add_plugin(_Registrations(self.registrations))
 
     @property
@@ -102,6 +104,7 @@ class DemandAdaptive(Adaptive):
         """The number of pilots the demand asks for."""
         scheduler = self._cluster.scheduler
         published = scheduler.get_metadata(keys=DEMAND_KEY, default=None)
+        published = self._demand.current(published, time.time())
         waiting = len(scheduler.unrunnable) + sum(
             len(ws.processing) for ws in scheduler.workers.values()
         )

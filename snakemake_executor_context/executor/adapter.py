@@ -1,8 +1,7 @@
-"""The Snakemake executor (``snakemake --executor context``), only its adapter: the
-dispatch state machine (:mod:`.dispatch`) decides; this class feeds it stimuli, one
-thread at a time, and carries out its commands in :meth:`Executor._execute`, the one
-place that submits or cancels tasks (:mod:`.tasks`) and calls ``report_job_*``.
-Imports are cheap: Snakemake imports this module on every start, in every job."""
+"""The Snakemake executor (``snakemake --executor context``), only its adapter: the dispatch
+state machine (:mod:`.dispatch`) decides; this class feeds it stimuli, one thread at a time, and
+carries out its commands in :meth:`Executor._execute`, the one place that submits or cancels tasks
+(:mod:`.tasks`) and calls ``report_job_*``. Imports are cheap: Snakemake imports it in every job."""
 
 from __future__ import annotations
 
@@ -245,6 +244,7 @@ class Executor(RemoteExecutor):
         with contextlib.ExitStack() as closing:  # run last to first, whatever raises
             closing.callback(self.local_jobs.close)
             closing.callback(self.connection.close)
+            closing.callback(self._fleet_poll.withdraw)  # before the connection closes
             closing.callback(self.recording.finished, self.dispatch.run_end())
             run = (self.workdir, self.run_id, self.started, self.connection, self._summary)
             write_summary(*run, self.logger.info, self._loads.lost)

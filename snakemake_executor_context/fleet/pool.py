@@ -18,6 +18,7 @@ from .pilotbook import PilotRecord
 from .resources import server_resources
 
 __all__ = [
+    "DemandWatch",
     "PoolDemand",
     "PoolShape",
     "growth_limit",
@@ -41,6 +42,31 @@ class PoolDemand:
     job_seconds: float = 0.0
     #: Seconds a new pilot spends loading its context before its first job (0: unknown).
     load_seconds: float = 0.0
+
+
+@dataclass
+class DemandWatch:
+    """Whether a run's published demand is still its own: the executor numbers each
+    publication, and a number that stopped growing for ``stale_after`` seconds means
+    the run is gone without withdrawing its demand (a killed Snakemake); a pool that
+    kept acting on it would hold, and replace, pilots for work nobody asks for."""
+
+    stale_after: float
+    #: The last sequence number seen, and when it was first seen (the pool's clock).
+    sequence: object = None
+    since: float = 0.0
+
+    def current(self, published: object, now: float) -> object:
+        """``published``, or None where its sequence number is stale. A publication
+        without a number (withdrawn: ``{}``; or none) is returned as it is."""
+        sequence = published.get("sequence") if isinstance(published, dict) else None
+        if sequence is None:
+            return published
+        if sequence != self.sequence:
+            self.sequence, self.since = sequence, now
+        elif now - self.since > self.stale_after:
+            return None
+        return published
 
 
 @dataclass(frozen=True)
