@@ -20,6 +20,7 @@ from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.catalog.writer import open_writer
 from snakemake_executor_context.errors import UnsafePathError
 from snakemake_executor_context.fleet import events as ev
+from tests.conftest import busy_loops
 from tests.test_catalog import MOUNTS, _job_events
 
 REPO = Path(__file__).parent.parent
@@ -27,7 +28,7 @@ REPO = Path(__file__).parent.parent
 # A run's recording (executor/recording.py) exactly as the executor drives it, in
 # its own process; the Dask client is a stub whose scheduler has no hub (what an
 # embedded cluster without one looks like to Recording), since only the catalog side
-# is under test and two real clusters would not fit two cores beside two busy loops.
+# is under test and two real clusters would not fit two cores beside the busy loops.
 RUN = textwrap.dedent("""
     import json, sys, time
     from snakemake_executor_context.executor.recording import Recording
@@ -68,6 +69,9 @@ RUN = textwrap.dedent("""
 """)
 
 BUSY = "while True: pass"
+#: Jobs each of the two runs records (each a few events, written while the other run
+#: writes): enough that both write for seconds at once.
+JOBS = 600
 
 
 def _jobs_recorded(path: str, run_id: str) -> int:
@@ -84,12 +88,12 @@ def test_two_writers_on_one_sqlite_catalog_lose_no_job(tmp_path):
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2)]
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(busy_loops())]
     runs = {}
     try:
         for run_id in ("run-a", "run-b"):
             runs[run_id] = subprocess.Popen(
-                [sys.executable, "-c", RUN, str(catalog), run_id, "1500", str(go)],
+                [sys.executable, "-c", RUN, str(catalog), run_id, str(JOBS), str(go)],
                 cwd=REPO,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -116,7 +120,7 @@ def test_two_writers_on_one_sqlite_catalog_lose_no_job(tmp_path):
             process.wait()
     for run_id, (result, err) in outcome.items():
         location = result["location"]
-        assert _jobs_recorded(location, run_id) == 1500, (run_id, location, err)
+        assert _jobs_recorded(location, run_id) == JOBS, (run_id, location, err)
         assert "did not record" not in err, err
         if location != str(catalog):
             # It wrote its own catalog, and said where.

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from sqlalchemy import text
 
-from .conftest import BIN, HEADER, TOY_LOADER
+from .conftest import BIN, HEADER, TOY_LOADER, busy_loops
 
 pytestmark = pytest.mark.slow
 
@@ -305,9 +305,9 @@ BUSY_LOOP = "while True: pass"
 
 
 def test_ctrl_c_under_load(make_workflow):
-    """Two CPU-bound busy loops run throughout; each run gets SIGINT mid-run (its
-    context jobs and a plain job running) and exits within 10 s, leaving no process
-    and no partial output."""
+    """CPU-bound busy loops run throughout (:func:`.conftest.busy_loops`); each run
+    gets SIGINT mid-run (its context jobs and a plain job running) and exits within
+    10 s, leaving no process and no partial output."""
     workdir = make_workflow(
         {
             "Snakefile": HEADER
@@ -329,7 +329,7 @@ def test_ctrl_c_under_load(make_workflow):
         }
     )
     outputs = [workdir / "ctx/0.txt", workdir / "ctx/1.txt", workdir / "plain.txt"]
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(2)]
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(busy_loops())]
     took: list[float] = []
     try:
         for attempt in range(CTRL_C_RUNS):
