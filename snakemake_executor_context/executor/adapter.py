@@ -226,13 +226,13 @@ class Executor(RemoteExecutor):
     # -- cancel and shutdown -------------------------------------------------------------
 
     def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]) -> None:
-        """Ctrl-C: drop queued jobs, stop running ones, remove the outputs named before."""
-        outputs = [output_specs(info.job) for info in active_jobs]
+        """Ctrl-C: drop queued jobs, stop running ones, remove unreported jobs' outputs."""
+        with self._handling:  # not active_jobs: Snakemake empties it while checking them
+            outputs = [output_specs(job.info.job) for job in self._jobs.values()]
         self._inbox.put(v.CancelAll(time.time()))
         self._handle_inbox()
         self.local_jobs.stop()
-        for specs in outputs:
-            remove_outputs(specs)
+        remove_outputs(spec for specs in outputs for spec in specs)
 
     def shutdown(self) -> None:
         """Stop the status loop, summarise the servers, stop an embedded cluster."""
