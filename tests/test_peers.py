@@ -90,31 +90,46 @@ async def _fetch_here(declaration: ContextDeclaration, dask_worker=None) -> dict
     }
 
 
-async def _fetch_killing(declaration, holder_pid: int, after: str, dask_worker=None) -> dict:
+async def _fetch_killing(declaration, holder_pid: int, after: str | None, dask_worker=None) -> dict:
     """As :func:`_fetch_here`, killing the holder (SIGKILL, waited until its process
-    is gone) once this receiver has every byte of the file ``after``: between two
-    calls, none in flight."""
+    is gone) once this receiver has every byte of the file ``after`` (between two
+    calls, none in flight), or, with ``after`` None, once it has written its first
+    chunk (mid-transfer: the file's other chunks still to come)."""
     from snakemake_executor_context.server import transfer
 
-    original = transfer.PeerFetch._chunks
+    original_chunks, original_write = transfer.PeerFetch._chunks, transfer._write_chunk
+    killed = threading.Event()
+
+    def kill() -> None:
+        if killed.is_set():
+            return
+        killed.set()
+        os.kill(holder_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                os.kill(holder_pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.01)
 
     def chunks(call, token, path, size, state):
-        original(call, token, path, size, state)
+        original_chunks(call, token, path, size, state)
         if path == after:
-            os.kill(holder_pid, signal.SIGKILL)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(holder_pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.01)
+            kill()
+
+    def write_chunk(path, size, offset, state, reply):
+        original_write(path, size, offset, state, reply)
+        if after is None and state.written < size:
+            kill()
 
     transfer.PeerFetch._chunks = staticmethod(chunks)
+    transfer._write_chunk = write_chunk
     try:
         return await _fetch_here(declaration, dask_worker=dask_worker)
     finally:
-        transfer.PeerFetch._chunks = staticmethod(original)
+        transfer.PeerFetch._chunks = staticmethod(original_chunks)
+        transfer._write_chunk = original_write
 
 
 # ----------------------------------------------------------------------------------
@@ -165,13 +180,6 @@ def _entry(caches: Path, server: str, seed: int = 1) -> Path:
     return caches / server / f"peers-{seed}-{MEGABYTES}"
 
 
-def _kill_after(client, address: str, seconds: float) -> threading.Thread:
-    pid = client.run(os.getpid, workers=[address])[address]
-    killer = threading.Timer(seconds, os.kill, (pid, signal.SIGKILL))
-    killer.start()
-    return killer
-
-
 def _two_holders(client, workdir: Path, seed: int):
     """(declaration, servers by name, the two holders' names, the receiver's name):
     the first two servers by name load the context of ``seed`` from its source."""
@@ -188,11 +196,12 @@ def test_a_holder_killed_mid_transfer_is_survived_from_another(three):
     client, caches, workdir, seed = three
     declaration, servers, holders, receiver = _two_holders(client, workdir, seed)
     # The receiver asks the holders with the most to spare first, by address: kill
-    # the one it starts with, a second into its 3-second transfer.
+    # the one it starts with once its first chunk has arrived (a time into the
+    # transfer was a guess: under load the transfer had not begun when it came).
     first = min(servers[name] for name in holders)
-    killer = _kill_after(client, first, 1.0)
-    result = client.run(_fetch_here, declaration, workers=[servers[receiver]])[servers[receiver]]
-    killer.join()
+    pid = client.run(os.getpid, workers=[first])[first]
+    result = client.run(_fetch_killing, declaration, pid, None, workers=[servers[receiver]])
+    result = result[servers[receiver]]
     assert result["seconds"] is not None, result
     (broken, finished) = result["events"]
     assert broken[0] == first and broken[1] > 0 and broken[2] != "ok", result
@@ -213,9 +222,9 @@ def test_a_lone_holder_killed_mid_transfer_leaves_nothing_and_the_source_is_read
     holder, receiver = sorted(servers)[:2]
     client.run(_load_here, declaration, workers=[servers[holder]])
     assert len(log.read_text().splitlines()) == 1
-    killer = _kill_after(client, servers[holder], 1.0)
-    result = client.run(_fetch_here, declaration, workers=[servers[receiver]])[servers[receiver]]
-    killer.join()
+    pid = client.run(os.getpid, workers=[servers[holder]])[servers[holder]]
+    result = client.run(_fetch_killing, declaration, pid, None, workers=[servers[receiver]])
+    result = result[servers[receiver]]
     assert result["seconds"] is None, result
     assert result["events"][0][0] == servers[holder] and result["events"][0][2] != "ok"
     assert "Loading it from its source" in result["said"][-1]
