@@ -3,6 +3,7 @@ gives what ``--executor local`` gives, and no signal leaves a job's process behi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -237,3 +238,52 @@ def test_a_process_a_job_leaves_running_on_purpose_survives_a_normal_end(make_wo
         assert daemon.is_running() and "41.25" in " ".join(daemon.cmdline())
     finally:
         daemon.kill()
+
+
+def test_ctrl_c_during_the_status_check_removes_the_partial_output(make_workflow):
+    """Snakemake empties its list of active jobs while the executor checks them; a
+    Ctrl-C then hands the executor no jobs. The scheduler is stopped (SIGSTOP) so that
+    the check's next call to it waits, and Ctrl-C comes during that wait: the run:
+    job's partial output is still removed (it was kept before the executor used its
+    own list)."""
+    workdir = make_workflow(SLOW_RUN)
+    process = subprocess.Popen(
+        [str(BIN / "snakemake"), "--executor", "context", "--jobs", "2"],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_sigint,
+    )
+    scheduler = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (workdir / "a.txt").exists():
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.2)
+        (scheduler,) = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "snakemake_executor_context.cluster.serve" in " ".join(p.info["cmdline"] or [])
+            and str(workdir) in " ".join(p.info["cmdline"] or [])
+        ]
+        scheduler.suspend()
+        # The executor checks the fleet every 2 s: within 3 s its check is waiting on
+        # the stopped scheduler, with Snakemake's list of active jobs empty.
+        time.sleep(3)
+        assert process.poll() is None, process.communicate()[0]
+        os.killpg(process.pid, signal.SIGINT)
+        time.sleep(1)
+        with contextlib.suppress(psutil.NoSuchProcess):  # the run's end may kill it first
+            scheduler.resume()
+        output, _ = process.communicate(timeout=90)
+    finally:
+        if scheduler is not None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                scheduler.resume()
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode != 0
+    assert not (workdir / "a.txt").exists(), output
