@@ -17,6 +17,7 @@ import pytest
 from snakemake_executor_context.executor.localjobs import WATCH_SECONDS
 
 from .conftest import BIN, HEADER, TOY_LOADER, context_run, default_sigint, snakemake
+from .test_execution import _cluster_processes
 
 pytestmark = pytest.mark.slow
 
@@ -133,10 +134,9 @@ SLOW_RUN = {
 }
 
 
-def test_ctrl_c_stops_a_run_job_at_once(make_workflow):
-    """A `run:` job stays on the servers: in a thread of Snakemake's process its Python
-    could not be stopped, and Snakemake would wait for it to end."""
-    workdir = make_workflow(SLOW_RUN)
+def _slow_run_started(workdir: Path) -> subprocess.Popen:
+    """`snakemake --executor context` of :data:`SLOW_RUN` in its own session, once its
+    job has written its partial output."""
     process = subprocess.Popen(
         [str(BIN / "snakemake"), "--executor", "context", "--jobs", "2"],
         cwd=workdir,
@@ -149,8 +149,18 @@ def test_ctrl_c_stops_a_run_job_at_once(make_workflow):
     deadline = time.monotonic() + 120
     while not (workdir / "a.txt").exists():
         assert process.poll() is None, process.communicate()[0]
-        assert time.monotonic() < deadline, "the job did not start"
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("the job did not start")
         time.sleep(0.2)
+    return process
+
+
+def test_ctrl_c_stops_a_run_job_at_once(make_workflow):
+    """A `run:` job stays on the servers: in a thread of Snakemake's process its Python
+    could not be stopped, and Snakemake would wait for it to end."""
+    workdir = make_workflow(SLOW_RUN)
+    process = _slow_run_started(workdir)
     os.killpg(process.pid, signal.SIGINT)
     output, _ = process.communicate(timeout=60)  # not the run: block's 120 s
     assert process.returncode != 0
@@ -247,28 +257,10 @@ def test_ctrl_c_during_the_status_check_removes_the_partial_output(make_workflow
     job's partial output is still removed (it was kept before the executor used its
     own list)."""
     workdir = make_workflow(SLOW_RUN)
-    process = subprocess.Popen(
-        [str(BIN / "snakemake"), "--executor", "context", "--jobs", "2"],
-        cwd=workdir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        preexec_fn=default_sigint,
-    )
+    process = _slow_run_started(workdir)
     scheduler = None
     try:
-        deadline = time.monotonic() + 120
-        while not (workdir / "a.txt").exists():
-            assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "the job did not start"
-            time.sleep(0.2)
-        (scheduler,) = [
-            p
-            for p in psutil.process_iter(["cmdline"])
-            if "snakemake_executor_context.cluster.serve" in " ".join(p.info["cmdline"] or [])
-            and str(workdir) in " ".join(p.info["cmdline"] or [])
-        ]
+        (scheduler,) = _cluster_processes(workdir)
         scheduler.suspend()
         # The executor checks the fleet every 2 s: within 3 s its check is waiting on
         # the stopped scheduler, with Snakemake's list of active jobs empty.
