@@ -84,12 +84,13 @@ MIXED = {
 
 
 def _files(workdir: Path) -> dict[str, bytes]:
-    """Every file the run left, by path (not Snakemake's own directory; benchmark
-    files hold times, so only their header)."""
+    """Every file the run left, by path (not Snakemake's own directory, nor Python's
+    bytecode of the loader, whose header holds its source's mtime; benchmark files
+    hold times, so only their header)."""
     found = {}
     for path in sorted(workdir.rglob("*")):
         relative = path.relative_to(workdir).as_posix()
-        if path.is_file() and not relative.startswith(".snakemake/"):
+        if path.is_file() and not relative.startswith((".snakemake/", "__pycache__/")):
             data = path.read_bytes()
             found[relative] = data.splitlines()[0] if relative.startswith("bench/") else data
     return found
