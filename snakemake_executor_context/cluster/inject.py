@@ -28,7 +28,7 @@ import psutil
 from .. import paths
 from ..errors import ClusterError
 from ..fleet import events as ev
-from ..server.pgroups import GroupRecord
+from ..server.pgroups import GroupRecord, nanny_pid
 from .credentials import FIX, private_dir, write_private
 from .files import ClusterFiles
 
@@ -118,10 +118,12 @@ def inject(args: argparse.Namespace) -> int:
             )
             turn += 1
             pids = client.run(os.getpid, on_error="return")
+            nannies = client.run(nanny_pid, on_error="return")
             for name in names:
                 address = by_name[name][0]
                 pid = pids.get(address)
-                record = _kill(client, files, name, address, pid, signum, down)
+                nanny = nannies.get(address)
+                record = _kill(client, files, name, address, pid, nanny, signum, down)
                 kills += 1
                 if log is not None:
                     log.write(json.dumps(record) + "\n")
@@ -135,7 +137,14 @@ def inject(args: argparse.Namespace) -> int:
 
 
 def _kill(
-    client: Any, files: ClusterFiles, name: str, address: str, pid: Any, signum: int, down: float
+    client: Any,
+    files: ClusterFiles,
+    name: str,
+    address: str,
+    pid: Any,
+    nanny: Any,
+    signum: int,
+    down: float,
 ) -> dict[str, Any]:
     """Hold the restart back, announce the kill, freeze the server, read which jobs
     it runs, kill it."""
@@ -151,7 +160,8 @@ def _kill(
         # Frozen, the server can neither start nor end a job: its own record of
         # what it runs is then exact (the log is the tests' reference).
         os.kill(pid, signal.SIGSTOP)
-        running = GroupRecord(psutil.Process(pid).ppid(), name).running()
+        owner = nanny if isinstance(nanny, int) else psutil.Process(pid).ppid()
+        running = GroupRecord(owner, name).running()
         os.kill(pid, signum)
         if signum != signal.SIGKILL:
             os.kill(pid, signal.SIGCONT)

@@ -21,9 +21,10 @@ import threading
 from pathlib import Path
 
 from .. import paths
+from ..defaults import SERVER_MARK_VARIABLE
 from ..errors import UnsafePathError
 
-__all__ = ["GroupRecord", "with_parent_death_signal"]
+__all__ = ["GroupRecord", "nanny_pid", "with_parent_death_signal"]
 
 _lock = threading.Lock()
 
@@ -45,6 +46,14 @@ def with_parent_death_signal(command: str) -> list[str]:
     """The argv that runs ``command`` with the shell, killed (SIGKILL) when the server
     thread that started it dies (Linux; elsewhere the shell alone)."""
     return [sys.executable, "-c", _LAUNCHER, command]
+
+
+def nanny_pid() -> int:
+    """The pid of this server's nanny's process: the one in the mark the nanny gave it
+    (``PID:NAME``; a server forked by multiprocessing's forkserver has the forkserver
+    as its parent), else this process's parent."""
+    pid, sep, _ = os.environ.get(SERVER_MARK_VARIABLE, "").partition(":")
+    return int(pid) if sep and pid.isdigit() else os.getppid()
 
 
 class GroupRecord:
@@ -74,8 +83,10 @@ class GroupRecord:
 
     @classmethod
     def of_this_server(cls, name: str) -> GroupRecord:
-        """The record of the server running in this process (its parent: the nanny)."""
-        return cls(os.getppid(), name)
+        """The record of the server running in this process: its nanny's process is
+        in the mark the nanny gave it (a forked server's parent is the forkserver),
+        else its parent."""
+        return cls(nanny_pid(), name)
 
     def groups(self) -> set[int]:
         """The process groups recorded."""
