@@ -18,6 +18,7 @@ __all__ = [
     "SERVER_DASK_CONFIG",
     "ServerPlan",
     "plan_servers",
+    "start_method",
 ]
 
 #: Dask settings of every context server. A loaded model must not make Dask pause
@@ -39,6 +40,22 @@ SERVER_DASK_CONFIG: dict[str, Any] = {
     "distributed.scheduler.http.routes": [],
     "distributed.worker.http.routes": [],
 }
+
+#: The longest path a Unix socket may have on Linux (``sun_path``'s 108 bytes, NUL
+#: included); multiprocessing names its forkserver's ``listener-`` and 8 characters.
+_SOCKET_PATH_MAX = 107
+_LISTENER_NAME = len("/listener-12345678")
+
+
+def start_method(socket_dir: str) -> str:
+    """How a local cluster's nannies start their servers: forked by multiprocessing's
+    forkserver, which imported Dask once, where its socket fits in ``socket_dir``;
+    else spawned. A spawned server spent about 1.1 of its first 1.2 CPU-seconds
+    importing distributed again, n times for n servers (docs/development.md); a
+    pilot starts one server, spawned."""
+    if len(socket_dir) + _LISTENER_NAME <= _SOCKET_PATH_MAX:
+        return "forkserver"
+    return "spawn"
 
 
 @dataclass(frozen=True)

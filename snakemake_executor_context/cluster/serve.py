@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -33,7 +34,7 @@ from ..defaults import DEFAULT_MEMORY_BUDGET
 from ..processes import become_subreaper, process_tree, stop_processes
 from .credentials import Credentials
 from .files import ClusterFiles
-from .plan import SERVER_DASK_CONFIG, plan_servers
+from .plan import SERVER_DASK_CONFIG, plan_servers, start_method
 from .process import SERVE_MODULE
 from .triples import Shape
 
@@ -96,10 +97,15 @@ def serve(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     base = paths.local_base()
     scratch = str(paths.scratch_dir())
+    # multiprocessing's own directory (mkdtemp: 0700, a name nobody could take first),
+    # made before the temporary directory moves below the private root, whose path
+    # may be too long for the forkserver's socket in it.
+    socket_dir = multiprocessing.util.get_temp_dir()
     # dask-jobqueue writes each job script under a name it reserved with mkstemp and
     # then released (dask.utils.tmpfile): in a shared /tmp another user could take it.
     tempfile.tempdir = str(paths.private_temporary_directory())
     dask.config.set(SERVER_DASK_CONFIG)
+    dask.config.set({"distributed.worker.multiprocessing-method": start_method(socket_dir)})
     dask.config.set(loss_config(args.heartbeat_timeout))
     dask.config.set({"temporary-directory": scratch})
     files = ClusterFiles(args.scheduler_file.resolve())
