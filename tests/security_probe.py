@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import ssl
 import sys
 import urllib.request
@@ -141,6 +142,14 @@ def main() -> None:
                     out["read"][path] = f"read {len(handle.read())} bytes"
         except OSError as error:
             out["read"][path] = f"denied ({type(error).__name__})"
+    out["connect"] = {}
+    for path in spec.get("connect", []):  # a forkserver forks for whoever connects
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
+            try:
+                unix.connect(path)
+                out["connect"][path] = "connected"
+            except OSError as error:
+                out["connect"][path] = f"denied ({type(error).__name__})"
     print(json.dumps(out))
 
 

@@ -301,6 +301,21 @@ def attacker() -> Iterator[tuple[list[str], dict[str, str], Path]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _unix_sockets(scheduler_file: Path) -> list[Path]:
+    """The Unix sockets with a path that the cluster's process tree holds (the
+    forkserver's, which forks a server for whoever connects), and their directories."""
+    info = ClusterFiles(scheduler_file).read_info()
+    assert info is not None
+    root = psutil.Process(int(info["pid"]))
+    paths = {
+        Path(conn.laddr)
+        for proc in [root, *root.children(recursive=True)]
+        for conn in proc.net_connections("unix")
+        if isinstance(conn.laddr, str) and conn.laddr.startswith("/")
+    }
+    return sorted(paths | {path.parent for path in paths})
+
+
 def _second_user_attack(
     attacker, scheduler_file: Path, extra_reads: list[Path], plaintext: bool = False
 ) -> dict:
@@ -313,6 +328,8 @@ def _second_user_attack(
     subprocess.run(["chmod", "-R", "a+rX", str(foreign)], check=True)
     files = ClusterFiles(scheduler_file)
     credentials = files.credentials
+    sockets = _unix_sockets(scheduler_file)
+    assert any(path.name.startswith("listener-") for path in sockets), sockets
     reads = [
         files.scheduler_file,
         files.pid_file,
@@ -320,6 +337,7 @@ def _second_user_attack(
         credentials.directory,
         credentials.key_file,
         credentials.cert_file,
+        *sockets,
         *extra_reads,
     ]
     result = _probe(
@@ -332,6 +350,7 @@ def _second_user_attack(
             "foreign": foreign_files,
             "markers": str(markers),
             "read": [str(path) for path in reads],
+            "connect": [str(path) for path in sockets if path.name.startswith("listener-")],
         },
         command,
         env,
@@ -346,6 +365,9 @@ def _second_user_attack(
         assert result["client"][mode].startswith("refused"), result
     for path in reads:
         assert result["read"][str(path)].startswith("denied"), result
+    assert result["connect"], result
+    for outcome in result["connect"].values():
+        assert outcome.startswith("denied"), result
     return result
 
 
