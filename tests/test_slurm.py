@@ -83,7 +83,11 @@ def test_a_context_workflow_runs_on_slurm_pilots(tmp_path: Path, pool) -> None:
     with sqlite3.connect(catalog) as db:
         pilots = db.execute("select name, registered, ended from pilots").fetchall()
         servers_rows = db.execute("select name, allocated_at, joined, left from servers").fetchall()
-    assert pilots and all(registered for _, registered, _ in pilots), pilots
+    # Every pilot that served registered; one the pool asked for while the run's demand
+    # lasted may still be starting when `down` ends it (seen once on a slow machine):
+    # it has an end, and no registration.
+    served = {name for name, *_ in servers_rows}
+    assert served and served <= {name for name, registered, _ in pilots if registered}, pilots
     assert all(ended for _, _, ended in pilots), pilots
     assert all(left is not None for *_, left in servers_rows), servers_rows
     assert all(at is not None and at <= joined for _, at, joined, _ in servers_rows), servers_rows
