@@ -23,7 +23,7 @@ from typing import Any
 from ..defaults import LEFTOVER_GRACE_SECONDS, SERVER_MARK_VARIABLE
 from ..leftbehind import ProcessFacts, describe, server_orphans
 from ..processes import become_subreaper, end_leftovers, facts_of, read_processes
-from .pgroups import GroupRecord
+from .pgroups import GroupRecord, server_mark
 
 __all__ = ["ServerWatch", "dask_setup"]
 
@@ -36,7 +36,7 @@ class ServerWatch:
     def __init__(self, name: str) -> None:
         self.name = name
         #: The mark in the environment of everything the server starts.
-        self.mark = f"{os.getpid()}:{name}"
+        self.mark = server_mark(os.getpid(), name)
         #: The server's process, while it runs (its command and start).
         self.server: ProcessFacts | None = None
 

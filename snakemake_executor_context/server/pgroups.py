@@ -24,7 +24,7 @@ from .. import paths
 from ..defaults import SERVER_MARK_VARIABLE
 from ..errors import UnsafePathError
 
-__all__ = ["GroupRecord", "nanny_pid", "with_parent_death_signal"]
+__all__ = ["GroupRecord", "nanny_pid", "server_mark", "with_parent_death_signal"]
 
 _lock = threading.Lock()
 
@@ -48,10 +48,16 @@ def with_parent_death_signal(command: str) -> list[str]:
     return [sys.executable, "-c", _LAUNCHER, command]
 
 
+def server_mark(nanny_pid: int, name: str) -> str:
+    """The mark a nanny puts in its server's environment (``PID:NAME``), inherited by
+    everything the server starts: whose it is, and where its record lies."""
+    return f"{nanny_pid}:{name}"
+
+
 def nanny_pid() -> int:
     """The pid of this server's nanny's process: the one in the mark the nanny gave it
-    (``PID:NAME``; a server forked by multiprocessing's forkserver has the forkserver
-    as its parent), else this process's parent."""
+    (:func:`server_mark`; a server forked by multiprocessing's forkserver has the
+    forkserver as its parent), else this process's parent."""
     pid, sep, _ = os.environ.get(SERVER_MARK_VARIABLE, "").partition(":")
     return int(pid) if sep and pid.isdigit() else os.getppid()
 
