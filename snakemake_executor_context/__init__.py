@@ -13,12 +13,14 @@ bottom, ``catalog`` above it, then ``server``, ``cluster``, ``executor`` and ``c
 - the public API: :mod:`.contexts` (declaring and using a context), :mod:`.loaders`
   (loader specs, identities, cache probes), :mod:`.batching` (calls merged across
   jobs), :mod:`.errors` (the one exception tree), :mod:`.gang` (contexts spanning
-  several processes, one rank per device, and the devices a server owns);
+  several processes, one rank per device, and the devices a server owns), :mod:`.hf`
+  (the built-in loader: any causal LM ``transformers`` reads, in one line);
 - shared by every process: :mod:`.jobhooks` (what a server installs for the job of a
   thread), :mod:`.jobspec` (what travels to a server and back), :mod:`.defaults` (each
   default and environment variable once), :mod:`.paths` (the one rule for paths
   outside the workflow directory: the private root, files trusted only when yours),
-  :mod:`.manifest` (files by path, size and sha256), :mod:`.modelcache` (a loader's
+  :mod:`.manifest` (files by path, size and sha256), :mod:`.staging` (a loader's model
+  argument copied once into the node's model cache), :mod:`.modelcache` (a loader's
   cache of converted weights) with :mod:`.cacheroom` (its size limit, the least
   recently used entries no process of the node uses removed, damaged ones moved
   aside) and :mod:`.cachecheck` (an entry checked against its manifest before each

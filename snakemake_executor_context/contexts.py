@@ -45,7 +45,8 @@ from typing import Any
 
 from . import jobhooks
 from .errors import ContextDeclarationError
-from .loaders import declaration_identity
+from .loaders import declaration_identity, staged_names
+from .staging import declared_sources
 
 __all__ = [
     "CONFIG_KEY",
@@ -84,6 +85,9 @@ class ContextDeclaration:
     #: Processes it spans, one per device (a gang: tensor parallelism); 1: the
     #: loader's object lives in the server's own process.
     ranks: int = 1
+    #: The arguments staged into the node-local model cache before the loader runs
+    #: (:mod:`.staging`), each with its source's identity when it was declared.
+    stage: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def to_config(self) -> dict[str, Any]:
         """The plain-data form stored in the workflow's config."""
@@ -94,6 +98,7 @@ class ContextDeclaration:
             "loader_path": self.loader_path,
             "shareable": self.shareable,
             "ranks": self.ranks,
+            **({"stage": dict(self.stage)} if self.stage else {}),
         }
 
     @classmethod
@@ -107,6 +112,7 @@ class ContextDeclaration:
             loader_path=data.get("loader_path"),
             shareable=bool(data.get("shareable", True)),
             ranks=int(data.get("ranks", 1)),
+            stage=dict(data.get("stage") or {}),
         )
 
 
@@ -118,6 +124,7 @@ def declare_context(
     *,
     shareable: bool = True,
     ranks: int = 1,
+    stage: str | Iterable[str] | None = None,
     **kwargs: Any,
 ) -> ContextDeclaration:
     """Declare a context named ``name`` in the workflow's ``config``.
@@ -130,7 +137,13 @@ def declare_context(
     server (see also :func:`loader`). ``ranks=k`` (not passed to the loader either):
     the context spans k processes, one per device of its server, in one
     ``torch.distributed`` group (tensor parallelism); its loader names a shard loader
-    (``@loader(shard=...)``), and its rules ask for ``gpu=k``. Returns the declaration.
+    (``@loader(shard=...)``), and its rules ask for ``gpu=k``. ``stage="model"`` (or a
+    list of names; not passed to the loader): those arguments are paths (or Hugging
+    Face repository ids) whose files are copied once into each node's model cache,
+    shared between peers, and handed to the loader as the local copy (see
+    :mod:`.staging`); a loader may name its own (``@loader(stage=...)``: the built-in
+    :func:`snakemake_executor_context.hf.causal_lm` stages ``model``). Returns the
+    declaration.
     """
     if not isinstance(config, dict):
         raise ContextDeclarationError(
@@ -148,7 +161,7 @@ def declare_context(
             "to 1024. Fix: ranks=k for a context split over k devices (1: not split)."
         )
     basedir = _caller_basedir()
-    decl = make_declaration(name, loader, kwargs, basedir, ranks=ranks)
+    decl = make_declaration(name, loader, kwargs, basedir, ranks=ranks, stage=stage)
     if not shareable:
         decl = dataclasses.replace(decl, shareable=False)
     existing = config.setdefault(CONFIG_KEY, {})
@@ -170,10 +183,27 @@ def make_declaration(
     basedir: str | os.PathLike[str],
     *,
     ranks: int = 1,
+    stage: str | Iterable[str] | None = None,
 ) -> ContextDeclaration:
     """Build a declaration without touching any config (see :func:`declare_context`)."""
+    staged = staged_names(name, loader, stage)
+    if staged and ranks > 1:
+        raise ContextDeclarationError(
+            f"Context '{name}': stage={list(staged)} with ranks={ranks}: a gang's shards do "
+            "not get staged copies yet. Fix: drop stage (the shards read the source) or "
+            "use ranks=1."
+        )
+    kwargs = {
+        key: os.path.abspath(os.path.expanduser(os.fspath(value)))
+        if key in staged
+        and isinstance(value, (str, os.PathLike))
+        and os.path.exists(os.path.expanduser(os.fspath(value)))
+        else value
+        for key, value in kwargs.items()
+    }
+    sources = declared_sources(name, kwargs, staged)
     identity, canonical, path = declaration_identity(
-        name, loader, kwargs, Path(basedir), ranks=ranks
+        name, loader, kwargs, Path(basedir), ranks=ranks, sources=sources
     )
     return ContextDeclaration(
         name=name,
@@ -182,6 +212,7 @@ def make_declaration(
         identity=identity,
         loader_path=str(path) if path else None,
         ranks=ranks,
+        stage=sources,
     )
 
 
@@ -293,6 +324,7 @@ def loader(
     job_memory: int | None = None,
     template: Callable[..., str | os.PathLike[str] | None] | None = None,
     shard: Callable[..., Any] | None = None,
+    stage: str | tuple[str, ...] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a loader function: a cache probe, its template, how its object may be
     shared, and its shard loader when the context spans several processes.
@@ -322,6 +354,10 @@ def loader(
     reaches the shards only through ``gang.call("method", ...)``, which runs the
     method on every rank at once and returns rank 0's value (one driver, so every
     rank issues its collectives in the same order).
+
+    ``stage`` names the arguments staged by default (see :func:`declare_context`); it
+    is read where the workflow is declared only for loaders of this package, which are
+    cheap to import there.
     """
 
     def wrap(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -330,6 +366,7 @@ def loader(
         function.cache_probe = cache_probe  # type: ignore[attr-defined]
         function.shareable = shareable  # type: ignore[attr-defined]
         function.job_memory = job_memory  # type: ignore[attr-defined]
+        function.stage = stage  # type: ignore[attr-defined]
         return function
 
     return wrap

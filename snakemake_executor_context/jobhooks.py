@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import batching
+from . import batching, staging
 from .defaults import DEVICES_VARIABLE
 from .errors import ContextLoadError
 from .gang import GangOptions, server_devices, start_gang
@@ -83,6 +83,9 @@ class LoadRecord:
     #: bytes each of its ranks' shards took.
     gang: Any = None
     rank_bytes: list[int] = field(default_factory=list)
+    #: Takes a turn at the context's source for a staging copy (a server's limit of
+    #: concurrent reads; None: no limit) and returns the function that ends it.
+    source_turn: Callable[[], Callable[[], None]] | None = None
 
 
 _state = threading.local()
@@ -126,10 +129,12 @@ def set_current_job(hooks: JobHooks | None) -> None:
 def call_loader(declaration: LoaderRef, record: LoadRecord, gang: GangOptions | None = None) -> Any:
     """Import the loader and call it with the declared arguments.
 
-    A loader with a shard loader (``@loader(shard=...)``) spans ``declaration.ranks``
-    processes: they are started and loaded first (on the devices ``gang`` names; by
-    default those of this process, :func:`.gang.server_devices`), then the loader is
-    called with ``gang=`` the :class:`~.gang.Gang` (kept in ``record.gang``).
+    Staged arguments (:mod:`.staging`) are copied into the node's model cache first,
+    taking ``record.source_turn`` around a copy from the source, and the loader gets
+    the local copies. A loader with a shard loader (``@loader(shard=...)``) spans
+    ``declaration.ranks`` processes: they are started and loaded first (on the devices
+    ``gang`` names; by default those of this process, :func:`.gang.server_devices`),
+    then the loader is called with ``gang=`` the :class:`~.gang.Gang` (kept in ``record.gang``).
     """
     function = import_loader(declaration)
     record.shareable = bool(getattr(function, "shareable", True))
@@ -144,7 +149,8 @@ def call_loader(declaration: LoaderRef, record: LoadRecord, gang: GangOptions | 
                 f"loader '{declaration.loader}' names no shard loader. Fix: decorate it "
                 "with @loader(shard=load_shard), a function called once per rank."
             )
-        return _called(function, declaration.kwargs, record)
+        with staging.staged_arguments(declaration, record.source_turn) as kwargs:
+            return _called(function, kwargs, record)
     options = gang if gang is not None else own_process_gang(ranks)
     record.gang = start_gang(declaration, ranks, options, cwd=os.getcwd())
     record.rank_bytes = list(record.gang.rank_bytes)

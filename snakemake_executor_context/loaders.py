@@ -16,10 +16,11 @@ import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import staging
 from .errors import ContextDeclarationError, ContextLoadError
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "declaration_identity",
     "hold_template",
     "import_loader",
+    "staged_names",
     "template_dir",
 ]
 
@@ -47,7 +49,13 @@ class LoaderRef(Protocol):
 
 
 def declaration_identity(
-    name: str, loader: str, kwargs: Mapping[str, Any], basedir: Path, *, ranks: int = 1
+    name: str,
+    loader: str,
+    kwargs: Mapping[str, Any],
+    basedir: Path,
+    *,
+    ranks: int = 1,
+    sources: Mapping[str, str] | None = None,
 ) -> tuple[str, str, Path | None]:
     """(identity, canonical JSON of the arguments, the loader file's absolute path).
 
@@ -55,7 +63,8 @@ def declaration_identity(
     arguments and a fingerprint of the loader's code (the content hash of its file,
     or its distribution's version when it is an installed package), and the number
     of ranks when it spans more than one process (one-process identities are those
-    of releases before gangs).
+    of releases before gangs), and the identity of each staged argument's source
+    (:mod:`.staging`; a changed model directory is a new context).
     """
     module, function, path = _parse_loader_spec(name, loader, basedir)
     canonical = _canonical_kwargs(name, kwargs)
@@ -66,6 +75,7 @@ def declaration_identity(
         canonical,
         fingerprint,
         *([f"ranks={ranks}"] if ranks > 1 else []),
+        *(f"staged:{key}={value}" for key, value in sorted((sources or {}).items())),
     ):
         digest.update(part.encode())
         digest.update(b"\0")
@@ -102,8 +112,34 @@ def import_loader(declaration: LoaderRef) -> Callable[..., Any]:
     return function
 
 
+def staged_names(name: str, loader: str, stage: str | Iterable[str] | None) -> tuple[str, ...]:
+    """The arguments a declaration stages: ``stage`` as given, else what a loader of
+    this package names (``@loader(stage=...)``; other loaders are not imported where
+    the workflow is declared, so they name theirs in ``declare_context``)."""
+    if stage is None:
+        module, _, function = loader.rpartition(":")
+        if not module.startswith(f"{__package__}."):
+            return ()
+        try:
+            stage = getattr(getattr(importlib.import_module(module), function), "stage", None)
+        except (ImportError, AttributeError):
+            return ()  # the identity's fingerprint reports a loader that is not there
+        if stage is None:
+            return ()
+    names = (stage,) if isinstance(stage, str) else tuple(stage)
+    if not all(isinstance(n, str) and n.isidentifier() for n in names):
+        raise ContextDeclarationError(
+            f"Context '{name}': stage={stage!r} must name keyword arguments of its loader "
+            "(a name or a list of names)."
+        )
+    return names
+
+
 def cache_probe(declaration: LoaderRef) -> bool | None:
-    """Ask the loader's cache probe whether the weights are on local disk (None: no probe)."""
+    """Whether the weights are on local disk: every staged argument's entry, else the
+    loader's cache probe (None: no probe)."""
+    if getattr(declaration, "stage", None):
+        return staging.is_staged(declaration)
     probe = getattr(import_loader(declaration), "cache_probe", None)
     if probe is None:
         return None
@@ -111,8 +147,11 @@ def cache_probe(declaration: LoaderRef) -> bool | None:
 
 
 def template_dir(declaration: LoaderRef) -> Path | None:
-    """The local directory the loader names as its context's template for these
-    arguments (``@loader(template=...)``; None: it declares none)."""
+    """The local directory of the context's template for these arguments: its first
+    staged argument's entry (:mod:`.staging`), else the one its loader names
+    (``@loader(template=...)``); None: neither."""
+    if getattr(declaration, "stage", None):
+        return staging.template_entry(declaration)
     template = getattr(import_loader(declaration), "template", None)
     if template is None:
         return None

@@ -28,6 +28,7 @@ Batch-system facts the translation relies on:
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,7 @@ from ..defaults import (
     GANG_TIMEOUT_SECONDS,
     MODEL_CACHE_VARIABLE,
     PILOT_VARIABLE,
+    SOURCE_MBPS_VARIABLE,
 )
 from ..errors import ClusterError
 from ..walltime import WalltimeError, WalltimeReading, read_walltime
@@ -266,6 +268,11 @@ def jobqueue_arguments(
         f"export {PILOT_VARIABLE}={shlex.quote(json.dumps(options.server_settings()))}",
     ]
     prologue += [f"export {name}={shlex.quote(value)}" for name, value in _dask_environ()]
+    if os.environ.get(SOURCE_MBPS_VARIABLE):
+        # The site's cap on reads from a staged source travels with the pilot (a batch
+        # system need not export the submitter's environment: Grid Engine does not).
+        rate = shlex.quote(os.environ[SOURCE_MBPS_VARIABLE])
+        prologue.append(f"export {SOURCE_MBPS_VARIABLE}={rate}")
     if options.model_cache:
         # Loaders keep converted weights there (SmolLM2's does): node-local disk that
         # the user's prologue lines, run next, may stage weights into.

@@ -225,7 +225,7 @@ class ContextCache:
             release()
             raise
         fetched = peer_seconds is not None
-        turn = self._turns.take(declaration.identity, cached=bool(from_cache) or fetched)
+        turn = self._turns.around_load(declaration, record, cached=bool(from_cache) or fetched)
         before = self._memory_in_use()
         try:
             with context_loading(), context_processes(declaration.identity):

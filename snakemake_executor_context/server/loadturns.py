@@ -3,7 +3,8 @@
 Many pilots starting together would all read the same weights from the shared
 filesystem at once; a Dask semaphore on the scheduler, one per context, lets at most
 ``loads_per_source`` servers load it at a time. A load from the node-local cache
-reads nothing shared and takes no turn. The server hands its :class:`LoadTurns` to
+reads nothing shared and takes no turn; a context whose source is staged takes its
+turn for the copy from the source only. The server hands its :class:`LoadTurns` to
 its context cache, which takes a turn around each load.
 """
 
@@ -38,6 +39,17 @@ class LoadTurns:
 
     def __init__(self, limit: int = 0) -> None:
         self.limit = max(0, int(limit))
+
+    def around_load(self, declaration: Any, record: Any, *, cached: bool) -> LoadTurn:
+        """The turn held around a load of ``declaration``. A context that stages its
+        source (:mod:`...staging`) holds none here: the staging takes one around its
+        copy from the source alone (``record.source_turn``), and the imports and the
+        building that follow hold none."""
+        if declaration.stage:
+            identity = declaration.identity
+            record.source_turn = lambda: self.take(identity, cached=False).release
+            return LoadTurn()
+        return self.take(declaration.identity, cached=cached)
 
     def take(self, identity: str, *, cached: bool) -> LoadTurn:
         """Wait for a turn to load ``identity`` (none needed from the local cache,
