@@ -31,8 +31,9 @@ written and recorded as the entry's manifest, checked against the source's ident
 again at the end (a source that changed during the copy is not kept), then renamed
 into place. The copy alone holds a *turn* at the source (the caller's ``turn``: for
 pilots, a limit of concurrent reads per context). Reads from the source are capped at
-``$SNAKEMAKE_CONTEXT_SOURCE_MBPS`` megabytes a second per process when set (a site's
-way to spare its shared filesystem). A disk too full for the copy: one line, and the
+``$SNAKEMAKE_CONTEXT_SOURCE_MBPS`` megabytes a second when set, shared by this user's
+processes of a node reading that source (a site's way to spare its shared
+filesystem). A disk too full for the copy: one line, and the
 loader reads the source itself, inside the turn. Nothing is written into the source.
 
 The entry is the context's template (:func:`..loaders.template_dir`): a server that
@@ -54,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import modelcache
+from . import modelcache, paths
 from .defaults import SOURCE_MBPS_VARIABLE
 from .errors import ContextDeclarationError, ContextLoadError
 from .manifest import Manifest, ManifestEntry
@@ -299,7 +300,7 @@ def _say(line: str) -> None:
 def _copy(context: str, source: Source, identity: str, into: Path) -> Manifest:
     """Copy the source's files into ``into`` (a new private directory), at most
     ``$SNAKEMAKE_CONTEXT_SOURCE_MBPS`` MB/s, taking each file's sha256 as it goes."""
-    rate = _rate()
+    pace = _Pace(_rate(), identity)
     started, copied = time.monotonic(), 0
     shown = started
     names = source.files()
@@ -316,10 +317,7 @@ def _copy(context: str, source: Source, identity: str, into: Path) -> Manifest:
                 digest.update(chunk)
                 size += len(chunk)
                 copied += len(chunk)
-                if rate:
-                    ahead = copied / rate - (time.monotonic() - started)
-                    if ahead > 0:
-                        time.sleep(ahead)
+                pace.wait(len(chunk))
                 if time.monotonic() - shown >= _PROGRESS_SECONDS:
                     shown = time.monotonic()
                     _say(
@@ -334,6 +332,38 @@ def _copy(context: str, source: Source, identity: str, into: Path) -> Manifest:
             "again."
         )
     return Manifest(tuple(sorted(entries)))
+
+
+class _Pace:
+    """Reads of one source by this user's processes on this node, together at most
+    ``rate`` bytes a second (0: no cap): each chunk books the next free slot of the
+    source's timeline, a file in the private root, under a lock, and waits for its
+    end. So six servers of a node staging at once share the cap, as readers of a
+    loaded shared filesystem share its bandwidth."""
+
+    def __init__(self, rate: float, identity: str) -> None:
+        self.rate = rate
+        self.name = f"source-rate-{identity[:16]}"
+
+    def wait(self, nbytes: int) -> None:
+        """Wait until ``nbytes`` more may have been read."""
+        if not self.rate:
+            return
+        with paths.private_lock(self.name):
+            fd = os.open(
+                paths.private_path("source-rates") / self.name,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
+                0o600,
+            )
+            try:
+                booked = os.pread(fd, 64, 0).decode().strip()
+                now = time.time()
+                ends = max(now, float(booked) if booked else 0.0) + nbytes / self.rate
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, repr(ends).encode(), 0)
+            finally:
+                os.close(fd)
+        time.sleep(max(0.0, ends - now))
 
 
 def _rate() -> float:

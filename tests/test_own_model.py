@@ -237,20 +237,11 @@ def test_a_source_changed_during_the_copy_is_not_kept(model, cache, monkeypatch)
         pass
 
 
-def test_the_read_rate_cap_holds_a_copy_back(model, cache, monkeypatch):
-    monkeypatch.setenv("SNAKEMAKE_CONTEXT_SOURCE_MBPS", "40")
-    declaration = _declare(str(model))
-    size = sum(p.stat().st_size for p in model.iterdir())
-    started = time.monotonic()
-    with staging.staged_arguments(declaration):
-        pass
-    # A lower bound only: the cap makes the copy wait, nothing makes it faster.
-    assert time.monotonic() - started >= 0.9 * size / 40e6
-
-
-def _stage_in_a_process(declaration, queue) -> None:
+def _stage_in_a_process(declaration, queue, cache: str | None = None) -> None:
     from snakemake_executor_context import staging as in_child
 
+    if cache:
+        os.environ["SNAKEMAKE_CONTEXT_MODEL_CACHE"] = cache
     (source, identity) = in_child._sources(declaration)[0]
     entry = in_child.entry_for(source, identity)
     queue.put(in_child._stage("llm", source, identity, entry, None))
@@ -268,6 +259,28 @@ def test_two_processes_of_a_node_staging_at_once_copy_once(model, cache, monkeyp
         child.join(60)
     assert sorted(queue.get(timeout=5) for _ in children) == [False, True]
     assert len(_staged(cache)) == 1
+
+
+def test_the_read_rate_cap_is_shared_by_a_nodes_readers_of_a_source(model, tmp_path, monkeypatch):
+    """Two servers with caches of their own copy the same source at once: together
+    they read at most the cap (a lower bound on the time: nothing makes it faster)."""
+    monkeypatch.setenv("SNAKEMAKE_CONTEXT_SOURCE_MBPS", "40")
+    declaration = _declare(str(model))
+    size = sum(p.stat().st_size for p in model.iterdir())
+    forked = multiprocessing.get_context("fork")
+    queue = forked.Queue()
+    children = [
+        forked.Process(target=_stage_in_a_process, args=(declaration, queue, str(tmp_path / name)))
+        for name in ("a", "b")
+    ]
+    started = time.monotonic()
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+    elapsed = time.monotonic() - started
+    assert [queue.get(timeout=5) for _ in children] == [True, True]
+    assert elapsed >= 0.9 * 2 * size / 40e6, (elapsed, size)
 
 
 def test_a_full_disk_reads_the_source_in_one_line(model, tmp_path, monkeypatch, capfd):
