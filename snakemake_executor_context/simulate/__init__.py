@@ -13,9 +13,10 @@ machine and the fleet's policy, nothing imports it but the command line):
   by the real pool policy; :mod:`.preempt`: preemptions by rate or trace;
   :mod:`.clock`: simulated time;
 - :mod:`.model`: what a simulation is told (times, fleet, pool, preemption,
-  options); :mod:`.workload`: the jobs, from a YAML spec; :mod:`.snakefile`: the jobs
-  of a real Snakefile, from Snakemake's own DAG; :mod:`.measured`: times and runs read
-  from a catalog;
+  options), with :mod:`.defaults` (the plugin's defaults, read from the executor's
+  settings); :mod:`.workload`: the jobs, from a YAML spec; :mod:`.snakefile`: the
+  jobs of a real Snakefile, from Snakemake's own DAG; :mod:`.measured`: times and
+  runs read from a catalog;
 - :mod:`.buckets`, :mod:`.ledger` and :mod:`.result`: where the GPU-seconds went,
   and what a run took;
 - :mod:`.replay`: a measured run replayed, predicted against measured;

@@ -26,6 +26,7 @@ from .bounds import (
     parse_gpus,
     parse_rates,
 )
+from .defaults import LOADS_PER_SOURCE, PEER_TRANSFERS
 from .model import PoolSpec
 
 __all__ = ["add_flags"]
@@ -137,7 +138,8 @@ def _fleet(group: Any) -> None:
     )  # fmt: skip
     add_argument(
         group, "--peer", Allowed(FLAG), action="store_true",
-        help="servers fetch a context a peer holds from it",
+        help="servers fetch a context a peer holds from it (the plugin's default: "
+        f"{'on' if PEER_TRANSFERS else 'off'}; here off unless given)",
     )  # fmt: skip
     add_argument(
         group, "--preempt", Allowed(TEXT, optional=True, form=_rates),
@@ -181,7 +183,9 @@ def _pool(group: Any) -> None:
     )  # fmt: skip
     add_argument(
         group, "--loads-per-source", replace(PILOT_SETTINGS["loads_per_source"], needs=_PILOTS),
-        default=2,
+        default=LOADS_PER_SOURCE,
+        help="pilots reading a context from its source at once, each read in a turn "
+        f"(the plugin's default: {LOADS_PER_SOURCE}; 0: no limit)",
     )  # fmt: skip
 
 

@@ -23,8 +23,11 @@ __all__ = ["Host", "Loaded", "Task", "Turns"]
 
 
 class Turns:
-    """At most ``limit`` loads of one context from its source at once (the real
-    pool's semaphore, :mod:`..server.loadturns`); 0: no limit."""
+    """At most ``limit`` reads of one context from its source at once (the real
+    pool's semaphore, :mod:`..server.loadturns`); 0: no limit. A turn covers the read
+    of the source's bytes alone: the rest of the load (software start, state
+    creation) is made after it is released, and a load from a peer or the local cache
+    takes none."""
 
     def __init__(self, limit: int = 0) -> None:
         self.limit = limit
@@ -32,7 +35,8 @@ class Turns:
         self._waiting: dict[str, list[Callable[[], None]]] = {}
 
     def take(self, identity: str, start: Callable[[], None]) -> None:
-        """Call ``start()`` once a turn is free (now, or when one is released)."""
+        """Call ``start()`` (the read) once a turn is free (now, or when one is
+        released)."""
         if self.limit <= 0 or self._held.get(identity, 0) < self.limit:
             self._held[identity] = self._held.get(identity, 0) + 1
             start()
@@ -46,7 +50,8 @@ class Turns:
             waiting.remove(start)
 
     def release(self, identity: str) -> None:
-        """End one turn; the next waiting load starts."""
+        """End one turn (its read is done, or its server gone); the next waiting read
+        starts."""
         if self.limit <= 0:
             return
         waiting = self._waiting.get(identity)
@@ -131,7 +136,9 @@ class Loaded:
     #: Tasks waiting for its load to end.
     waiters: list[Task] = field(default_factory=list)
     #: The load in progress: its kind, start, the attempt that does it, and where it
-    #: is: "turn" (waiting for a turn at the source), "move", "rest" (beyond moving).
+    #: is: "turn" (waiting for a turn at the source), "move" (its bytes: from the
+    #: source, the read, in the turn), "rest" (beyond moving: software start and
+    #: state creation, outside any turn).
     kind: LoadKind = LoadKind.SOURCE
     load_start: float = 0.0
     loader: str = ""
@@ -140,5 +147,6 @@ class Loaded:
 
     @property
     def takes_turn(self) -> bool:
-        """Whether its load reads the shared source (and so takes a turn there)."""
+        """Whether its load reads the shared source (and so takes a turn there for
+        the read)."""
         return self.kind in (LoadKind.SOURCE, LoadKind.CONVERSION)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..fleet.losses import Budgets
 from .buckets import LoadKind
+from .defaults import LOADS_PER_SOURCE
 
 __all__ = [
     "ANY_MODEL",
@@ -29,7 +30,9 @@ ANY_MODEL = "*"
 @dataclass
 class ContextModel:
     """One context: its size, and what each kind of load costs beyond moving bytes
-    (state creation on the GPU, imports; for a conversion, the conversion too)."""
+    (state creation on the GPU, imports; for a conversion, the conversion too). A
+    load from the source reads the bytes (at the shared filesystem's bandwidth, in a
+    turn where the pool limits them), then spends these seconds outside the turn."""
 
     name: str
     identity: str
@@ -60,9 +63,10 @@ class ContextModel:
 @dataclass
 class Storage:
     """Where weights come from, in bytes per second (0: the move is not modelled,
-    the load's measured seconds include it)."""
+    the load's measured seconds include it; a read from the source not modelled takes
+    no time, so a turn at the source is held for none)."""
 
-    #: The shared filesystem: every load from the source at the same moment shares it.
+    #: The shared filesystem: every read from the source at the same moment shares it.
     shared_bandwidth: float = 0.0
     local_bandwidth: float = 0.0
     peer_bandwidth: float = 0.0
@@ -150,8 +154,9 @@ class PoolSpec:
     retire_margin: float = 300.0
     stagger: float = 60.0
     idle_timeout: float = 120.0
-    #: Servers loading one context from its source at once (0: no limit).
-    loads_per_source: int = 2
+    #: Servers reading one context from its source at once (0: no limit): a turn
+    #: covers the read of its bytes alone (the plugin's default, :mod:`.defaults`).
+    loads_per_source: int = LOADS_PER_SOURCE
     #: Seconds between two of the pool's decisions (Dask's Adaptive: 1 s).
     interval: float = 1.0
     #: Pilots registered when the run starts (a persistent pool's kept pilots).

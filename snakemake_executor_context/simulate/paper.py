@@ -10,6 +10,13 @@ claim on an A10 (full-context), the model state's creation on the GPU (partial:
 every job does it), a load from the source's fixed part beyond its bytes (software,
 imports; context-agnostic: every job does it). Everything else is an assumption,
 stated in :data:`ASSUMED` and docs/simulator.md with the sensitivity to it.
+
+A load from the source is the read of the model's 3.7 GB over the shared filesystem
+(the reads at that moment share its 84 Gb/s; a pool's turn covers the read alone),
+then its fixed part and the state's creation, outside the turn; a load from a peer
+is the transfer over the network, then the state's creation; one from the local
+cache, its read from local disk, then the state's creation. RQ4's pool runs with the
+plugin's defaults (:mod:`.defaults`) unless a row says otherwise.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .buckets import LoadKind
+from .defaults import LOADS_PER_SOURCE, PEER_TRANSFERS
 from .engine import simulate
 from .model import ANY_MODEL, Fleet, JobTimes, Options, PoolSpec, Preemption, ServerKind, Storage
 from .result import SimResult
@@ -27,6 +35,7 @@ __all__ = [
     "ASSUMED",
     "CLUSTER",
     "PAPER",
+    "RQ4_POOLS",
     "STATED",
     "Assumptions",
     "Params",
@@ -36,6 +45,7 @@ __all__ = [
     "rq2",
     "rq3",
     "rq4",
+    "rq4_pool",
     "run",
 ]
 
@@ -130,9 +140,11 @@ class Params:
 
     #: Seconds per claim on an A10.
     claim_seconds: float = 0.4
-    #: Seconds to create the model's state on a GPU (every load pays it).
+    #: Seconds to create the model's state on a GPU (every load pays it, after its
+    #: bytes are on the node; outside any turn).
     init_seconds: float = 15.0
-    #: Seconds of a load from the source beyond moving its bytes.
+    #: Seconds of a load from the source beyond reading its bytes (software start,
+    #: imports), after its turn at the source is released.
     source_seconds: float = 30.0
     claims_per_task: int = ASSUMED.claims_per_task
     titanx_slowdown: float = ASSUMED.titanx_slowdown
@@ -325,23 +337,40 @@ def rq3(params: Params, window: float = ASSUMED.rq3_window) -> dict[str, float]:
     }
 
 
+#: RQ4's pools at 186 GPUs: (name, reads from the source at once, peer transfers).
+#: The first is what a user gets with the plugin's defaults.
+RQ4_POOLS: tuple[tuple[str, int, bool], ...] = (
+    ("pool_defaults", LOADS_PER_SOURCE, PEER_TRANSFERS),
+    ("pool_limit_no_peer", LOADS_PER_SOURCE, False),
+    ("pool_unlimited", 0, False),
+    ("pool_peer", 0, True),
+)
+
+
+def rq4_pool(
+    params: Params,
+    loads_per_source: int = LOADS_PER_SOURCE,
+    peer: bool = PEER_TRANSFERS,
+    slowdown: float | None = None,
+) -> SimResult:
+    """A pool growing to 186 pilots of the cluster's mix (the plugin's defaults unless
+    told: its limit on reads from the source at once, its peer transfers)."""
+    spec = PoolSpec(queue_wait=ASSUMED.rq4_queue_wait, loads_per_source=loads_per_source)
+    fleet, slow = mixed_fleet(STATED.rq4_gpus, pool=spec, slowdown=slowdown)
+    return run(replace(params, slowdowns=slow), "full", fleet, peer=peer)
+
+
 def rq4(params: Params, slowdown: float | None = None) -> dict[str, object]:
     """Fixed fleets of 4 to 20 GPUs of the cluster's mix, and a pool growing to 186
-    pilots (the plugin's default of 2 loads from the source at once, no limit, and
-    no limit with peer transfers)."""
+    pilots (:data:`RQ4_POOLS`: the plugin's defaults, its limit without peers, no
+    limit, and no limit with peer transfers)."""
     small = {}
     for n in ASSUMED.rq4_small:
         fleet, slow = mixed_fleet(n, slowdown=slowdown)
         small[n] = run(replace(params, slowdowns=slow), "full", fleet).makespan
-    pool = PoolSpec(queue_wait=ASSUMED.rq4_queue_wait)
     out: dict[str, object] = {"small": small}
-    for name, spec, peer in (
-        ("pool_2_loads", pool, False),
-        ("pool_unlimited", replace(pool, loads_per_source=0), False),
-        ("pool_peer", replace(pool, loads_per_source=0), True),
-    ):
-        fleet, slow = mixed_fleet(STATED.rq4_gpus, pool=spec, slowdown=slowdown)
-        result = run(replace(params, slowdowns=slow), "full", fleet, peer=peer)
+    for name, limit, peer in RQ4_POOLS:
+        result = rq4_pool(params, limit, peer, slowdown)
         out[name] = result.makespan
         out[f"{name}_wall"] = result.wall
     return out

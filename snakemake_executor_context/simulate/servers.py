@@ -4,11 +4,15 @@ the real eviction order makes room for a load, and the times come from the model
 A job arrives (Dask's pinned task), waits for the slot gate
 (:func:`..server.slots.gate.may_start`), acquires its context (warm; loading for
 another slot: wait; else load it: from the node-local cache, a peer, or the source,
-converting the first time, taking a turn at the source where the pool limits them),
-runs for its time (shared with its slots' jobs by the batching gain), and ends with
-the :class:`~..fleet.outcome.Outcome` a real server seals. Everything it would tell
-the scheduler it emits as the fleet's events. It keeps the intervals the ledger
-(:mod:`.ledger`) adds up.
+converting the first time), runs for its time (shared with its slots' jobs by the
+batching gain), and ends with the :class:`~..fleet.outcome.Outcome` a real server
+seals. Everything it would tell the scheduler it emits as the fleet's events. It
+keeps the intervals the ledger (:mod:`.ledger`) adds up.
+
+A load moves the context's bytes, then makes the rest (software start, state
+creation). From the source, the move is a read over the shared filesystem made in a
+turn (:class:`~.hosting.Turns`, which covers the read alone); from a peer or the
+local cache, it takes no turn.
 """
 
 from __future__ import annotations
@@ -167,16 +171,15 @@ class SimServer:
             self._move(task, placed, model)
 
     def _move(self, task: Task, placed: Loaded, model: ContextModel) -> None:
-        """Move the bytes (a shared filesystem shares its bandwidth), then the rest."""
-        storage, clock = self.host.storage, self.host.clock
+        """Move the bytes (from the source: the read, in its turn), then the rest."""
+        storage, nbytes = self.host.storage, model.nbytes
         placed.phase = "move"
         then = lambda: self._rest(task, placed, model)  # noqa: E731
-        if placed.takes_turn and storage.shared_bandwidth > 0 and model.nbytes:
-            self.host.filesystem.add(self._transfer(task.key), model.nbytes, then)
-        elif placed.kind == LoadKind.PEER and storage.peer_bandwidth > 0:
-            clock.after(model.nbytes / storage.peer_bandwidth, then)
-        elif placed.kind == LoadKind.CACHE and storage.local_bandwidth > 0:
-            clock.after(model.nbytes / storage.local_bandwidth, then)
+        rates = {LoadKind.PEER: storage.peer_bandwidth, LoadKind.CACHE: storage.local_bandwidth}
+        if placed.takes_turn and storage.shared_bandwidth > 0 and nbytes:
+            self.host.filesystem.add(self._transfer(task.key), nbytes, then)
+        elif rates.get(placed.kind, 0.0) > 0:
+            self.host.clock.after(nbytes / rates[placed.kind], then)
         else:
             then()
 
@@ -184,18 +187,17 @@ class SimServer:
         return f"{self.address} {key}"
 
     def _rest(self, task: Task, placed: Loaded, model: ContextModel) -> None:
-        """The bytes are here; state creation follows. A turn at the source lasts the
-        whole load (the real server takes it around the loader's call)."""
+        """The bytes are here: a read from the source ends its turn (the turn covers
+        the read alone, as the real server's covers staging the files on its node);
+        software start and state creation follow outside it."""
+        if placed.takes_turn:
+            self.host.turns.release(placed.identity)
         if not self.alive or self.contexts.get(placed.identity) is not placed:
-            if placed.takes_turn:
-                self.host.turns.release(placed.identity)
             return
         placed.phase = "rest"
         self.host.clock.after(model.fixed(placed.kind) or 0.0, self._loaded, task, placed)
 
     def _loaded(self, task: Task, placed: Loaded) -> None:
-        if placed.takes_turn:
-            self.host.turns.release(placed.identity)
         if not self.alive or self.contexts.get(placed.identity) is not placed:
             return
         now = self.host.clock.now

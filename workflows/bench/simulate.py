@@ -29,6 +29,7 @@ import yaml
 
 from snakemake_executor_context.simulate import paper
 from snakemake_executor_context.simulate.buckets import LoadKind
+from snakemake_executor_context.simulate.defaults import LOADS_PER_SOURCE, PEER_TRANSFERS
 from snakemake_executor_context.simulate.engine import simulate
 from snakemake_executor_context.simulate.model import (
     Fleet,
@@ -125,6 +126,7 @@ def do_paper(args: argparse.Namespace) -> None:
     assert isinstance(full, dict)
     small = rq4["small"]
     assert isinstance(small, dict)
+    pools = {name: float(rq4[name]) for name, _, _ in paper.RQ4_POOLS}  # type: ignore[arg-type]
     lines = [
         "| measure | paper | simulated | note |",
         "|---|---|---|---|",
@@ -151,9 +153,20 @@ def do_paper(args: argparse.Namespace) -> None:
             f"{min(small.values()):,.0f}-{max(small.values()):,.0f}",
             ", ".join(f"{n}: {s:,.0f}" for n, s in small.items()),
         ),
-        _row("RQ4 186 GPUs, s", p["rq4_186"], rq4["pool_2_loads"], "2 loads at once"),
-        _row("RQ4 186 GPUs, no load limit, s", p["rq4_186"], rq4["pool_unlimited"]),
-        _row("RQ4 186 GPUs, peer transfer, s", p["rq4_186"], rq4["pool_peer"]),
+        _row(
+            "RQ4 186 GPUs, the plugin's defaults, s",
+            p["rq4_186"],
+            pools["pool_defaults"],
+            _defaults(),
+        ),
+        _row(
+            "RQ4 186 GPUs, the default limit, no peer transfer, s",
+            p["rq4_186"],
+            pools["pool_limit_no_peer"],
+            f"{LOADS_PER_SOURCE} reads from the source at once",
+        ),
+        _row("RQ4 186 GPUs, no load limit, s", p["rq4_186"], pools["pool_unlimited"]),
+        _row("RQ4 186 GPUs, no limit, peer transfer, s", p["rq4_186"], pools["pool_peer"]),
     ]
     print("\n".join(lines))
     if not args.quick:
@@ -174,7 +187,7 @@ def sensitivity(fitted: paper.Params) -> None:
         print(
             f"  {slowdown}: claim {params.claim_seconds:.4f} s, init {params.init_seconds:.1f} s,"
             f" source {params.source_seconds:.1f} s; RQ3 partial {rq3['partial']:,.0f} full "
-            f"{rq3['full']:,.0f}; RQ4 186 {rq4['pool_2_loads']:,.0f} s, small "
+            f"{rq3['full']:,.0f}; RQ4 186 {rq4['pool_defaults']:,.0f} s, small "
             f"{rq4['small']}"
         )
     print("sensitivity: claims per task (refitted)")
@@ -189,7 +202,10 @@ def sensitivity(fitted: paper.Params) -> None:
     print("sensitivity: the 18 models' speeds (RQ4)")
     for label, slowdown in (("every model an A10", 1.0), ("every model 1.5x an A10", 1.5)):
         rq4 = paper.rq4(fitted, slowdown=slowdown)
-        print(f"  {label}: 186 GPUs {rq4['pool_2_loads']:,.0f} s; small {rq4['small']}")
+        print(
+            f"  {label}: 186 GPUs {rq4['pool_defaults']:,.0f} s (no limit "
+            f"{rq4['pool_unlimited']:,.0f} s); small {rq4['small']}"
+        )
     print("sensitivity: RQ3's window")
     for window in (900.0, 2700.0):
         rq3 = paper.rq3(fitted, window=window)
@@ -220,14 +236,31 @@ def do_control(args: argparse.Namespace) -> None:
     )
 
 
+def _defaults() -> str:
+    peer = "on" if PEER_TRANSFERS else "off"
+    return f"{LOADS_PER_SOURCE} reads from the source at once, peer transfer {peer}"
+
+
 def do_rq4_wall(args: argparse.Namespace) -> None:
+    """RQ4 at 186 GPUs with the plugin's defaults (described in full), then the other
+    pools of :data:`paper.RQ4_POOLS` (a makespan each), with their wall times."""
     params = paper.Params(claim_seconds=0.3, init_seconds=30.0, source_seconds=60.0)
-    pool = paper.PoolSpec(queue_wait=paper.ASSUMED.rq4_queue_wait)
-    fleet, slow = paper.mixed_fleet(paper.STATED.rq4_gpus, pool=pool)
-    began = time.perf_counter()
-    result = paper.run(replace(params, slowdowns=slow), "full", fleet)
-    print(describe(result))
-    print(f"RQ4 at 186 GPUs simulated in {time.perf_counter() - began:.1f} s; load {_load()}")
+    for name, limit, peer in paper.RQ4_POOLS:
+        began = time.perf_counter()
+        result = paper.rq4_pool(params, limit, peer)
+        wall = time.perf_counter() - began
+        reads = f"{limit} reads from the source at once" if limit else "no limit on reads"
+        what = f"{reads}, peer transfer {'on' if peer else 'off'}"
+        if name == "pool_defaults":
+            print(f"RQ4 at 186 GPUs, the plugin's defaults ({_defaults()}):")
+            print(describe(result))
+            print(f"RQ4 at 186 GPUs simulated in {wall:.1f} s; load {_load()}")
+        else:
+            print(
+                f"{name} ({what}): makespan {result.makespan:,.0f} s, loads {result.loads}, "
+                f"loading_source {result.ledger.hours().get('loading_source', 0.0):.2f} h; "
+                f"simulated in {wall:.1f} s"
+            )
 
 
 def main() -> None:

@@ -1,0 +1,210 @@
+"""How the simulator models a load (snakemake_executor_context/simulate/servers.py,
+docs/simulator.md): from the source, a read of the context's bytes over the shared
+filesystem, in a turn where the pool limits reads from one source, then the software
+start and state creation outside the turn; from a peer, the transfer then the state
+creation, without a turn; from the local cache, the state creation, without a turn.
+And the simulator's defaults are the plugin's declared ones."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import fields, replace
+from typing import Any
+
+import pytest
+
+from snakemake_executor_context.executor.settings import ExecutorSettings
+from snakemake_executor_context.executor.vocabulary import JobTicket
+from snakemake_executor_context.fleet import events as ev
+from snakemake_executor_context.fleet.outcome import Outcome
+from snakemake_executor_context.simulate import defaults, paper
+from snakemake_executor_context.simulate.buckets import LoadKind
+from snakemake_executor_context.simulate.clock import Clock
+from snakemake_executor_context.simulate.hosting import Turns
+from snakemake_executor_context.simulate.model import (
+    ContextModel,
+    JobTimes,
+    PoolSpec,
+    ServerKind,
+    Storage,
+)
+from snakemake_executor_context.simulate.servers import SimServer
+from snakemake_executor_context.simulate.shared import Shared
+
+#: 4 GB read at 1 GB/s from the source (4 s alone), 0.5 GB/s from a peer (8 s).
+NBYTES = 4_000_000_000
+READ = 4.0
+PEER = 8.0
+#: Beyond the bytes: software start and state creation (source), state creation
+#: (cache, peer).
+SOURCE_REST = 8.0
+CACHE_REST = 2.0
+
+
+class _Host:
+    """What a server needs of its simulation, and nothing else: one context, a
+    shared filesystem of 1 GB/s, turns at the source of ``limit``."""
+
+    def __init__(self, limit: int, *, peers: tuple[str, ...] = ()) -> None:
+        self.clock = Clock()
+        self.times = JobTimes(item={("infer", "a10"): 1.0})
+        self.storage = Storage(shared_bandwidth=1e9, peer_bandwidth=0.5e9, peer=True)
+        self.mode = "full"
+        self.rng = random.Random(1)
+        self.turns = Turns(limit)
+        self.filesystem = Shared(self.clock, lambda n: self.storage.shared_bandwidth)
+        self.run_id = "test"
+        self.model = ContextModel(
+            "m",
+            "m-id",
+            NBYTES,
+            {LoadKind.SOURCE: SOURCE_REST, LoadKind.CACHE: CACHE_REST},
+        )
+        #: Servers whose peers hold the context (by address).
+        self.peers = set(peers)
+        self.ready: dict[str, float] = {}
+
+    def context(self, identity: str) -> ContextModel:
+        return self.model
+
+    def emit(self, event: ev.Event) -> None:
+        if isinstance(event, ev.ContextReady):
+            self.ready[event.address] = event.at
+
+    def ended(self, key: str, outcome: Outcome) -> None:
+        pass
+
+    def peer_holds(self, identity: str, address: str) -> bool:
+        return address in self.peers
+
+    def note(self, what: str, detail: str) -> None:
+        pass
+
+
+def _ticket(n: int) -> JobTicket:
+    return JobTicket(
+        key=f"infer-{n}",
+        label="rule 'infer'",
+        title=f"Rule 'infer' ({n})",
+        rule="infer",
+        jobid=str(n),
+        kind="context",
+        identity="m-id",
+        context="m",
+    )
+
+
+def _server(host: _Host, name: str) -> SimServer:
+    return SimServer(host, f"sim://{name}", name, ServerKind("a10", 1), 0.0)
+
+
+def _arrive(host: _Host, server: SimServer, at: float, n: int) -> None:
+    host.clock.at(at, server.arrive, _ticket(n), f"infer-{n}-1", 1)
+
+
+def _run(host: _Host, servers: list[SimServer]) -> dict[str, tuple[float, float, LoadKind]]:
+    host.clock.run(lambda: False)
+    return {
+        server.name: (start, end, kind)
+        for server in servers
+        for start, end, kind, _ in server.loads
+    }
+
+
+def test_a_turn_at_the_source_covers_the_read_alone() -> None:
+    """Two servers load from the source at once under a limit of 1: the second's read
+    starts when the first's read ends (4 s), not when its whole load ends (12 s), and
+    the first's read is not shared with the second's (it ends at 4 s, not 8 s)."""
+    host = _Host(limit=1)
+    a, b = _server(host, "a"), _server(host, "b")
+    _arrive(host, a, 0.0, 1)
+    _arrive(host, b, 0.0, 2)
+    loads = _run(host, [a, b])
+    assert loads["a"] == pytest.approx((0.0, READ + SOURCE_REST, LoadKind.SOURCE))
+    # b waited for a's read, then read alone; its rest overlapped a's.
+    assert loads["b"] == pytest.approx((0.0, 2 * READ + SOURCE_REST, LoadKind.SOURCE))
+    # Without a limit the two reads share the filesystem: both end at 8 s.
+    host = _Host(limit=0)
+    a, b = _server(host, "a"), _server(host, "b")
+    _arrive(host, a, 0.0, 1)
+    _arrive(host, b, 0.0, 2)
+    loads = _run(host, [a, b])
+    assert loads["a"][1] == pytest.approx(2 * READ + SOURCE_REST)
+    assert loads["b"][1] == pytest.approx(2 * READ + SOURCE_REST)
+
+
+def test_loads_from_a_peer_or_the_cache_take_no_turn() -> None:
+    """While the source's only turn is held (a reads, b waits), servers that load
+    from a peer or from their local cache start at once."""
+    host = _Host(limit=1, peers=("sim://p", "sim://q"))
+    a, b = _server(host, "a"), _server(host, "b")
+    p, q, c = _server(host, "p"), _server(host, "q"), _server(host, "c")
+    c.disk.add("m-id")
+    for n, server in enumerate((a, b)):
+        _arrive(host, server, 0.0, n)
+    for n, server in enumerate((p, q, c), start=2):
+        _arrive(host, server, 1.0, n)
+    loads = _run(host, [a, b, p, q, c])
+    assert loads["b"][1] == pytest.approx(2 * READ + SOURCE_REST)
+    for name in ("p", "q"):  # each its own transfer over the network, no wait
+        assert loads[name] == pytest.approx((1.0, 1.0 + PEER + CACHE_REST, LoadKind.PEER))
+    assert loads["c"] == pytest.approx((1.0, 1.0 + CACHE_REST, LoadKind.CACHE))
+    assert host.ready["sim://p"] == pytest.approx(1.0 + PEER + CACHE_REST)
+
+
+def test_a_server_gone_gives_its_turn_back_once() -> None:
+    """A server that leaves while it reads gives its turn to the next at once; one
+    that leaves after its read (in its state creation) holds none, so the turn count
+    stays right: the next reader still waits for the one reading."""
+    host = _Host(limit=1)
+    a, b, c, d = (_server(host, name) for name in "abcd")
+    _arrive(host, a, 0.0, 1)
+    _arrive(host, b, 0.0, 2)
+    host.clock.at(1.0, a.leave, 1.0)  # in its read: b reads from 1 s
+    host.clock.at(6.0, b.leave, 6.0)  # in its rest (read 1-5 s): no turn to give back
+    _arrive(host, c, 5.5, 3)  # reads from 5.5 s, alone: ends at 9.5 s
+    _arrive(host, d, 6.5, 4)  # waits for c's read (a double release would not)
+    loads = _run(host, [a, b, c, d])
+    assert loads["a"][1] == pytest.approx(1.0) and loads["b"][1] == pytest.approx(6.0)
+    assert loads["c"][1] == pytest.approx(5.5 + READ + SOURCE_REST)
+    assert loads["d"] == pytest.approx((6.5, 5.5 + 2 * READ + SOURCE_REST, LoadKind.SOURCE))
+
+
+def test_a_read_not_modelled_holds_no_turn() -> None:
+    """Without the filesystem's bandwidth the read takes no time, so no load waits:
+    a load costs its stated seconds, limit or not."""
+    host = _Host(limit=1)
+    host.storage = Storage()
+    a, b = _server(host, "a"), _server(host, "b")
+    _arrive(host, a, 0.0, 1)
+    _arrive(host, b, 0.0, 2)
+    loads = _run(host, [a, b])
+    assert loads["a"][1] == pytest.approx(SOURCE_REST)
+    assert loads["b"][1] == pytest.approx(SOURCE_REST)
+
+
+def test_the_simulators_defaults_are_the_plugins() -> None:
+    """Read from the executor's settings, as a user gets them: RQ4's first pool and
+    a pool spec's limit are the plugin's."""
+    declared: dict[str, Any] = {f.name: f.default for f in fields(ExecutorSettings)}
+    limit, peer = declared["pilot_loads_per_source"], declared["peer_transfers"] > 0
+    assert (limit, peer) == (defaults.LOADS_PER_SOURCE, defaults.PEER_TRANSFERS)
+    assert PoolSpec().loads_per_source == limit
+    assert paper.RQ4_POOLS[0] == ("pool_defaults", limit, peer)
+    with pytest.raises(LookupError):
+        defaults.setting_default("no_such_setting")
+
+
+def test_a_pool_that_reads_one_at_a_time_keeps_up_with_one_without_a_limit() -> None:
+    """The paper's workload on a growing pool of 12 (small): with the turn around the
+    read alone (0.35 s of 3.7 GB), one read at a time costs next to nothing; were it
+    held for the whole load (30 s here), the pilots would queue for it."""
+    params = paper.Params(claim_seconds=0.05, init_seconds=10.0, source_seconds=20.0)
+    made = {}
+    for limit in (0, 1):
+        fleet, slow = paper.mixed_fleet(
+            12, pool=PoolSpec(queue_wait=5.0, queue_draw="fixed", loads_per_source=limit)
+        )
+        made[limit] = paper.run(replace(params, slowdowns=slow), "full", fleet, claims=4000)
+        assert made[limit].jobs == 40 and made[limit].loads == {"source": 12}
+    assert made[1].makespan <= made[0].makespan + 1.0
