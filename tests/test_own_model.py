@@ -313,3 +313,28 @@ def test_the_dtype_keyword_follows_the_transformers_version():
     assert load_kwargs("4.46.3", "x") == {"torch_dtype": "x"}
     assert load_kwargs("4.56.0", "x") == {"dtype": "x"}
     assert load_kwargs("5.25.0", "x") == {"dtype": "x"}
+
+
+def test_a_sharded_checkpoint_loads_through_the_staged_copy_with_the_same_logits(
+    tmp_path, tokenizer_dir, cache
+):
+    """Shards and their index are staged, and the loader's model from the staged copy
+    gives from_pretrained's logits."""
+    from snakemake_executor_context import jobhooks
+
+    sharded = tmp_path / "sharded"
+    tinyllm.make_model(sharded, 3, tokenizer_dir)
+    (sharded / "model.safetensors").unlink()
+    tinyllm.save_weights(sharded, 3, shard="4MB")
+    shards = sorted(sharded.glob("model-*.safetensors"))
+    assert len(shards) >= 2 and (sharded / "model.safetensors.index.json").is_file()
+
+    import torch
+
+    llm = jobhooks.call_loader(_declare(str(sharded), dtype="float32"), jobhooks.LoadRecord())
+    prompt = "Claim 0: the sky is green. True or false?"
+    with torch.inference_mode():
+        got = llm.model(**llm.tokenizer(prompt, return_tensors="pt")).logits[0, -1]
+    assert torch.allclose(got, torch.tensor(tinyllm.logits(sharded, prompt)), atol=1e-5)
+    entry = staging.template_entry(_declare(str(sharded)))
+    assert sorted(p.name for p in entry.iterdir()) == sorted(p.name for p in sharded.iterdir())
