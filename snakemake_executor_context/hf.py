@@ -28,6 +28,7 @@ workflow is declared, to read which argument it stages.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -50,8 +51,9 @@ _DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 @dataclass
 class CausalLM:
-    """A loaded causal LM: ``model``, ``tokenizer``, and ``device``, where its inputs
-    go (its first device when it spreads over several GPUs)."""
+    """A loaded causal LM: ``model``, ``tokenizer`` (None when the checkpoint holds
+    none), and ``device``, where its inputs go (its first device when it spreads over
+    several GPUs)."""
 
     model: Any
     tokenizer: Any
@@ -171,13 +173,16 @@ def causal_lm(
                 note_conversion()
             path = stack.enter_context(modelcache.open_entry(entry))
         try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(
-                path, trust_remote_code=bool(trust_remote_code), local_files_only=True
-            )
+            tokenizer = None
+            if any(Path(path).glob("tokenizer*")):  # a checkpoint may come without one
+                tokenizer = transformers.AutoTokenizer.from_pretrained(
+                    path, trust_remote_code=bool(trust_remote_code), local_files_only=True
+                )
             loaded = transformers.AutoModelForCausalLM.from_pretrained(path, **options)
         except (OSError, ValueError) as error:
             raise ContextLoadError(
-                f"causal_lm: transformers could not load {model}: {type(error).__name__}: "
+                f"causal_lm: transformers could not load {os.path.realpath(path)} (the "
+                f"node's copy of the model): {type(error).__name__}: "
                 f"{error}. Fix: give a directory that from_pretrained reads (config.json and "
                 "weights), a GGUF file, or a repository id in the local Hugging Face cache; "
                 "a model with its own code needs trust_remote_code=True."
