@@ -570,3 +570,92 @@ def test_two_pilots_on_two_nodes_form_one_server_and_run_a_two_rank_job(
     members = json.loads(gang[0])["members"]
     assert len({m["node"] for m in members}) == 2, members
     assert len(notes) == 1 and "one server of 2 nodes" in notes[0][0], notes
+
+
+STAGED_LOADER = """
+import json, os, time
+
+def load(path, log, build_seconds=8.0):
+    began = time.time()
+    assert os.path.isfile(os.path.join(path, "weights.bin"))  # the staged copy
+    time.sleep(build_seconds)  # state creation: after the read, outside the turn
+    with open(log, "a") as out:
+        out.write(json.dumps({"pid": os.getpid(), "began": began, "ended": time.time()}) + "\\n")
+    return {"path": path}
+"""
+STAGED_SNAKEFILE = """
+from snakemake_executor_context import declare_context
+
+declare_context(config, "staged", "loader.py:load", path=config["model"], log=config["log"],
+                stage="path")
+
+rule all:
+    input: expand("out/{i}.txt", i=range(8))
+
+rule use:
+    output: "out/{i}.txt"
+    resources: context="staged"
+    script: "use.py"
+"""
+STAGED_SCRIPT = """
+import time
+from snakemake_executor_context import load_context
+
+load_context(snakemake)
+time.sleep(2)
+open(snakemake.output[0], "w").write(snakemake.wildcards.i)
+"""
+
+
+def test_two_cold_pilots_take_their_turns_for_the_read_only(
+    tmp_path: Path, pool, monkeypatch
+) -> None:
+    """One load at a time from the source (--loads-per-source 1), pilots with caches
+    of their own and no peers: both read the source, one after the other (16 MB at
+    the cap of 8 MB/s: 2 s each), and the second's build starts while the first's
+    build (8 s) still runs: the turn covered the read, not the load."""
+    monkeypatch.setenv("SNAKEMAKE_CONTEXT_SOURCE_MBPS", "8")  # the pilots' scripts export it
+    source = tmp_path / "shared-model"
+    source.mkdir()
+    (source / "weights.bin").write_bytes(os.urandom(16 << 20))
+    caches, log = tmp_path / "caches", tmp_path / "loads.jsonl"
+    scheduler_file = pool(
+        "--gpu-type",
+        "fakea",
+        "--min-pilots",
+        "2",
+        "--max-pilots",
+        "2",
+        "--own-caches",
+        str(caches),
+        "--loads-per-source",
+        "1",
+        "--peer-transfers",
+        "0",
+    )
+    wait(lambda: [p for p in _pilots() if p["state"] == "RUNNING"][1:], 90, "two running pilots")
+    workdir = tmp_path / "wf"
+    workdir.mkdir()
+    (workdir / "Snakefile").write_text(STAGED_SNAKEFILE)
+    (workdir / "loader.py").write_text(STAGED_LOADER)
+    (workdir / "use.py").write_text(STAGED_SCRIPT)
+    run = context_run(
+        workdir,
+        "--context-scheduler-file",
+        str(scheduler_file),
+        "--config",
+        f"model={source}",
+        f"log={log}",
+        timeout=300,
+    ).check()
+    loads = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(loads) == 2 and loads[0]["pid"] != loads[1]["pid"], (loads, run.output)
+    first, second = sorted(loads, key=lambda load: load["began"])
+    assert second["began"] < first["ended"], loads  # the builds overlapped
+    assert len(list(caches.glob("pilot-fakea-*/staged-shared-model-*"))) == 2
+    with sqlite3.connect(scheduler_file.with_suffix(".db")) as db:
+        spans = db.execute(
+            "select loading_at, ready_at, peer_seconds from placements order by loading_at"
+        ).fetchall()
+    assert len(spans) == 2 and all(peer is None for *_, peer in spans), spans
+    assert spans[1][0] < spans[0][1], spans  # the catalog's load records overlap too
