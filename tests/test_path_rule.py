@@ -69,6 +69,12 @@ ALLOWED = {
     ("server/isolation.py", "makedirs"): "the job's own temporary directory",
     ("loaders.py", "read_bytes"): "the workflow's loader files, hashed for a context's "
     "identity (code the run executes anyway)",
+    ("staging.py", "open"): "a staged source's files, the model the user declared, read "
+    "only; the copies are made O_EXCL | O_NOFOLLOW, 0600, in the new private directory "
+    "modelcache.convert_once made (paths.new_private_dir)",
+    ("staging.py", "mkdir"): "subdirectories (0700) of that new private directory",
+    ("staging.py", "read_text"): "refs/<revision> of the user's Hugging Face cache, a "
+    "commit hash read as data",
     ("cluster/serve.py", "tempfile"): "tempfile.tempdir set to the private root's tmp/",
     ("cluster/serve.py", "local_directory"): "the private root's scratch space "
     "(paths.scratch_dir) for the scheduler and every nanny and server",
