@@ -199,20 +199,21 @@ def declared_sources(
                 f"arguments ({', '.join(sorted(kwargs)) or 'none'}). Fix: pass "
                 f"{argument}=<path> or drop it from stage."
             )
-        found = resolve(context, argument, kwargs[argument], revision=kwargs.get("revision"))
-        sources[argument] = source_identity(found)
+        sources[argument] = source_identity(_argument_source(context, kwargs, argument))
     return sources
 
 
+def _argument_source(context: str, kwargs: Mapping[str, Any], argument: str) -> Source:
+    """The source of one staged argument (a repository id at the ``revision`` argument)."""
+    return resolve(context, argument, kwargs[argument], revision=kwargs.get("revision"))
+
+
 def _sources(declaration: Any) -> list[tuple[Source, str]]:
-    kwargs = declaration.kwargs
-    out = []
-    for argument, identity in dict(getattr(declaration, "stage", None) or {}).items():
-        found = resolve(
-            declaration.name, argument, kwargs[argument], revision=kwargs.get("revision")
-        )
-        out.append((found, identity))
-    return out
+    """Each staged argument's source, with the identity declared for it."""
+    return [
+        (_argument_source(declaration.name, declaration.kwargs, argument), identity)
+        for argument, identity in dict(getattr(declaration, "stage", None) or {}).items()
+    ]
 
 
 def template_entry(declaration: Any) -> Path | None:
@@ -281,9 +282,9 @@ def _stage(context: str, source: Source, identity: str, entry: Path, turn: Turn 
 
     started = time.perf_counter()
     # The digests taken during the copy are the manifest: no second read.
-    wrote = modelcache.convert_once(entry, copy, manifest=lambda into: copied.pop())
+    wrote = modelcache.convert_once(entry, copy, manifest=lambda into: copied[-1])
     if wrote:
-        nbytes = modelcache.recorded_manifest(entry).total_bytes
+        nbytes = copied[-1].total_bytes
         _say(
             f"Context '{context}': its {source.argument} {source.value} ({nbytes / 1e6:,.0f} MB) "
             f"was staged from its source into {entry.parent} in "
@@ -349,20 +350,12 @@ class _Pace:
         """Wait until ``nbytes`` more may have been read."""
         if not self.rate:
             return
+        timeline = paths.private_path("source-rates") / self.name
         with paths.private_lock(self.name):
-            fd = os.open(
-                paths.private_path("source-rates") / self.name,
-                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
-                0o600,
-            )
-            try:
-                booked = os.pread(fd, 64, 0).decode().strip()
-                now = time.time()
-                ends = max(now, float(booked) if booked else 0.0) + nbytes / self.rate
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, repr(ends).encode(), 0)
-            finally:
-                os.close(fd)
+            booked = (paths.read_trusted(timeline) or b"").decode().strip()
+            now = time.time()
+            ends = max(now, float(booked) if booked else 0.0) + nbytes / self.rate
+            paths.write_private(timeline, repr(ends))
         time.sleep(max(0.0, ends - now))
 
 
