@@ -28,19 +28,23 @@ page cache dropped through /proc/sys/vm/drop_caches before each: root) and warm;
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-BIN = Path(sys.executable).parent
+import cloudpickle
+import peers  # this directory's peer benchmark: the same fleet
+from peers import warm_all
+
+# The servers cannot import this directory: what they run travels by value.
+cloudpickle.register_pickle_by_value(peers)
+
 HF = "snakemake_executor_context.hf:causal_lm"
 
 
@@ -90,59 +94,6 @@ def _llama_bytes(hidden: int) -> float:
     return 4 * (2 * 49152 * hidden + 16 * (4 * hidden * hidden + 3 * hidden * inner))
 
 
-async def _imports() -> None:
-    def imports() -> None:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-
-    await asyncio.to_thread(imports)
-
-
-async def _acquire(declaration: Any) -> float:
-    """Load the context as a job's load would, on this server; the seconds it took."""
-    from snakemake_executor_context.server.server import ContextServer
-
-    cache = ContextServer.current().cache
-    started = time.perf_counter()
-    await asyncio.to_thread(cache.acquire, declaration)
-    cache.release(declaration.identity)
-    return time.perf_counter() - started
-
-
-def warm_all(
-    top: Path, declaration: Any, servers: int, peers: bool, rate: float, index: int
-) -> dict:
-    """One fleet: the first server warm, then the others at once; seconds until all are."""
-    from distributed import Client
-
-    from snakemake_executor_context.cluster.credentials import Credentials
-
-    where = top / f"{'peers' if peers else 'source'}-{index}"
-    where.mkdir()
-    path = where / "scheduler.json"
-    up = [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(path)]
-    up += ["--servers", str(servers), "--own-caches", str(where / "caches")]
-    up += ["--peer-transfers", "2" if peers else "0", "--catalog", "off"]
-    env = {**os.environ, "SNAKEMAKE_CONTEXT_SOURCE_MBPS": str(rate)}
-    subprocess.run(up, check=True, capture_output=True, timeout=300, cwd=where, env=env)
-    try:
-        security = Credentials.beside(path).security()
-        with Client(scheduler_file=str(path), security=security, timeout=60) as client:
-            client.wait_for_workers(servers, timeout=120)
-            names = {i["name"]: a for a, i in client.scheduler_info()["workers"].items()}
-            first, *cold = [names[n] for n in sorted(names)]
-            client.run(_imports)
-            warm_seconds = client.run(_acquire, declaration, workers=[first])[first]
-            started = time.perf_counter()
-            loads = client.run(_acquire, declaration, workers=cold)
-            wall = time.perf_counter() - started
-            return {"wall": wall, "first": warm_seconds, "loads": sorted(loads.values())}
-    finally:
-        down = [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(path)]
-        subprocess.run(down, capture_output=True, timeout=120)
-        shutil.rmtree(where / "caches", ignore_errors=True)
-
-
 def fleet(top: Path, source: Path, args: argparse.Namespace) -> dict:
     """Both modes ``--repeats`` times, interleaved; medians and their ratio."""
     from snakemake_executor_context.contexts import make_declaration
@@ -153,7 +104,11 @@ def fleet(top: Path, source: Path, args: argparse.Namespace) -> dict:
         os.utime(source / "config.json")
         declaration = make_declaration("bench", HF, {"model": str(source)}, Path.cwd())
         for mode in ("peers", "source"):
-            result = warm_all(top, declaration, args.servers, mode == "peers", args.rate, index)
+            env = {**os.environ, "SNAKEMAKE_CONTEXT_SOURCE_MBPS": str(args.rate)}
+            result = warm_all(
+                top, declaration, args.servers, mode == "peers", index, env=env, copy=False
+            )
+            shutil.rmtree(top / f"{mode}-{index}" / "caches", ignore_errors=True)
             runs[mode].append(result)
             print(
                 f"{mode} #{index + 1}: all {args.servers} warm in {result['wall']:.1f} s",

@@ -34,7 +34,7 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO / "workflows/llm"))
 
 
-async def _acquire(declaration: Any) -> float:
+async def acquire(declaration: Any) -> float:
     """Load the context as a job's load would, on this server; the seconds it took."""
     from snakemake_executor_context.server.server import ContextServer
 
@@ -56,15 +56,15 @@ async def _fetch_again(declaration: Any, entry: str, dask_worker: Any = None) ->
     return {"seconds": seconds}
 
 
-async def _imports() -> None:
+async def imports() -> None:
     """What the context's first load on a server would import (torch, transformers):
     a server's start-up cost, paid before t0 in both modes."""
 
-    def imports() -> None:
+    def load_modules() -> None:
         import torch  # noqa: F401
         import transformers  # noqa: F401
 
-    await asyncio.to_thread(imports)
+    await asyncio.to_thread(load_modules)
 
 
 def _source(top: Path) -> Path:
@@ -77,7 +77,20 @@ def _source(top: Path) -> Path:
     return source
 
 
-def _warm_all(top: Path, declaration: Any, servers: int, peers: bool, index: int) -> dict:
+def warm_all(
+    top: Path,
+    declaration: Any,
+    servers: int,
+    peers: bool,
+    index: int,
+    *,
+    env: dict[str, str] | None = None,
+    copy: bool = True,
+) -> dict:
+    """One fleet of ``servers`` with caches of their own (``env``: the environment of
+    `up`, which its servers inherit): the first warm, then the others at once; the
+    seconds until all are, and (``copy``, the first repeat with peers) one peer copy
+    against cp."""
     from distributed import Client
 
     from snakemake_executor_context.cluster.credentials import Credentials
@@ -88,20 +101,20 @@ def _warm_all(top: Path, declaration: Any, servers: int, peers: bool, index: int
     up = [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(path)]
     up += ["--servers", str(servers), "--own-caches", str(where / "caches")]
     up += ["--peer-transfers", "2" if peers else "0", "--catalog", "off"]
-    subprocess.run(up, check=True, capture_output=True, timeout=300, cwd=where)
+    subprocess.run(up, check=True, capture_output=True, timeout=300, cwd=where, env=env)
     try:
         security = Credentials.beside(path).security()
         with Client(scheduler_file=str(path), security=security, timeout=60) as client:
             client.wait_for_workers(servers, timeout=120)
             names = {i["name"]: a for a, i in client.scheduler_info()["workers"].items()}
             first, *cold = [names[n] for n in sorted(names)]
-            client.run(_imports)
-            warm_seconds = client.run(_acquire, declaration, workers=[first])[first]
+            client.run(imports)
+            warm_seconds = client.run(acquire, declaration, workers=[first])[first]
             started = time.perf_counter()
-            loads = client.run(_acquire, declaration, workers=cold)
+            loads = client.run(acquire, declaration, workers=cold)
             wall = time.perf_counter() - started
             result = {"wall": wall, "first": warm_seconds, "loads": sorted(loads.values())}
-            if peers and index == 0:
+            if copy and peers and index == 0:
                 result["copy"] = _copy_rates(client, declaration, where, names)
             return result
     finally:
@@ -156,7 +169,7 @@ def main() -> None:
             REPO,
         )
         for mode in ("peers", "source"):
-            result = _warm_all(top, declaration, args.servers, mode == "peers", index)
+            result = warm_all(top, declaration, args.servers, mode == "peers", index)
             runs[mode].append(result)
             print(f"{mode} #{index + 1}: all warm in {result['wall']:.1f} s", flush=True)
     shutil.rmtree(top)  # kept when a run fails: the servers' logs are there
