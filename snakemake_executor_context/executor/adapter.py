@@ -21,8 +21,9 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from ..fleet import events as ev
 from ..fleet.keys import job_key_of, new_run_id
 from ..jobspec import remove_outputs
-from ..snakemake_internals import cancel_scheduler_timers
+from ..snakemake_internals import cancel_scheduler_timers, thin_selections
 from . import announce, startup
+from .pacing import HOLD_SECONDS, tell_now
 from . import vocabulary as v
 from .fleetpoll import FleetPoll
 from .jobbuild import SpecBuilder, output_specs
@@ -53,6 +54,10 @@ class Executor(RemoteExecutor):
         self._inbox: queue.SimpleQueue[v.Stimulus | str] = queue.SimpleQueue()
         self._handling = threading.Lock()
         self._ready = False
+        self._selection_thinned = False
+        #: Finished jobs not yet told to Snakemake (:mod:`.pacing`), since when.
+        self._held: list[SubmittedJobInfo] = []
+        self._held_since = 0.0
         super().__init__(workflow, logger)
 
     def __post_init__(self) -> None:
@@ -106,6 +111,8 @@ class Executor(RemoteExecutor):
 
     def run_job(self, job: JobExecutorInterface) -> None:
         """Hand a Snakemake job to dispatch (placed and submitted by the status loop)."""
+        if not self._selection_thinned:  # the scheduler exists once it runs jobs
+            self._selection_thinned = thin_selections(self.workflow) or True
         made, spec, error = self.specs.build(job, self.declarations)
         if warning := self._group_warnings(job):
             self.logger.warning(warning)
@@ -156,6 +163,7 @@ class Executor(RemoteExecutor):
                 try:
                     stimulus = self._inbox.get_nowait()
                 except queue.Empty:
+                    self._tell_held(time.monotonic())
                     return
                 if isinstance(stimulus, str):
                     job = self._jobs.get(job_key_of(stimulus))
@@ -195,12 +203,26 @@ class Executor(RemoteExecutor):
             elif isinstance(command, v.ProbeCaches):
                 self._probes.ask()  # its answer comes back as a stimulus
             elif isinstance(command, v.ReportSuccess):
-                self.report_job_success(self._reported(command.ticket))
+                if not self._held:
+                    self._held_since = time.monotonic()
+                self._held.append(self._reported(command.ticket))
             elif isinstance(command, v.ReportError):
+                self._tell_held(time.monotonic(), everything=True)
                 info = self._reported(command.ticket)
                 self.report_job_error(info, msg=command.message, aux_logs=list(command.aux_logs))
             else:
                 raise TypeError(f"a command of dispatch that nothing carries out: {command!r}")
+
+    def _tell_held(self, now: float, everything: bool = False) -> None:
+        """Tell Snakemake the held successes, all together, when :mod:`.pacing` says so."""
+        held_for = now - self._held_since
+        queued, handed = self.dispatch.queued, len(self._jobs) + len(self._held)
+        if everything or tell_now(
+            held=len(self._held), handed=handed, queued=queued, held_for=held_for
+        ):
+            told, self._held = self._held, []
+            for info in told:
+                self.report_job_success(info)
 
     def _reported(self, ticket: v.JobTicket) -> SubmittedJobInfo:
         """The job's Snakemake record, taken out of the jobs in flight (reported once)."""
@@ -220,8 +242,10 @@ class Executor(RemoteExecutor):
         self.workflow.scheduler.error_callback(job_info.job)
 
     async def sleep(self) -> None:
-        """Sleep until a job finishes (woken by its Dask callback) or the interval ends."""
-        await self._waker.wait(self.settings.status_interval)
+        """Sleep until a job finishes (woken by its Dask callback), a held success is
+        due, or the interval ends."""
+        interval = self.settings.status_interval
+        await self._waker.wait(min(interval, HOLD_SECONDS) if self._held else interval)
 
     # -- cancel and shutdown -------------------------------------------------------------
 
@@ -231,6 +255,8 @@ class Executor(RemoteExecutor):
             outputs = [output_specs(job.info.job) for job in self._jobs.values()]
         self._inbox.put(v.CancelAll(time.time()))
         self._handle_inbox()
+        with self._handling:
+            self._tell_held(time.monotonic(), everything=True)
         self.local_jobs.stop()
         remove_outputs(spec for specs in outputs for spec in specs)
 
