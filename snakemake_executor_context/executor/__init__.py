@@ -9,6 +9,7 @@
   weighs against a load; :mod:`.refusals`: placement's refusals, remembered for
   the rest of one pass over the queue;
 - :mod:`.tasks`: the attempts' Dask futures; :mod:`.results`: what a finished one says;
+  :mod:`.pacing`: when finished jobs are told to Snakemake (together, while work is queued);
 - :mod:`.jobbuild`: a Snakemake job as a ticket and a spec; :mod:`.rulecheck`: the
   checks at start; :mod:`.settings`: the ``--context-*`` settings (the pilots' in
   :mod:`.pilotsettings`), each declaring what it allows;

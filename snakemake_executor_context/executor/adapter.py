@@ -6,7 +6,6 @@ carries out its commands in :meth:`Executor._execute`, the one place that submit
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import queue
 import threading
@@ -18,22 +17,21 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from ..fleet import events as ev
 from ..fleet.keys import job_key_of, new_run_id
 from ..jobspec import remove_outputs
 from ..snakemake_internals import cancel_scheduler_timers, thin_selections
 from . import announce, startup
-from .pacing import HOLD_SECONDS, tell_now
 from . import vocabulary as v
 from .fleetpoll import FleetPoll
 from .jobbuild import SpecBuilder, output_specs
+from .pacing import HeldReports
 from .probes import CacheProbes
 from .recording import Recording
 from .settings import ExecutorSettings
 from .startsteps import StartSteps
 from .summary import LoadTally, write_summary
 from .tasks import Tasks
-from .wake import WAKING_EVENTS, Waker
+from .wake import FleetInbox, Waker
 
 __all__ = ["Executor"]
 
@@ -54,10 +52,7 @@ class Executor(RemoteExecutor):
         self._inbox: queue.SimpleQueue[v.Stimulus | str] = queue.SimpleQueue()
         self._handling = threading.Lock()
         self._ready = False
-        self._selection_thinned = False
-        #: Finished jobs not yet told to Snakemake (:mod:`.pacing`), since when.
-        self._held: list[SubmittedJobInfo] = []
-        self._held_since = 0.0
+        self._held: HeldReports[SubmittedJobInfo] = HeldReports()  # finished, not yet told
         super().__init__(workflow, logger)
 
     def __post_init__(self) -> None:
@@ -91,8 +86,11 @@ class Executor(RemoteExecutor):
         planned = startup.planned_jobs(workflow, self.declarations)
         declared = list(self.declarations.values())
         total = None if planned is None else len(planned)
+        events = FleetInbox(
+            (self.recording.relay, self._loads.see), self._inbox.put, self._waker.set
+        )
         self.dispatch.hub = self.recording.begin(
-            self.dispatch.fleet, self._on_events, jobs_total=total, declarations=declared
+            self.dispatch.fleet, events, jobs_total=total, declarations=declared
         )
         self._probes = CacheProbes(lambda: self.recording.probe_caches(declared), self._push)
         self._probes.ask()
@@ -111,8 +109,7 @@ class Executor(RemoteExecutor):
 
     def run_job(self, job: JobExecutorInterface) -> None:
         """Hand a Snakemake job to dispatch (placed and submitted by the status loop)."""
-        if not self._selection_thinned:  # the scheduler exists once it runs jobs
-            self._selection_thinned = thin_selections(self.workflow) or True
+        thin_selections(self.workflow)  # once: the scheduler exists once it runs jobs
         made, spec, error = self.specs.build(job, self.declarations)
         if warning := self._group_warnings(job):
             self.logger.warning(warning)
@@ -127,21 +124,6 @@ class Executor(RemoteExecutor):
         self._inbox.put(item)
         self._waker.set()
 
-    def _on_events(self, event: tuple[float, Any]) -> None:
-        """Dask delivers the fleet's events here, on the client's thread."""
-        try:
-            decoded = list(ev.decode(event[1]))
-        except Exception as error:
-            logging.getLogger(__name__).debug("undecodable fleet event: %r", error)
-            return
-        self.recording.relay(decoded)
-        now = time.time()
-        self._loads.see(decoded)
-        for item in decoded:
-            self._inbox.put(v.FleetEvent(item, now))
-        if any(isinstance(item, WAKING_EVENTS) for item in decoded):
-            self._waker.set()
-
     async def check_active_jobs(
         self, active_jobs: list[SubmittedJobInfo]
     ) -> AsyncGenerator[SubmittedJobInfo, None]:
@@ -155,7 +137,7 @@ class Executor(RemoteExecutor):
             if not info.aux.get("reported"):
                 yield info
 
-    def _handle_inbox(self, first: list[v.Stimulus] | None = None) -> None:
+    def _handle_inbox(self, first: list[v.Stimulus] | None = None, tell_all: bool = False) -> None:
         with self._handling:
             for early in first or ():
                 self._execute(self.dispatch.handle(early))
@@ -163,7 +145,7 @@ class Executor(RemoteExecutor):
                 try:
                     stimulus = self._inbox.get_nowait()
                 except queue.Empty:
-                    self._tell_held(time.monotonic())
+                    self._tell_held(everything=tell_all)
                     return
                 if isinstance(stimulus, str):
                     job = self._jobs.get(job_key_of(stimulus))
@@ -203,26 +185,21 @@ class Executor(RemoteExecutor):
             elif isinstance(command, v.ProbeCaches):
                 self._probes.ask()  # its answer comes back as a stimulus
             elif isinstance(command, v.ReportSuccess):
-                if not self._held:
-                    self._held_since = time.monotonic()
-                self._held.append(self._reported(command.ticket))
+                self._held.add(self._reported(command.ticket), time.monotonic())
             elif isinstance(command, v.ReportError):
-                self._tell_held(time.monotonic(), everything=True)
+                self._tell_held(everything=True)
                 info = self._reported(command.ticket)
                 self.report_job_error(info, msg=command.message, aux_logs=list(command.aux_logs))
             else:
                 raise TypeError(f"a command of dispatch that nothing carries out: {command!r}")
 
-    def _tell_held(self, now: float, everything: bool = False) -> None:
-        """Tell Snakemake the held successes, all together, when :mod:`.pacing` says so."""
-        held_for = now - self._held_since
-        queued, handed = self.dispatch.queued, len(self._jobs) + len(self._held)
-        if everything or tell_now(
-            held=len(self._held), handed=handed, queued=queued, held_for=held_for
+    def _tell_held(self, everything: bool = False) -> None:
+        """Tell Snakemake the held successes together, when :mod:`.pacing` says so."""
+        handed, queued = len(self._jobs) + len(self._held), self.dispatch.queued
+        for info in self._held.due(
+            time.monotonic(), handed=handed, queued=queued, everything=everything
         ):
-            told, self._held = self._held, []
-            for info in told:
-                self.report_job_success(info)
+            self.report_job_success(info)
 
     def _reported(self, ticket: v.JobTicket) -> SubmittedJobInfo:
         """The job's Snakemake record, taken out of the jobs in flight (reported once)."""
@@ -242,10 +219,8 @@ class Executor(RemoteExecutor):
         self.workflow.scheduler.error_callback(job_info.job)
 
     async def sleep(self) -> None:
-        """Sleep until a job finishes (woken by its Dask callback), a held success is
-        due, or the interval ends."""
-        interval = self.settings.status_interval
-        await self._waker.wait(min(interval, HOLD_SECONDS) if self._held else interval)
+        """Sleep until a job finishes (woken by its Dask callback) or the pause ends."""
+        await self._waker.wait(self._held.pause(self.settings.status_interval))
 
     # -- cancel and shutdown -------------------------------------------------------------
 
@@ -254,9 +229,7 @@ class Executor(RemoteExecutor):
         with self._handling:  # not active_jobs: Snakemake empties it while checking them
             outputs = [output_specs(job.info.job) for job in self._jobs.values()]
         self._inbox.put(v.CancelAll(time.time()))
-        self._handle_inbox()
-        with self._handling:
-            self._tell_held(time.monotonic(), everything=True)
+        self._handle_inbox(tell_all=True)
         self.local_jobs.stop()
         remove_outputs(spec for specs in outputs for spec in specs)
 

@@ -16,7 +16,11 @@ once, and with them whatever is held.
 
 from __future__ import annotations
 
-__all__ = ["HOLD_SECONDS", "tell_now"]
+from typing import Generic, TypeVar
+
+__all__ = ["HOLD_SECONDS", "HeldReports", "tell_now"]
+
+T = TypeVar("T")
 
 #: The longest a finished job waits to be told to Snakemake.
 HOLD_SECONDS = 0.25
@@ -30,3 +34,34 @@ def tell_now(*, held: int, handed: int, queued: int, held_for: float) -> bool:
     if held == 0:
         return False
     return queued == 0 or 2 * held >= handed or held_for >= HOLD_SECONDS
+
+
+class HeldReports(Generic[T]):
+    """Finished jobs not yet told to Snakemake, in the order they finished."""
+
+    def __init__(self) -> None:
+        self._held: list[T] = []
+        self._since = 0.0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def add(self, report: T, now: float) -> None:
+        """Hold one finished job's report (``now``: a monotonic clock's reading)."""
+        if not self._held:
+            self._since = now
+        self._held.append(report)
+
+    def due(self, now: float, *, handed: int, queued: int, everything: bool = False) -> list[T]:
+        """The reports to tell now (all held ones, or none; all with ``everything``),
+        taken out; ``handed`` and ``queued`` as :func:`tell_now` counts them."""
+        held_for = now - self._since
+        if everything or tell_now(held=len(self), handed=handed, queued=queued, held_for=held_for):
+            told, self._held = self._held, []
+            return told
+        return []
+
+    def pause(self, interval: float) -> float:
+        """How long the status loop may sleep: ``interval``, or less while a report is
+        held (its hold ends within :data:`HOLD_SECONDS`)."""
+        return min(interval, HOLD_SECONDS) if self._held else interval

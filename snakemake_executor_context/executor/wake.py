@@ -1,15 +1,20 @@
 """Waking the status loop from any thread (Dask callbacks run on a client thread,
 Snakemake hands out jobs on its own): the loop sleeps until woken or until its
-interval ends."""
+interval ends; the fleet's events arrive as stimuli (:class:`FleetInbox`)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..fleet import events as ev
+from .vocabulary import FleetEvent
 
-__all__ = ["WAKING_EVENTS", "Waker"]
+__all__ = ["WAKING_EVENTS", "FleetInbox", "Waker"]
 
 #: Fleet events after which placement may find a free slot or a warm server.
 WAKING_EVENTS = (ev.JobFinished, ev.ServerJoined, ev.ServerLeft, ev.ContextEvicted)
@@ -45,3 +50,32 @@ class Waker:
                 pass
         self._flag.clear()
         self._event.clear()
+
+
+class FleetInbox:
+    """Where Dask delivers the fleet's events (on the client's thread): each batch is
+    decoded, handed to ``seen`` (the catalog's relay, the load tally), queued for
+    dispatch with ``put``, and wakes the loop (``wake``) when a slot may be free."""
+
+    def __init__(
+        self,
+        seen: Iterable[Callable[[list[ev.Event]], Any]],
+        put: Callable[[FleetEvent], None],
+        wake: Callable[[], None],
+    ) -> None:
+        self.seen, self.put, self.wake = list(seen), put, wake
+
+    def __call__(self, event: tuple[float, Any]) -> None:
+        """One message of the fleet's topic (``(time, encoded events)``)."""
+        try:
+            decoded = list(ev.decode(event[1]))
+        except Exception as error:
+            logging.getLogger(__name__).debug("undecodable fleet event: %r", error)
+            return
+        for see in self.seen:
+            see(decoded)
+        now = time.time()
+        for item in decoded:
+            self.put(FleetEvent(item, now))
+        if any(isinstance(item, WAKING_EVENTS) for item in decoded):
+            self.wake()
