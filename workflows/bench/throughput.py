@@ -16,6 +16,7 @@ outputs exist, so its outputs are left missing: it then only warns. With
 and the share of its samples with a frame of the plugin's (its package, Dask's client,
 Tornado, SQLAlchemy, TLS) and of the catalog's.
 
+    pip install -e ".[profile]"   # py-spy, for --profile-out
     python workflows/bench/throughput.py --out /tmp/tp [--sizes 2000 8000] \\
         [--servers 2 64] [--schedulers ilp greedy] [--profile-out DIR]
 
