@@ -7,6 +7,8 @@ The executor's settings carry it in each field's metadata
 (:class:`~.executor.settings.ExecutorSettings`); ``snakemake-context up`` adds its flags
 with :func:`add_argument`; both check with :func:`check`, which refuses the first bad
 value or combination in one line naming the setting, its value and what is allowed.
+The options of the servers and pilots, which both front ends have, declare theirs once
+in :mod:`.options`.
 
 Values are parsed here too (:meth:`Allowed.parse`, which never raises): a malformed
 value ("1.5" for a whole number) reaches :func:`check` as :class:`Malformed` and is
@@ -179,9 +181,9 @@ def _number(value: float) -> str:
 
 
 def _size_text(nbytes: float) -> str:
-    from dask.utils import format_bytes
+    from .terminal import format_bytes
 
-    return str(format_bytes(int(nbytes)))
+    return format_bytes(int(nbytes))
 
 
 def _size_bounds(least: float | None, most: float | None, zero: str) -> str:

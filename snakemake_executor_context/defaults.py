@@ -115,7 +115,7 @@ MODEL_CACHE_VARIABLE = "SNAKEMAKE_CONTEXT_MODEL_CACHE"
 #: it from its --context-model-cache-size (see :func:`.modelcache.make_room`).
 MODEL_CACHE_SIZE_VARIABLE = "SNAKEMAKE_CONTEXT_MODEL_CACHE_SIZE"
 #: Megabytes a second this user's processes of a node may read from one staged source
-#: together (see :mod:`.staging`); unset or 0: no cap. Servers inherit it from the
+#: together (see :mod:`.modelcache.staging`); unset or 0: no cap. Servers inherit it from the
 #: process that starts them (Snakemake, ``snakemake-context up``, a pilot's job script).
 SOURCE_MBPS_VARIABLE = "SNAKEMAKE_CONTEXT_SOURCE_MBPS"
 #: The help of the executor's ``--context-local-dir``, which sets LOCAL_DIR_VARIABLE.

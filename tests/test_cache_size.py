@@ -20,8 +20,8 @@ import cloudpickle
 import pytest
 
 from snakemake_executor_context import modelcache
-from snakemake_executor_context.cacheroom import MODEL_CACHE_SIZE_VARIABLE
 from snakemake_executor_context.contexts import make_declaration
+from snakemake_executor_context.modelcache.cacheroom import MODEL_CACHE_SIZE_VARIABLE
 
 from .conftest import context_run, persistent_cluster
 
@@ -102,14 +102,15 @@ def test_without_a_limit_nothing_is_removed(private, monkeypatch):
 
 def test_the_setting_reaches_the_cluster_process_and_pilots():
     from snakemake_executor_context.cluster.pilots import PilotOptions
-    from snakemake_executor_context.cluster.triples import Shape
+    from snakemake_executor_context.server.config import PilotServerSettings
+    from snakemake_executor_context.triples import Shape
 
     shape = Shape(model_cache_size="20MB").check()
     assert shape.serve_args()[-2:] == ["--model-cache-size", "20MB"]
     assert shape.model_cache_bytes == 20_000_000 and Shape().model_cache_bytes == 0
     assert "--model-cache-size" not in Shape().serve_args()
-    settings = PilotOptions("slurm", model_cache_size="2GB").server_settings()
-    assert settings["model_cache_bytes"] == 2_000_000_000
+    wire = PilotOptions("slurm", shape=Shape(model_cache_size="2GB")).server_settings().to_wire()
+    assert PilotServerSettings.from_wire(wire).shape.model_cache_bytes == 2_000_000_000
 
 
 # ----------------------------------------------------------------------------------

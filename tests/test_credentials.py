@@ -19,9 +19,12 @@ from snakemake_executor_context.cluster.credentials import (
     write_private,
 )
 from snakemake_executor_context.cluster.files import ClusterFiles, identity
-from snakemake_executor_context.cluster.plan import MEMORY_BUDGET, SERVERS
 from snakemake_executor_context.errors import ClusterError, UnsafePathError
 from snakemake_executor_context.executor.recording import _outside
+from snakemake_executor_context.options import option
+
+SERVERS = option("servers").allowed
+MEMORY_BUDGET = option("memory_budget").allowed
 
 
 def _mode(path: Path) -> int:
@@ -111,13 +114,17 @@ def test_identity_tells_a_process_from_a_later_one():
 
 def test_pid_file_of_another_process_names_nothing(tmp_path):
     files = ClusterFiles(tmp_path / "s.json")
-    files.write_info({"pid": os.getpid()})
+    from dataclasses import replace
+
+    from snakemake_executor_context.cluster.info import ClusterInfo
+
+    files.write_info(ClusterInfo(pid=os.getpid()))
     assert files.running_pid() == os.getpid()
     assert _mode(files.pid_file) == 0o600
-    record = files.read_info() or {}
-    files.pid_file.write_text(
-        __import__("json").dumps({**record, "start_ticks": record["start_ticks"] + 1})
-    )
+    record = files.read_info()
+    assert record is not None and record.start_ticks is not None
+    forged = replace(record, start_ticks=record.start_ticks + 1)
+    files.pid_file.write_text(__import__("json").dumps(forged.to_wire()))
     assert files.running_pid() is None
 
 

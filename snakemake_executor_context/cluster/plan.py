@@ -7,14 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..allowed import BUDGET, WHOLE, Allowed
 from ..errors import ClusterError
 from ..fleet.gpus import GpuInfo
 from ..fleet.resources import server_resources
 
 __all__ = [
-    "MEMORY_BUDGET",
-    "SERVERS",
     "SERVER_DASK_CONFIG",
     "ServerPlan",
     "plan_servers",
@@ -124,9 +121,3 @@ def _server_name(group: Sequence[GpuInfo]) -> str:
     if len(group) == 1:
         return group[0].server_name
     return f"{group[0].server_name}-{group[-1].index}"
-
-
-#: The servers a local cluster starts (--context-servers, up --servers).
-SERVERS = Allowed(WHOLE, least=1, most=256, optional=True, unit="servers")
-#: What a server may fill with contexts (--context-memory-budget, up --memory-budget).
-MEMORY_BUDGET = Allowed(BUDGET)

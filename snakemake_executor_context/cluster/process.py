@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import ClusterError, UnsafePathError
+from ..options import up_flag
 from ..processes import pid_alive
 from .credentials import open_private_append
 from .files import ClusterFiles, identity, kill_group, tail
@@ -88,7 +89,7 @@ class LocalClusterProcess:
             "serve",
             "--scheduler-file",
             str(files.scheduler_file),
-            "--memory-budget",
+            up_flag("memory_budget"),
             str(memory_budget),
             "--idle-timeout",
             str(idle_timeout),
@@ -98,7 +99,7 @@ class LocalClusterProcess:
             host,
         ]
         if servers:
-            command += ["--servers", str(servers)]
+            command += [up_flag("servers"), str(servers)]
         if catalog:
             command += ["--catalog", catalog]
         if not tls:

@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
-from ..defaults import DEFAULT_MEMORY_BUDGET
+from ..options import add_option
 from ..processes import become_subreaper, process_tree, stop_processes
+from ..triples import Shape
 from .credentials import Credentials
 from .files import ClusterFiles
+from .info import ClusterInfo, PlannedServer
 from .plan import SERVER_DASK_CONFIG, plan_servers, start_method
 from .process import SERVE_MODULE
-from .triples import Shape
 
 __all__ = ["HEARTBEAT_TIMEOUT", "loss_config", "serve"]
 
@@ -60,16 +61,15 @@ def serve(argv: Sequence[str] | None = None) -> int:
     """Run a local cluster until it is shut down, idle too long, or orphaned."""
     parser = argparse.ArgumentParser(prog=f"python -m {SERVE_MODULE} serve")
     parser.add_argument("--scheduler-file", type=Path, required=True)
-    parser.add_argument("--servers", type=int, default=None)
-    parser.add_argument("--memory-budget", default=DEFAULT_MEMORY_BUDGET)
+    add_option(parser, "servers")
+    add_option(parser, "memory_budget")
     parser.add_argument("--idle-timeout", type=float, default=0.0)
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--catalog", default=None)
     parser.add_argument("--pilots", default=None, help="PilotOptions as JSON: a batch pool")
-    parser.add_argument("--min-pilots", type=int, default=0)
-    parser.add_argument("--max-pilots", type=int, default=1)
-    parser.add_argument("--pilot-idle-timeout", type=float, default=120.0)
+    for name in ("min_pilots", "max_pilots", "pilot_idle_timeout"):
+        add_option(parser, name)
     # Benchmarks and tests only (TLS off against on, in one run): a plaintext cluster.
     parser.add_argument("--no-tls", action="store_true")
     parser.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT)
@@ -161,16 +161,9 @@ def serve(argv: Sequence[str] | None = None) -> int:
                             memory_budget=args.memory_budget,
                             gpu=asdict(plan.gpu) if plan.gpu else None,
                             devices=plan.devices,
-                            gang_timeout=shape.gang_timeout,
+                            shape=shape,
                             memory_bytes=plan.memory_bytes,
                             warm_zygote=not args.parent_pid,
-                            threads_per_slot=shape.threads_per_slot,
-                            batch_max=shape.batch_max,
-                            batch_wait=shape.batch_wait,
-                            peer_transfers=shape.peer_transfers,
-                            peer_rate=shape.peer_mbps * 1e6,
-                            own_cache=shape.own_caches,
-                            model_cache_bytes=shape.model_cache_bytes,
                         )
                     ),
                 ),
@@ -197,28 +190,22 @@ def serve(argv: Sequence[str] | None = None) -> int:
         )
     steps["scheduler and servers"] = time.time()
     files.publish_scheduler_file()
-    info = {
-        "pid": os.getpid(),
-        "address": cluster.scheduler_address,
-        "servers": [
-            {
-                "name": plan.name,
-                "gpu": asdict(plan.gpu) if plan.gpu else None,
-                "devices": plan.devices,
-                "resources": plan.resources,
-            }
-            for plan in plans
-        ],
-        "started": time.time(),
-        "catalog": args.catalog,
-        "pilots": json.loads(args.pilots) if args.pilots else None,
-        "tls": security is not None,
-        "slots": shape.slots,
-        "threads_per_slot": shape.threads_per_slot,
-        "steps": steps,
-    }
+    info = ClusterInfo(
+        pid=os.getpid(),
+        address=cluster.scheduler_address,
+        servers=tuple(
+            PlannedServer(plan.name, plan.gpu, plan.devices, plan.resources) for plan in plans
+        ),
+        started=time.time(),
+        catalog=args.catalog,
+        pilots=json.loads(args.pilots) if args.pilots else None,
+        tls=security is not None,
+        slots=shape.slots,
+        threads_per_slot=shape.threads_per_slot,
+        steps=steps,
+    )
     files.write_info(info)
-    logging.info("context cluster up at %s with %d servers", info["address"], len(plans))
+    logging.info("context cluster up at %s with %d servers", info.address, len(plans))
     try:
         while not stop.wait(0.5):
             if cluster.scheduler is None or cluster.scheduler.status.name in ("closing", "closed"):
@@ -253,25 +240,13 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], sec
     """A batch system's pool of pilots, scaled by the run's demand. Pilots present the
     cluster's credentials, read from beside the scheduler file: that directory must be
     on a filesystem the compute nodes share."""
-    from dataclasses import replace
-
     from ..fleet.pool import PoolShape
-    from .pilots import PilotOptions, start_pilot_cluster
+    from .pilotcluster import start_pilot_cluster
+    from .pilots import PilotOptions
     from .pool import DemandAdaptive
 
-    triple = Shape.from_args(args)
-    options = replace(
-        PilotOptions.from_json(args.pilots),
-        slots=triple.slots,
-        threads_per_slot=triple.threads_per_slot,
-        batch_max=triple.batch_max,
-        batch_wait=triple.batch_wait,
-        peer_transfers=triple.peer_transfers,
-        peer_mbps=triple.peer_mbps,
-        own_caches=triple.own_caches,
-        model_cache_size=triple.model_cache_size,
-        gang_timeout=triple.gang_timeout,
-    )
+    # Its servers' shape travels inside the options, as the pilots' job scripts carry it.
+    options = PilotOptions.from_json(args.pilots)
     scheduler_options.pop("host", None)
     if not options.interface:
         from distributed.utils import get_ip

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ..allowed import NUMBER, TEXT, Allowed, add_argument, filled
-from ..defaults import DEFAULT_MEMORY_BUDGET, DEFAULT_SCHEDULER_FILE, catalog_disabled
+from ..defaults import DEFAULT_SCHEDULER_FILE, catalog_disabled
+from ..options import add_option, up_flag
+from ..triples import Shape
 from .pilot_args import add_pilot_arguments, walltime_line
-from .plan import MEMORY_BUDGET, SERVERS
-from .triples import Shape
 
 __all__ = ["add_up_command"]
 
@@ -23,21 +23,8 @@ def add_up_command(commands: Any, scheduler_file: Callable[[Any], None]) -> None
     adds the --scheduler-file flag every subcommand shares."""
     up = commands.add_parser("up", help="start a persistent local cluster of context servers")
     scheduler_file(up)
-    add_argument(
-        up,
-        "--servers",
-        SERVERS,
-        default=None,
-        help="CPU servers when there is no GPU (default: CPU cores, at most 4); "
-        "with GPUs, one server per GPU",
-    )
-    add_argument(
-        up,
-        "--memory-budget",
-        MEMORY_BUDGET,
-        default=DEFAULT_MEMORY_BUDGET,
-        help="memory a server may fill with contexts: a fraction or a size",
-    )
+    add_option(up, "servers")
+    add_option(up, "memory_budget")
     add_argument(
         up,
         "--idle-timeout",
@@ -75,14 +62,14 @@ def _up(args: argparse.Namespace) -> int:
 
     running = LocalClusterProcess.find(args.scheduler_file)
     if running is not None:
-        info = running.files.read_info() or {}
+        info = running.files.read_info()
         print(
-            f"A context cluster already runs at {info.get('address')} "
+            f"A context cluster already runs at {info.address if info else '?'} "
             f"(scheduler file {running.files.scheduler_file})."
         )
         return 0
     if not args.backend:  # the servers start on this node (pilots make theirs on theirs)
-        shape.check_own_caches("--own-caches")
+        shape.check_own_caches(up_flag("own_caches"))
     from .credentials import private_file
     from .files import ClusterFiles
 
@@ -110,14 +97,14 @@ def _up(args: argparse.Namespace) -> int:
         timeout_setting="--timeout",
     )
     if args.backend:
-        print(walltime_line(args.backend, args.walltime, args.retire_margin, "--walltime"))
-    info = local.files.read_info() or {}
-    servers = info.get("servers", [])
-    kinds = ", ".join(
-        (s["gpu"]["name"] if s.get("gpu") else "CPU") + f" ({s['name']})" for s in servers
-    )
+        walltime, margin = args.pilot_walltime, args.pilot_retire_margin
+        print(walltime_line(args.backend, walltime, margin, up_flag("pilot_walltime")))
+    info = local.files.read_info()
+    servers = info.servers if info else ()
+    kinds = ", ".join((s.gpu.name if s.gpu else "CPU") + f" ({s.name})" for s in servers)
     print(
-        f"Context cluster up at {info.get('address')} with {len(servers)} server(s): {kinds} "
+        f"Context cluster up at {info.address if info else '?'} with {len(servers)} "
+        f"server(s): {kinds} "
         f"[{time.monotonic() - started:.1f} s]\n"
         f"  scheduler file: {local.files.scheduler_file}\n"
         f"  log:            {local.files.log_file}\n"

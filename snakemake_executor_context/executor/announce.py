@@ -20,8 +20,9 @@ def announce_walltime(settings: ExecutorSettings, say: Callable[[str], None]) ->
     """With a pool of pilots, one line on their walltime as the batch system reads it."""
     if settings.backend:
         from ..cluster.pilot_args import walltime_line
+        from ..options import executor_flag
 
-        flag, margin = "--context-pilot-walltime", settings.pilot_retire_margin
+        flag, margin = executor_flag("pilot_walltime"), settings.pilot_retire_margin
         say(walltime_line(settings.backend, settings.pilot_walltime, margin, flag))
 
 
@@ -33,10 +34,10 @@ def announce_fleet(
     say(f"Context executor: {servers} server(s) on the {connection.description}.")
     wants_gpu = any(constant_resource(rule, "gpu") for rule in workflow_rules(workflow))
     info = connection.local.files.read_info() if connection.local else None
-    stand_ins = [s for s in (info or {}).get("servers", []) if s.get("gpu") is None]
+    stand_ins = [s for s in info.servers if s.gpu is None] if info else []
     if stand_ins and wants_gpu:
-        names = ", ".join(s["name"] for s in stand_ins)
-        each = max(int(s.get("devices", 1) or 1) for s in stand_ins)
+        names = ", ".join(s.name for s in stand_ins)
+        each = max(s.devices for s in stand_ins)
         say(
             f"No GPU found on this machine: the CPU servers {names} stand "
             f"in for gpu={each}, so GPU rules run on the CPU."

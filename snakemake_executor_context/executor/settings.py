@@ -2,11 +2,14 @@
 
 Snakemake turns each field into a command-line flag (``scheduler_address`` becomes
 ``--context-scheduler-address``) and a profile key (``context-scheduler-address``).
+The servers' options (``--context-slots``...) and the pilots' are the option table's
+(:mod:`..options`): their fields take its default, help and checks; the others are
+the executor's own, declared here.
 """
 
 # No `from __future__ import annotations`: Snakemake reads the field types at run time
 # to build the argument parser, and only understands typing.Optional.
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,30 +30,13 @@ from ..allowed import (
     filled,
 )
 from ..allowed import settings_field as _checked
-from ..cluster.plan import MEMORY_BUDGET, SERVERS
-from ..cluster.triples import (
-    BATCH_MAX,
-    BATCH_WAIT,
-    GANG_TIMEOUT,
-    GPUS_PER_SERVER,
-    MODEL_CACHE_SIZE,
-    OWN_CACHES,
-    PEER_MBPS,
-    PEER_TRANSFERS,
-    SLOTS,
-    THREADS_PER_SLOT,
-    Shape,
-)
-from ..defaults import DEFAULT_MEMORY_BUDGET, GANG_TIMEOUT_SECONDS, LOCAL_DIR_METADATA
+from ..defaults import LOCAL_DIR_METADATA, MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE
 from ..errors import SettingError
-from .pilotsettings import PilotSettings
+from ..options import EXECUTOR_PREFIX, executor_flag, table_field
+from ..triples import Shape
+from .pilotsettings import ATTACH_SETTINGS, PilotSettings
 
 __all__ = ["ExecutorSettings", "common_settings", "settings_table"]
-
-#: The flag of a field: --context- and its name with dashes.
-PREFIX = "--context-"
-_ATTACH = ("scheduler_address", "scheduler_file")
-_EMBEDDED_ONLY = ("scheduler_address", "scheduler_file")
 
 
 def _address(flag: str, value: str) -> str | None:
@@ -110,26 +96,8 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
             "so its contexts stay loaded for the next one.",
         },
     )
-    servers: Optional[int] = _checked(
-        None,
-        SERVERS,
-        {
-            "help": "Number of context servers the embedded cluster starts when "
-            "the machine has no GPU (each runs --context-slots jobs at a time and "
-            "stands in for gpu=1). Default: the number of CPU cores, at most 4. With GPUs "
-            "the embedded cluster starts one server per GPU instead.",
-        },
-    )
-    memory_budget: str = _checked(
-        DEFAULT_MEMORY_BUDGET,
-        MEMORY_BUDGET,
-        {
-            "help": "Memory each server of the embedded cluster may fill with "
-            "loaded contexts before it evicts the least recently used one: a "
-            "fraction of the server's memory (GPU memory on a GPU server, its "
-            "share of RAM otherwise), or a size such as '6GB'.",
-        },
-    )
+    servers: Optional[int] = table_field("servers")
+    memory_budget: str = table_field("memory_budget")
     status_interval: float = _checked(
         1.0,
         Allowed(NUMBER, least=0.1, most=60, unit="seconds"),
@@ -185,7 +153,7 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
     )
     credentials: Optional[Path] = _checked(
         None,
-        Allowed(TEXT, optional=True, needs=_ATTACH),
+        Allowed(TEXT, optional=True, needs=ATTACH_SETTINGS),
         {
             "help": "Directory of the TLS credentials (ca.pem, cert.pem, key.pem) of a "
             "cluster to attach to by --context-scheduler-address. Default: the "
@@ -195,7 +163,7 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
     )
     allow_plaintext: bool = _checked(
         False,
-        Allowed(FLAG, needs=_ATTACH),
+        Allowed(FLAG, needs=ATTACH_SETTINGS),
         {
             "help": "Attach to a scheduler without TLS (tcp://), such as a `dask "
             "scheduler` started by hand. Anyone who can reach its ports can run code "
@@ -248,7 +216,7 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
     )
     memory_cap: Optional[str] = _checked(
         None,
-        Allowed(SIZE, least=2**26, optional=True, conflicts=_EMBEDDED_ONLY),
+        Allowed(SIZE, least=2**26, optional=True, conflicts=ATTACH_SETTINGS),
         {
             "help": "Memory cap of each server of the embedded cluster, its child "
             "processes included ('8GB'; default: none). A watchdog samples it every "
@@ -256,117 +224,33 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
             "cap and the memory seen, and restarts the server if the job does not "
             "stop. Separate from --context-memory-budget (contexts) and from Dask's "
             "memory thresholds (off). For `snakemake-context up`, export "
-            "SNAKEMAKE_CONTEXT_MEMORY_CAP before starting it.",
+            f"{MEMORY_CAP_VARIABLE} before starting it.",
         },
     )
     recycle_after_leaks: int = _checked(
         3,
-        Allowed(WHOLE, least=0, most=10_000, zero="never", conflicts=_EMBEDDED_ONLY),
+        Allowed(WHOLE, least=0, most=10_000, zero="never", conflicts=ATTACH_SETTINGS),
         {
             "help": "Restart a server of the embedded cluster once this many of its "
             "jobs left threads running (0: never). Leaked threads and open files are "
             "reported either way. For `snakemake-context up`, export "
-            "SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS before starting it.",
+            f"{RECYCLE_VARIABLE} before starting it.",
         },
     )
     local_dir: Optional[Path] = _checked(
         None, Allowed(TEXT, optional=True, form=_existing_dir), dict(LOCAL_DIR_METADATA)
     )
-    slots: int = _checked(
-        1,
-        SLOTS,
-        {
-            "help": "Jobs each server of the embedded cluster or of --context-backend "
-            "runs at once, as threads sharing one loaded copy of the context (and its "
-            "batched() calls). Only jobs of one workflow directory, script, threads, "
-            "environment and search paths overlap; a shareable=False context gets a "
-            "whole server; a context runs one job at a time until its per-job memory "
-            "is declared or measured, then what fits. `up --slots N` likewise.",
-        },
-    )
-    threads_per_slot: int = _checked(
-        0,
-        THREADS_PER_SLOT,
-        {
-            "help": "Threads of each in-process job's pools (torch, BLAS, OpenMP, "
-            "OMP_NUM_THREADS...); 0: the rule's threads. The fleet's shape: servers per "
-            "node (--context-servers) x slots per server x threads per slot.",
-        },
-    )
-    batch_max: int = _checked(
-        0,
-        BATCH_MAX,
-        {
-            "help": "Most items a batched() call merges into one call of its function "
-            "across the jobs of a server (0: each function's own max_batch).",
-        },
-    )
-    batch_wait: float = _checked(
-        0.0,
-        BATCH_WAIT,
-        {
-            "help": "Seconds a batched() call waits for other jobs' items (default 0: "
-            "a lone call is not delayed; items arriving meanwhile form the next batch).",
-        },
-    )
-    peer_transfers: int = _checked(
-        2,
-        PEER_TRANSFERS,
-        {
-            "help": "Transfers of its context templates (a loader's template=, such as "
-            "converted weights) each server serves to other servers at once: a server "
-            "that lacks a template fetches it from a peer instead of its source, and "
-            "then serves it too (0: no peer transfer, every load reads its source).",
-        },
-    )
-    peer_mbps: float = _checked(
-        0.0,
-        PEER_MBPS,
-        {"help": "MB/s each transfer a server serves may take (0: no limit)."},
-    )
-    own_caches: Optional[str] = _checked(
-        None,
-        replace(OWN_CACHES, optional=True),
-        {
-            "help": "A directory of per-server model caches: each server keeps its "
-            "loaders' cache in DIR/<server name>, as servers on different nodes do "
-            "(tests, benchmarks, pilots sharing a node). Default: the servers of a node "
-            "share $SNAKEMAKE_CONTEXT_MODEL_CACHE.",
-        },
-    )
-    model_cache_size: Optional[str] = _checked(
-        None,
-        MODEL_CACHE_SIZE,
-        {
-            "help": "What each node-local model cache (converted weights, templates "
-            "fetched from peers) may hold, such as 20GB: before a template enters it, "
-            "the least recently used ones that no server of the node holds loaded or "
-            "reads are removed to make room, with their recorded digests. Default: no "
-            "limit.",
-        },
-    )
-    gpus_per_server: int = _checked(
-        1,
-        replace(GPUS_PER_SERVER, conflicts=("backend", *_ATTACH)),
-        {
-            "help": "GPUs each server of the embedded cluster owns (its "
-            "CUDA_VISIBLE_DEVICES lists them); on a machine without GPUs, the GPUs each "
-            "CPU server stands in for. A loader gets them from server_devices() (one "
-            "process, layers split with device_map='auto'); a context declared with "
-            "ranks=k runs one process per device on k of them (tensor parallel), and "
-            "its rules ask for gpu=k. `up --gpus-per-server N` likewise; pilots own "
-            "--context-pilot-gpus.",
-        },
-    )
-    gang_timeout: float = _checked(
-        GANG_TIMEOUT_SECONDS,
-        GANG_TIMEOUT,
-        {
-            "help": "Seconds a collective of a context that spans several processes "
-            "(ranks=k) may take before it fails: a rank that died or hangs never leaves "
-            f"the others blocked longer (default {GANG_TIMEOUT_SECONDS:g}).",
-        },
-    )
+    slots: int = table_field("slots")
+    threads_per_slot: int = table_field("threads_per_slot")
+    batch_max: int = table_field("batch_max")
+    batch_wait: float = table_field("batch_wait")
+    peer_transfers: int = table_field("peer_transfers")
+    peer_mbps: float = table_field("peer_mbps")
+    own_caches: Optional[str] = table_field("own_caches")
+    model_cache_size: Optional[str] = table_field("model_cache_size")
+    # The embedded cluster's: pilots own --context-pilot-gpus.
+    gpus_per_server: int = table_field("gpus_per_server", conflicts=("backend", *ATTACH_SETTINGS))
+    gang_timeout: float = table_field("gang_timeout")
     report: bool = _checked(
         False,
         Allowed(FLAG),
@@ -383,7 +267,7 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
             if not (self.scheduler_file or self.scheduler_address or self.backend):
                 # The embedded cluster's servers start on this node: their directory is
                 # made and checked here (an attached cluster's and pilots' are theirs).
-                Shape(own_caches=self.own_caches or "").check_own_caches("--context-own-caches")
+                Shape(own_caches=self.own_caches).check_own_caches(executor_flag("own_caches"))
         except SettingError as error:
             # The plugin's frames say nothing to the user (Snakemake prints them).
             raise error.with_traceback(None) from None
@@ -391,4 +275,4 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
 
 def settings_table() -> list[Any]:
     """Every setting of the executor, with its flag and what it allows."""
-    return dataclass_settings(ExecutorSettings, PREFIX)
+    return dataclass_settings(ExecutorSettings, EXECUTOR_PREFIX)

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, cast
 
+from ..defaults import GANG_TIMEOUT_SECONDS
 from ..errors import ContextLoadError
 from ..loaders import LoaderRef
 from ..processes import OWN
+from ..terminal import format_bytes
 from .driver import POLL_SECONDS, Gang, RankLoss, RankProcess, receive
 from .rank import Channel, Rank, RankStart
 from .store import StoreBook
@@ -48,7 +50,7 @@ class GangOptions:
     #: The devices it owns, in order ("cuda:0", ..., or "cpu" per stand-in).
     devices: tuple[str, ...]
     #: Seconds every collective and the rendezvous may take.
-    timeout: float = 300.0
+    timeout: float = GANG_TIMEOUT_SECONDS
     #: Told once when a rank dies (a server leaves: its jobs run again).
     on_broken: Callable[[RankLoss], None] | None = None
     #: Threads of each rank's torch pools (0: the cores of the process / ranks).
@@ -132,8 +134,8 @@ def _admit(name: str, gang: Gang, budget: int) -> None:
     if over:
         rank, nbytes = over[0]
         raise ContextLoadError(
-            f"Context '{name}': rank {rank}'s shard takes {nbytes / 1e9:.2f} GB on "
-            f"{gang.devices[rank]}, more than the {budget / 1e9:.2f} GB its device may hold "
+            f"Context '{name}': rank {rank}'s shard takes {format_bytes(nbytes)} on "
+            f"{gang.devices[rank]}, more than the {format_bytes(budget)} its device may hold "
             f"(the server's memory budget over its {len(gang.devices)} device(s)). Fix: "
             "split it over more ranks, or raise --context-memory-budget."
         )

@@ -1,20 +1,21 @@
 """How a server is set up: :class:`ServerConfig`, passed to its worker process by
-the cluster (the embedded cluster, ``up``) or built by a pilot's preload, and the
-memory budget it resolves (:func:`resolve_budget`)."""
+the cluster (the embedded cluster, ``up``) or built by a pilot's preload from the
+:class:`PilotServerSettings` its job script carries, and the memory budget it
+resolves (:func:`resolve_budget`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import time
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..defaults import (
-    DEFAULT_MEMORY_BUDGET,
-    DRAIN_GRACE_SECONDS,
-    GANG_TIMEOUT_SECONDS,
-    SERVER_LEASE_SECONDS,
-)
+from ..defaults import DRAIN_GRACE_SECONDS, SERVER_LEASE_SECONDS
+from ..fleet.gpus import GpuInfo
+from ..options import setting_default
+from ..triples import Shape
 
-__all__ = ["ServerConfig", "resolve_budget"]
+__all__ = ["PilotServerSettings", "ServerConfig", "resolve_budget"]
 
 
 @dataclass
@@ -24,15 +25,18 @@ class ServerConfig:
 
     name: str = ""
     #: A fraction of the server's memory ("0.8") or a size ("6GB").
-    memory_budget: str = DEFAULT_MEMORY_BUDGET
+    memory_budget: str = setting_default("memory_budget")
     #: The GPU this server is pinned to (its first, when it owns several), as a
     #: GpuInfo dict; None on a CPU server.
     gpu: dict[str, Any] | None = None
     #: Devices it owns: its GPUs (all in its CUDA_VISIBLE_DEVICES), or on a CPU server
     #: the GPUs it stands in for. A gang context puts one rank on each.
     devices: int = 1
-    #: Seconds a gang's collectives (and its rendezvous) may take before they fail.
-    gang_timeout: float = GANG_TIMEOUT_SECONDS
+    #: The fleet's shape it runs in: its slots (its Dask threads, set when it starts),
+    #: threads per slot, the batched() defaults, template sharing with its peers (0
+    #: transfers: it fetches none either, :mod:`.peers`), its own
+    #: model cache and that cache's limit (:mod:`..modelcache.cacheroom`), and the gang timeout.
+    shape: Shape = field(default_factory=Shape)
     #: Pilots started as one server of this many nodes (1: a server of its own); the
     #: kind of pilot it is (only alike pilots form one).
     gang_nodes: int = 1
@@ -49,27 +53,63 @@ class ServerConfig:
     retires_at: float | None = None
     #: A pilot's: when its batch job started (None: not a pilot, or not known).
     allocated_at: float | None = None
-    #: Jobs it runs at once (Dask's threads), and the thread pools' size of each
-    #: in-process job (0: the rule's threads).
-    slots: int = 1
-    threads_per_slot: int = 0
-    #: Defaults of the contexts' batched() functions (0: each function's own).
-    batch_max: int = 0
-    batch_wait: float = 0.0
     #: Servers that may load one context from its shared source at once, fleet-wide
     #: (0: no limit; pilots only, see :mod:`.loadturns`).
     loads_per_source: int = 0
-    #: Transfers of its context templates it serves to peers at once (0: none, and it
-    #: fetches none: every load reads its source; :mod:`.holder`, :mod:`.transfer`).
-    peer_transfers: int = 2
-    #: Bytes a second each transfer it serves may take (0: no limit).
-    peer_rate: float = 0.0
-    #: A directory of per-server model caches: this server's is ``<dir>/<its name>``,
-    #: as servers on different nodes have ("": the servers of a node share one).
-    own_cache: str = ""
-    #: Bytes its model cache's entries may take (0: no limit; the least recently used
-    #: ones no server of the node uses make room: :mod:`...cacheroom`).
-    model_cache_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class PilotServerSettings:
+    """What a pilot's server is started with: written into its job script by the
+    cluster (:meth:`~..cluster.pilots.PilotOptions.server_settings`, exported as
+    :data:`~..defaults.PILOT_VARIABLE`) and read by its preload (:mod:`.pilot`), both
+    through :meth:`to_wire` and :meth:`from_wire`."""
+
+    shape: Shape
+    memory_budget: str
+    #: Pilots that may load one context from its shared source at once (0: no limit).
+    loads_per_source: int
+    #: The GPUs the batch system grants it, and their type: what it advertises where
+    #: NVML sees none.
+    gpus: int
+    gpu_type: str | None
+    #: Seconds after its start at which it retires, moved by up to the stagger.
+    lifetime_seconds: float
+    lifetime_stagger: float
+    #: Pilots that form one server (1: its own), and their kind (only alike ones do).
+    gang_nodes: int
+    gang_kind: str
+
+    def to_wire(self) -> str:
+        """These settings as the JSON text of the job script's variable."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_wire(cls, text: str) -> PilotServerSettings:
+        """Settings from :meth:`to_wire` (ValueError or TypeError: not a pilot's
+        settings of this version)."""
+        wire = json.loads(text)
+        return cls(**{**wire, "shape": Shape.from_wire(wire["shape"])})
+
+    def server_config(
+        self, name: str, gpus: list[GpuInfo], memory_bytes: int, allocated_at: float | None
+    ) -> ServerConfig:
+        """The pilot's server, now that it runs on its node with these GPUs."""
+        lifetime = self.lifetime_seconds
+        return ServerConfig(
+            name=name,
+            memory_budget=self.memory_budget,
+            gpu=asdict(gpus[0]) if gpus else None,
+            devices=max(1, len(gpus)),
+            shape=self.shape,
+            gang_nodes=self.gang_nodes,
+            gang_kind=self.gang_kind,
+            memory_bytes=memory_bytes,
+            # Dask's --lifetime-stagger moves the end by up to that much either way.
+            retires_at=time.time() + lifetime - self.lifetime_stagger if lifetime else None,
+            allocated_at=allocated_at,
+            loads_per_source=self.loads_per_source,
+        )
 
 
 def resolve_budget(spec: str | float, memory_bytes: int) -> int:

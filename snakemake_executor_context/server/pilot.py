@@ -13,16 +13,14 @@ of the pilot's ``gpu_type`` setting, as the batch system granted them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import time
-from dataclasses import asdict
 from typing import Any
 
-from ..defaults import BATCH_STARTED_VARIABLE, GANG_TIMEOUT_SECONDS, PILOT_VARIABLE
+from ..defaults import BATCH_STARTED_VARIABLE, PILOT_VARIABLE
 from ..fleet.gpus import STAND_IN_SOURCE, GpuInfo
 from ..fleet.resources import server_resources
+from .config import PilotServerSettings
 from .nvml import discover_gpus
 
 __all__ = ["dask_setup", "pilot_gpus", "pilot_settings"]
@@ -30,18 +28,17 @@ __all__ = ["dask_setup", "pilot_gpus", "pilot_settings"]
 logger = logging.getLogger(__name__)
 
 
-def pilot_settings(environ: dict[str, str] | None = None) -> dict[str, Any]:
+def pilot_settings(environ: dict[str, str] | None = None) -> PilotServerSettings:
     """The pilot's server settings from its job script's environment."""
     text = (environ if environ is not None else dict(os.environ)).get(PILOT_VARIABLE, "")
-    return json.loads(text) if text else {}
+    return PilotServerSettings.from_wire(text)
 
 
-def pilot_gpus(settings: dict[str, Any], found: list[GpuInfo]) -> list[GpuInfo]:
+def pilot_gpus(settings: PilotServerSettings, found: list[GpuInfo]) -> list[GpuInfo]:
     """The GPUs a pilot advertises: NVML's, or stand-ins named by its GPU type."""
     if found:
         return found
-    count = int(settings.get("gpus") or 0)
-    kind = settings.get("gpu_type")
+    count, kind = settings.gpus, settings.gpu_type
     if count <= 0 or not kind:
         return []
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
@@ -71,7 +68,6 @@ def allocated_at(environ: dict[str, str] | None = None) -> float | None:
 
 async def dask_setup(worker: Any) -> None:
     """Advertise the pilot's GPUs and memory, and install the context server."""
-    from .config import ServerConfig
     from .plugin import ContextServerPlugin
 
     settings = pilot_settings()
@@ -82,27 +78,5 @@ async def dask_setup(worker: Any) -> None:
     for name, amount in resources.items():
         state.total_resources[name] = amount
         state.available_resources[name] = amount
-    lifetime = float(settings.get("lifetime_seconds") or 0)
-    stagger = float(settings.get("lifetime_stagger") or 0)
-    config = ServerConfig(
-        # Dask's --lifetime-stagger moves the end by up to that much either way.
-        retires_at=time.time() + lifetime - stagger if lifetime else None,
-        allocated_at=allocated_at(),
-        name=str(worker.name),
-        memory_budget=str(settings.get("memory_budget") or "0.8"),
-        gpu=asdict(gpus[0]) if gpus else None,
-        devices=max(1, len(gpus)),
-        gang_timeout=float(settings.get("gang_timeout") or GANG_TIMEOUT_SECONDS),
-        gang_nodes=int(settings.get("gang_nodes") or 1),
-        gang_kind=str(settings.get("gang_kind") or ""),
-        memory_bytes=memory,
-        threads_per_slot=int(settings.get("threads_per_slot") or 0),
-        batch_max=int(settings.get("batch_max") or 0),
-        batch_wait=float(settings.get("batch_wait") or 0.0),
-        loads_per_source=int(settings.get("loads_per_source") or 0),
-        peer_transfers=int(settings.get("peer_transfers", 2)),
-        peer_rate=float(settings.get("peer_mbps") or 0.0) * 1e6,
-        own_cache=str(settings.get("own_caches") or ""),
-        model_cache_bytes=int(settings.get("model_cache_bytes") or 0),
-    )
+    config = settings.server_config(str(worker.name), gpus, memory, allocated_at())
     await worker.plugin_add(ContextServerPlugin(config))

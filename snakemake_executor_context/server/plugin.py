@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ class ContextServerPlugin(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         """Install the server; leave the terminal's Ctrl-C to the Snakemake process."""
-        config = ServerConfig(**asdict(self.config))
+        config = replace(self.config)
         config.name = config.name or str(worker.name)
         # What its jobs detach is reparented to it, not to init (:mod:`.leftovers`);
         # a job's mark or keep comes from the job, never from the server's start.
@@ -113,15 +113,15 @@ class ContextServerPlugin(WorkerPlugin):
             os.environ.pop(variable, None)
         if not config.memory_bytes:
             config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
-        config.slots = worker_slots(worker)
-        if config.own_cache:
-            own = paths.private_dir(Path(config.own_cache).expanduser().absolute())
+        shape = config.shape = replace(config.shape, slots=worker_slots(worker))
+        if shape.own_caches:
+            own = paths.private_dir(Path(shape.own_caches).expanduser().absolute())
             # A worker's name is the cluster's to give: a plain file name here.
             os.environ[MODEL_CACHE_VARIABLE] = str(own / safe_name(config.name))
-        if config.model_cache_bytes > 0:
-            os.environ[MODEL_CACHE_SIZE_VARIABLE] = str(config.model_cache_bytes)
+        if shape.model_cache_bytes > 0:
+            os.environ[MODEL_CACHE_SIZE_VARIABLE] = str(shape.model_cache_bytes)
         # Unset (0): every batched() function keeps its own max_batch and max_wait.
-        configure_batching(max_batch=config.batch_max or None, max_wait=config.batch_wait or None)
+        configure_batching(max_batch=shape.batch_max or None, max_wait=shape.batch_wait or None)
         server = ContextServer.install(config, worker.address, worker)
         # What its loaders see as theirs (server_devices()), and its gangs' ranks use.
         os.environ[DEVICES_VARIABLE] = ",".join(server.devices)

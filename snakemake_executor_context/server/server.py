@@ -31,19 +31,20 @@ from ..fleet.state import CPU_MODEL, model_of
 from ..gang import GangOptions, RankLoss
 from ..gang.devices import device_list
 from ..gang.start import RemoteDevice
+from ..triples import Shape
 from .blackhole import RECYCLE_GRACE
 from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
 from .config import ServerConfig
 from .drain import DRAINED_EXIT, plan_drain
-from .holder import TemplateHolder
 from .jobs import ServerJobs
 from .limits import ServerLimits
 from .loadturns import LoadTurns
 from .memwatch import MemoryWatchdog
-from .peering import DaskPeers
+from .peers.holder import TemplateHolder
+from .peers.reach import DaskPeers
+from .peers.receiver import PeerFetch
 from .pgroups import GroupRecord
 from .slots.serverslots import ServerSlots
-from .transfer import PeerFetch
 
 __all__ = ["ContextServer"]
 
@@ -94,14 +95,14 @@ class ContextServer:
             fetch=self._peer_fetch(config, address, worker),
             gang=GangOptions(
                 devices=tuple(self.devices),
-                timeout=config.gang_timeout,
+                timeout=config.shape.gang_timeout,
                 on_broken=self.gang_lost,
                 node=self.identity.host,
                 shard_budget=self.budget // max(1, len(self.devices)),
             ),
         )
         self.slots = ServerSlots(
-            config.slots,
+            config.shape.slots,
             capacity=memory,
             gpu=bool(config.gpu),
             where=self.identity.describe(),
@@ -128,7 +129,7 @@ class ContextServer:
             stats=self.stats,
             limits=limits,
             gpu_model=self.gpu_model,
-            threads_per_slot=config.threads_per_slot,
+            threads_per_slot=config.shape.threads_per_slot,
             emit=self.emit,
             recycle=self.recycle,
             draining=lambda: self.draining,
@@ -142,10 +143,10 @@ class ContextServer:
 
     def _peer_fetch(self, config: ServerConfig, address: str, worker: Any) -> PeerFetch | None:
         """Serve templates to peers and fetch missing ones from them (on a worker)."""
-        if worker is None or config.peer_transfers <= 0:
+        if worker is None or config.shape.peer_transfers <= 0:
             return None
         holder = TemplateHolder(
-            config.peer_transfers, config.peer_rate, address=address, emit=self.emit
+            config.shape.peer_transfers, config.shape.peer_rate, address=address, emit=self.emit
         )
         holder.install(worker)
         return PeerFetch(address, DaskPeers(worker), emit=self.emit, model=self.gpu_model)
@@ -178,7 +179,7 @@ class ContextServer:
                     slots = max(1, int(getattr(worker.state, "nthreads", 1) or 1))
                 except ValueError:
                     slots = 1
-                config = ServerConfig(name=name, memory_bytes=memory, slots=slots)
+                config = ServerConfig(name=name, memory_bytes=memory, shape=Shape(slots=slots))
                 cls._current = cls(config, address, worker)
                 cls._current.announce()
             return cls._current

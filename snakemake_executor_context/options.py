@@ -1,0 +1,460 @@
+"""Every option of the servers and of their pilots, declared once: its name, what it
+allows (:class:`~.allowed.Allowed`), its default and its help.
+
+The front ends are made from this table, never typed again:
+
+- the executor's settings (:class:`~.executor.settings.ExecutorSettings`, whose
+  fields Snakemake turns into ``--context-NAME`` flags) take each field's default,
+  help and checks with :func:`table_field`;
+- ``snakemake-context up`` and the cluster process add theirs with :func:`add_option`
+  (``--NAME``, or the shorter flag an option declares: ``--queue`` for
+  ``pilot_queue``), under the same names in their parsed arguments;
+- :class:`~.triples.Shape` and the pilots' options take their defaults from it.
+
+A help text names another option as ``{name}``, shown as that option's flag in the
+front end showing it, and never types a default: :meth:`Option.help_for` adds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .allowed import (
+    BUDGET,
+    NUMBER,
+    SIZE,
+    TEXT,
+    WALLTIME,
+    WHOLE,
+    WORDS,
+    Allowed,
+    add_argument,
+    filled,
+    settings_field,
+)
+from .batch.registry import BACKENDS
+from .defaults import DEFAULT_MEMORY_BUDGET, GANG_TIMEOUT_SECONDS, MODEL_CACHE_VARIABLE
+
+__all__ = [
+    "EXECUTOR_PREFIX",
+    "OPTIONS",
+    "PILOT",
+    "SERVER",
+    "Option",
+    "add_option",
+    "add_options",
+    "executor_flag",
+    "option",
+    "options_of",
+    "setting_default",
+    "table_field",
+    "up_flag",
+]
+
+#: The flag of an option among the executor's settings: this and its name with dashes.
+EXECUTOR_PREFIX = "--context-"
+#: The groups of options: how each server runs, and the pilots of a batch system.
+SERVER, PILOT = "server", "pilot"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its name (the executor's setting, ``up``'s destination), what it
+    allows, its default and its help text (``{other}``: another option's flag).
+    ``default_text`` says what the default means where its value would not (None:
+    "the number of CPU cores"); ``up`` is ``up``'s flag where it is not the name
+    (``queue``); ``executor``: whether the executor's settings have it."""
+
+    name: str
+    allowed: Allowed
+    default: Any
+    help: str
+    group: str = SERVER
+    default_text: str = ""
+    up: str = ""
+    executor: bool = True
+
+    def help_for(self, flag_of: Callable[[str], str]) -> str:
+        """The help text as a front end shows it, naming options by ``flag_of``."""
+        text = self.help.format_map({name: flag_of(name) for name in OPTIONS})
+        shown = self.default_text or _shown_default(self.default)
+        return f"{text} Default: {shown}." if shown else text
+
+
+def _shown_default(value: Any) -> str:
+    if value is None or value is False or value == "":
+        return ""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+_POOL = ("backend",)
+
+_DECLARED = (
+    Option(
+        "servers",
+        Allowed(WHOLE, least=1, most=256, optional=True, unit="servers"),
+        None,
+        "Context servers started when the machine has no GPU, each running {slots} jobs "
+        "at a time and standing in for gpu=1; with GPUs, one server per GPU instead.",
+        default_text="the number of CPU cores, at most 4",
+    ),
+    Option(
+        "memory_budget",
+        Allowed(BUDGET),
+        DEFAULT_MEMORY_BUDGET,
+        "Memory each server may fill with loaded contexts before it evicts the least "
+        "recently used one: a fraction of the server's memory (GPU memory on a GPU "
+        "server, its share of RAM otherwise), or a size such as '6GB'.",
+    ),
+    Option(
+        "slots",
+        Allowed(WHOLE, least=1, most=256, unit="jobs at once"),
+        1,
+        "Jobs each server runs at once, as threads sharing one loaded copy of the "
+        "context (and its batched() calls). Only jobs of one workflow directory, script, "
+        "threads, environment and search paths overlap; a shareable=False context gets a "
+        "whole server; a context runs one job at a time until its per-job memory is "
+        "declared or measured, then what fits.",
+    ),
+    Option(
+        "threads_per_slot",
+        Allowed(WHOLE, least=0, most=1024, zero="the rule's threads"),
+        0,
+        "Threads of each in-process job's pools (torch, BLAS, OpenMP, OMP_NUM_THREADS...); "
+        "0: the rule's threads. The fleet's shape: servers per node ({servers}) x slots "
+        "per server x threads per slot.",
+    ),
+    Option(
+        "batch_max",
+        Allowed(WHOLE, least=0, most=1_000_000, zero="each function's own max_batch"),
+        0,
+        "Most items a batched() call merges into one call of its function across the "
+        "jobs of a server (0: each function's own max_batch).",
+    ),
+    Option(
+        "batch_wait",
+        Allowed(NUMBER, least=0, most=1, unit="seconds"),
+        0.0,
+        "Seconds a batched() call waits for other jobs' items (0: a lone call is not "
+        "delayed; items arriving meanwhile form the next batch).",
+    ),
+    Option(
+        "peer_transfers",
+        Allowed(WHOLE, least=0, most=64, zero="no peer transfer"),
+        2,
+        "Transfers of its context templates (a loader's template=, such as converted "
+        "weights) each server serves to other servers at once: a server that lacks a "
+        "template fetches it from a peer instead of its source, and then serves it too "
+        "(0: no peer transfer, every load reads its source).",
+    ),
+    Option(
+        "peer_mbps",
+        # Below 1 MB/s a template of a few GB takes hours from a peer, longer than any
+        # source: a typo.
+        Allowed(NUMBER, least=1, most=1e6, zero="no limit", unit="MB/s"),
+        0.0,
+        "MB/s each transfer a server serves may take (0: no limit).",
+    ),
+    Option(
+        "own_caches",
+        # Made and checked where the servers start (Shape.check_own_caches; a pilot's
+        # on its node).
+        Allowed(TEXT, optional=True, form=filled),
+        None,
+        "A directory of per-server model caches: each server keeps its loaders' cache in "
+        "DIR/<server name>, as servers on different nodes do (tests, benchmarks, pilots "
+        "sharing a node).",
+        default_text=f"the servers of a node share ${MODEL_CACHE_VARIABLE}",
+    ),
+    Option(
+        "model_cache_size",
+        # At most 1 PiB, more than any node's local disk (1e30 was taken as it was).
+        Allowed(SIZE, optional=True, least=2**20, most=2**50),
+        None,
+        "What each node-local model cache (converted weights, templates fetched from "
+        "peers) may hold, such as 20GB: before a template enters it, the least recently "
+        "used ones that no server of the node holds loaded or reads are removed to make "
+        "room, with their recorded digests.",
+        default_text="no limit",
+    ),
+    Option(
+        "gpus_per_server",
+        Allowed(WHOLE, least=1, most=64, unit="GPUs"),
+        1,
+        "GPUs each server owns (its CUDA_VISIBLE_DEVICES lists them); on a machine "
+        "without GPUs, the GPUs each CPU server stands in for. A loader gets them from "
+        "server_devices() (one process, layers split with device_map='auto'); a context "
+        "declared with ranks=k runs one process per device on k of them (tensor "
+        "parallel), and its rules ask for gpu=k. Pilots own {pilot_gpus}.",
+    ),
+    Option(
+        "gang_timeout",
+        Allowed(NUMBER, least=1, most=86_400, unit="seconds"),
+        GANG_TIMEOUT_SECONDS,
+        "Seconds a collective of a context that spans several processes (ranks=k) may "
+        "take before it fails: a rank that died or hangs never leaves the others blocked "
+        "longer.",
+    ),
+    Option(
+        "backend",
+        Allowed(TEXT, choices=tuple(sorted(BACKENDS)), optional=True),
+        None,
+        "Submit the servers as pilot jobs to this batch system ("
+        + ", ".join(sorted(BACKENDS))
+        + "; through dask-jobqueue), as many as the waiting jobs need, instead of "
+        "starting them on this machine. The scheduler runs on this machine: pilots must "
+        "reach it ({interface}) and share the workflow directory.",
+        group=PILOT,
+        default_text="servers on this machine",
+    ),
+    Option(
+        "pilot_queue",
+        Allowed(TEXT, optional=True, needs=_POOL),
+        None,
+        "Partition (SLURM) or queue of the pilots.",
+        group=PILOT,
+        up="queue",
+    ),
+    Option(
+        "pilot_account",
+        Allowed(TEXT, optional=True, needs=_POOL),
+        None,
+        "Account (project) the pilots are charged to.",
+        group=PILOT,
+        up="account",
+    ),
+    Option(
+        "pilot_qos",
+        Allowed(TEXT, optional=True, needs=_POOL),
+        None,
+        "SLURM quality of service of the pilots.",
+        group=PILOT,
+        up="qos",
+    ),
+    Option(
+        "pilot_walltime",
+        Allowed(WALLTIME, backend="backend", needs=_POOL),
+        "01:00:00",
+        "Walltime of one pilot, read as {backend} reads it (SLURM: MM, MM:SS, HH:MM:SS, "
+        "D-HH, D-HH:MM, D-HH:MM:SS, so 04:00 is 4 minutes; PBS: [[HH:]MM:]SS; SGE: H:M:S "
+        "or seconds; LSF: [HH:]MM or HH:MM:SS; HTCondor: HH:MM:SS or D-HH:MM:SS); that "
+        "reading is printed, and a field beyond its range refused. A pilot retires "
+        "{pilot_retire_margin} seconds before it; its running jobs go back to the queue "
+        "and the pool submits a replacement while work remains.",
+        group=PILOT,
+        up="walltime",
+    ),
+    Option(
+        "pilot_retire_margin",
+        Allowed(NUMBER, least=0, unit="seconds", needs=_POOL, below_walltime="pilot_walltime"),
+        300.0,
+        "Seconds before its walltime at which a pilot retires.",
+        group=PILOT,
+        up="retire_margin",
+    ),
+    Option(
+        "pilot_gpus",
+        Allowed(WHOLE, least=0, most=64, unit="GPUs", needs=_POOL),
+        1,
+        "GPUs per pilot (one server each pilot).",
+        group=PILOT,
+    ),
+    Option(
+        "pilot_nodes",
+        Allowed(WHOLE, least=1, most=64, unit="nodes", needs=_POOL),
+        1,
+        "Pilots that form one server spanning that many nodes (one batch job each, "
+        "assembled once they have started): its jobs run on the first, and a context "
+        "declared with ranks=k puts one rank on each GPU of them all (tensor parallel "
+        "across nodes). Needs a fixed pool: {min_pilots} equal to {max_pilots}, a "
+        "multiple of it.",
+        group=PILOT,
+    ),
+    Option(
+        "pilot_gpu_types",
+        Allowed(WORDS, optional=True, needs=_POOL),
+        None,
+        "GPU types of the pilots (SLURM GRES type, LSF gmodel), one kind of pilot each: "
+        "new pilots go to the kind the ready jobs' gpu_model needs. Also the model a "
+        "pilot advertises where NVML sees no GPU.",
+        group=PILOT,
+        up="gpu_type",
+    ),
+    Option(
+        "pilot_cores",
+        Allowed(WHOLE, least=1, most=4096, unit="cores", needs=_POOL),
+        1,
+        "CPU cores per pilot.",
+        group=PILOT,
+    ),
+    Option(
+        "pilot_memory",
+        Allowed(SIZE, least=2**26, needs=_POOL),
+        "16GB",
+        "Memory per pilot.",
+        group=PILOT,
+    ),
+    Option(
+        "pilot_directives",
+        Allowed(WORDS, optional=True, needs=_POOL),
+        None,
+        "Extra job-script directives, as the batch system spells them (e.g. "
+        "--constraint=a100 for SLURM).",
+        group=PILOT,
+        up="directive",
+    ),
+    Option(
+        "pilot_prologue",
+        Allowed(WORDS, optional=True, needs=_POOL),
+        None,
+        "Shell lines a pilot runs before its server starts, e.g. 'source "
+        "/shared/venv/bin/activate', or copying weights to node-local disk.",
+        group=PILOT,
+        up="prologue",
+    ),
+    Option(
+        "interface",
+        Allowed(TEXT, optional=True, needs=_POOL),
+        None,
+        "Network interface the scheduler listens on and pilots reach it through (compute "
+        "nodes often reach only one interface of a login node, e.g. ib0).",
+        group=PILOT,
+        default_text="the default route",
+    ),
+    Option(
+        "min_pilots",
+        Allowed(WHOLE, least=0, most=10_000, needs=_POOL, at_most="max_pilots"),
+        0,
+        "Pilots the pool keeps even when idle.",
+        group=PILOT,
+    ),
+    Option(
+        "max_pilots",
+        Allowed(WHOLE, least=1, most=10_000, needs=_POOL),
+        4,
+        "Most pilots at once.",
+        group=PILOT,
+    ),
+    Option(
+        "pilot_idle_timeout",
+        Allowed(NUMBER, least=0, unit="seconds", zero="never released", needs=_POOL),
+        120.0,
+        "Seconds an idle pilot is kept before it is released.",
+        group=PILOT,
+    ),
+    Option(
+        "pilot_model_cache",
+        Allowed(TEXT, optional=True, needs=_POOL),
+        None,
+        "Node-local directory where loaders keep model weights on a pilot (exported as "
+        f"{MODEL_CACHE_VARIABLE} and created; {{pilot_prologue}} lines may stage weights "
+        f"into it, e.g. 'rsync -a /shared/models/ ${MODEL_CACHE_VARIABLE}/').",
+        group=PILOT,
+        up="model_cache",
+    ),
+    Option(
+        "pilot_loads_per_source",
+        Allowed(WHOLE, least=0, most=10_000, zero="no limit", needs=_POOL),
+        2,
+        "At most this many pilots load one context from its shared source at once (a "
+        "semaphore on the scheduler; 0: no limit). Loads from the node-local model cache "
+        "take no turn.",
+        group=PILOT,
+        up="loads_per_source",
+    ),
+    Option(
+        "pilot_log_dir",
+        Allowed(TEXT, optional=True, needs=_POOL),
+        None,
+        "Where pilots write their batch logs.",
+        group=PILOT,
+        default_text="the batch system's default",
+        # A run's pilots write theirs beside its other files.
+        executor=False,
+    ),
+    Option(
+        "pilot_lifetime_stagger",
+        Allowed(NUMBER, least=0, unit="seconds", needs=_POOL),
+        60.0,
+        "Up to this many seconds earlier, at random, so that pilots started together do "
+        "not retire together.",
+        group=PILOT,
+        up="lifetime_stagger",
+        executor=False,
+    ),
+)
+#: Every option, by name.
+OPTIONS: dict[str, Option] = {declared.name: declared for declared in _DECLARED}
+
+
+def option(name: str) -> Option:
+    """The option called ``name`` (LookupError: there is none)."""
+    try:
+        return OPTIONS[name]
+    except KeyError:
+        raise LookupError(f"no option is called {name!r}") from None
+
+
+def options_of(group: str) -> list[Option]:
+    """The options of a group (:data:`SERVER`, :data:`PILOT`), in their order."""
+    return [declared for declared in _DECLARED if declared.group == group]
+
+
+def setting_default(name: str) -> Any:
+    """The declared default of the option ``name``."""
+    return option(name).default
+
+
+def executor_flag(name: str) -> str:
+    """The executor's flag of an option: ``--context-pilot-queue``."""
+    return EXECUTOR_PREFIX + name.replace("_", "-")
+
+
+def up_flag(name: str) -> str:
+    """``up``'s (and the cluster process's) flag of an option: ``--queue``."""
+    return "--" + (option(name).up or name).replace("_", "-")
+
+
+def table_field(name: str, **changes: Any) -> Any:
+    """A field of the executor's settings (a dataclass Snakemake reads): the option's
+    default, help and checks (``changes``: combinations only the executor has, such
+    as conflicting with a cluster it attaches to)."""
+    declared = option(name)
+    metadata: dict[str, Any] = {"help": declared.help_for(executor_flag)}
+    if declared.allowed.kind == WORDS:
+        metadata.update(nargs="+", type=str)
+    return settings_field(declared.default, replace(declared.allowed, **changes), metadata)
+
+
+def add_option(
+    parser: argparse.ArgumentParser | Any, name: str, *, helps: bool = True
+) -> argparse.Action:
+    """Add an option to ``up``'s (or the cluster process's) parser, or one of its
+    groups: its flag, default, help and checks, under its name in the arguments; a
+    list is given by repeating the flag."""
+    declared = option(name)
+    text = declared.help_for(up_flag) if helps else argparse.SUPPRESS
+    words = declared.allowed.kind == WORDS
+    if words and helps:
+        text += " Repeatable."
+    return add_argument(
+        parser,
+        up_flag(name),
+        declared.allowed,
+        dest=name,
+        metavar=(declared.up or name).upper(),
+        default=declared.default,
+        help=text,
+        **({"action": "append"} if words else {}),
+    )
+
+
+def add_options(parser: argparse.ArgumentParser | Any, names: Iterable[str]) -> None:
+    """:func:`add_option` for each of ``names``."""
+    for name in names:
+        add_option(parser, name)
