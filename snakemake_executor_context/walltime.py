@@ -7,16 +7,9 @@ chosen backend does and returns that reading, which the run prints; a text whose
 reading is doubtful (a field beyond its range, such as the 99 seconds of SLURM's
 ``99:99``, or a form the batch system does not define) is refused in one line.
 
-Forms (from each system's documentation):
-
-- SLURM ``--time``: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
-  ``D-HH:MM:SS``; seconds round up to whole minutes; 0 means no limit.
-- PBS ``-l walltime``: ``[[HH:]MM:]SS`` (a lone number is seconds).
-- SGE ``-l h_rt``: ``H:M:S`` (a field may be empty: ``1::1``) or a number of seconds.
-- LSF ``-W``: ``[HH:]MM`` (a lone number is minutes); also ``HH:MM:SS``, which no
-  other reading can be confused with, rounded up to LSF's whole minutes.
-- HTCondor has no walltime (the pool removes a pilot that ran that long): the
-  unambiguous ``HH:MM:SS`` or ``D-HH:MM:SS`` only.
+Each batch system's forms, from its documentation, are in its module of
+:mod:`.batch` (:attr:`~.batch.system.BatchSystem.walltime_forms`); how each writes a
+walltime for its jobs is there too.
 """
 
 from __future__ import annotations
@@ -25,39 +18,10 @@ import math
 import re
 from dataclasses import dataclass
 
+from .batch.registry import BACKENDS
+
 __all__ = ["WalltimeError", "WalltimeReading", "read_walltime", "slurm_time"]
 
-_NAMES = {"slurm": "SLURM", "pbs": "PBS", "sge": "SGE", "lsf": "LSF", "htcondor": "HTCondor"}
-
-#: Each backend's forms: (pattern, the form's name, field names in order).
-_FORMS: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {
-    "slurm": [
-        (r"(\d+)", "MM", ("m",)),
-        (r"(\d+):(\d+)", "MM:SS", ("m", "s")),
-        (r"(\d+):(\d+):(\d+)", "HH:MM:SS", ("h", "m", "s")),
-        (r"(\d+)-(\d+)", "D-HH", ("d", "h")),
-        (r"(\d+)-(\d+):(\d+)", "D-HH:MM", ("d", "h", "m")),
-        (r"(\d+)-(\d+):(\d+):(\d+)", "D-HH:MM:SS", ("d", "h", "m", "s")),
-    ],
-    "pbs": [
-        (r"(\d+)", "SS", ("s",)),
-        (r"(\d+):(\d+)", "MM:SS", ("m", "s")),
-        (r"(\d+):(\d+):(\d+)", "HH:MM:SS", ("h", "m", "s")),
-    ],
-    "sge": [
-        (r"([1-9]\d*)", "seconds", ("s",)),
-        (r"(\d*):(\d*):(\d*)", "H:M:S", ("h", "m", "s")),
-    ],
-    "lsf": [
-        (r"(\d+)", "MM", ("m",)),
-        (r"(\d+):(\d+)", "HH:MM", ("h", "m")),
-        (r"(\d+):(\d+):(\d+)", "HH:MM:SS", ("h", "m", "s")),
-    ],
-    "htcondor": [
-        (r"(\d+):(\d+):(\d+)", "HH:MM:SS", ("h", "m", "s")),
-        (r"(\d+)-(\d+):(\d+):(\d+)", "D-HH:MM:SS", ("d", "h", "m", "s")),
-    ],
-}
 _SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 #: The largest value of a field that follows a larger unit.
 _RANGE = {"h": 23, "m": 59, "s": 59}
@@ -81,22 +45,9 @@ class WalltimeReading:
     def describe(self) -> str:
         """'SLURM reads '04:00' as MM:SS: 00:04:00 (4 min)'."""
         return (
-            f"{_NAMES.get(self.backend, self.backend)} reads {self.text!r} as {self.form}: "
+            f"{BACKENDS[self.backend].title} reads {self.text!r} as {self.form}: "
             f"{slurm_time(self.seconds)} ({_spoken(self.seconds)})"
         )
-
-    @property
-    def hms(self) -> str:
-        """The reading as HH:MM:SS (hours beyond 24 kept in the hours)."""
-        minutes, seconds = divmod(self.seconds, 60)
-        hours, minutes = divmod(minutes, 60)
-        return f"{hours:02d}:{minutes:02d}:{seconds:02d}"
-
-    @property
-    def hhmm(self) -> str:
-        """The reading as HH:MM, rounded up to a whole minute (LSF's form)."""
-        minutes = math.ceil(self.seconds / 60)
-        return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
 def slurm_time(seconds: int) -> str:
@@ -120,32 +71,33 @@ def _spoken(seconds: int) -> str:
 def read_walltime(backend: str, text: str) -> WalltimeReading:
     """``text`` as ``backend`` reads it; WalltimeError (the reason, and the forms it
     takes) when that batch system cannot read it, or its reading is doubtful."""
-    forms = _FORMS.get(backend)
-    if forms is None:
-        raise WalltimeError(f"no batch system {backend!r} (one of {', '.join(sorted(_FORMS))})")
-    name = _NAMES[backend]
-    spelled = " or ".join(form for _, form, _ in forms)
+    system = BACKENDS.get(backend)
+    if system is None:
+        raise WalltimeError(f"no batch system {backend!r} (one of {', '.join(sorted(BACKENDS))})")
+    name = system.title
+    spelled = " or ".join(form.name for form in system.walltime_forms)
     clean = str(text).strip()
-    for pattern, form, fields in forms:
-        match = re.fullmatch(pattern, clean)
+    for form in system.walltime_forms:
+        match = re.fullmatch(form.pattern, clean)
         if match is None:
             continue
+        fields = form.fields
         values = [int(part) if part else 0 for part in match.groups()]
         seconds = sum(_SECONDS[field] * value for field, value in zip(fields, values, strict=True))
-        if backend in ("slurm", "lsf"):  # both count whole minutes, rounded up
+        if system.whole_minutes:
             seconds = math.ceil(seconds / 60) * 60
         for position, (field, value) in enumerate(zip(fields, values, strict=True)):
             if position > 0 and value > _RANGE[field]:
                 unit = {"h": "hours", "m": "minutes", "s": "seconds"}[field]
                 raise WalltimeError(
-                    f"{name} reads it as {form}, {slurm_time(seconds)} ({_spoken(seconds)}), "
+                    f"{name} reads it as {form.name}, {slurm_time(seconds)} ({_spoken(seconds)}), "
                     f"with {value} {unit} (more than {_RANGE[field]}), which is easy to "
-                    f"misread: write {form} with each field in its range"
+                    f"misread: write {form.name} with each field in its range"
                 )
         if seconds <= 0:
             raise WalltimeError(
                 f"{name} reads it as no time limit, and a pilot must retire before its "
                 f"walltime: write {spelled}, above 0"
             )
-        return WalltimeReading(backend, clean, form, seconds)
+        return WalltimeReading(backend, clean, form.name, seconds)
     raise WalltimeError(f"it is not a walltime {name} reads: write {spelled}")

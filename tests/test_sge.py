@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from snakemake_executor_context.batch.sge import qacct_end_state, sge_directives
+from snakemake_executor_context.batch.system import clock
 from snakemake_executor_context.cluster.pilots import PilotOptions, jobqueue_arguments
-from snakemake_executor_context.cluster.sge import qacct_end_state, sge_directives, sge_h_rt
 from snakemake_executor_context.errors import ClusterError
 
 from .batchpools import pilot_pool, wait
@@ -328,7 +329,7 @@ def test_qacct_records_read_as_batch_states(failed: str, status: str, state: str
 def test_sge_pilot_directives() -> None:
     assert sge_directives(1, "2GB", ()) == ["-S /bin/bash", "-l mem_free=1907M"]
     assert sge_directives(1, "16GB", ("-S /bin/zsh",)) == ["-l mem_free=15258M"]
-    assert sge_h_rt(93605) == "26:00:05"
+    assert clock(93605) == "26:00:05"  # h_rt: hours past 24 kept in the hours
     _, kwargs = jobqueue_arguments(PilotOptions(backend="sge", walltime="26:00:05"))
     assert kwargs["walltime"] == "26:00:05" and kwargs["resource_spec"] == "gpu=1"
     _, kwargs = jobqueue_arguments(PilotOptions(backend="sge", walltime="93605"))

@@ -4,17 +4,12 @@ A pilot is one batch job running one context server (a Dask worker with the serv
 preload, :mod:`..server.pilot`). :func:`jobqueue_arguments` turns the project's
 :class:`PilotOptions` into a dask-jobqueue cluster class and its keyword arguments, a
 pure function so that every backend's job script is tested without that batch system;
-:func:`start_pilot_cluster` builds the cluster in the cluster process.
+what differs between batch systems (GPUs, walltime, queue and account, directives) each
+one's module of :mod:`..batch` says. :mod:`.pilotcluster` builds the cluster in the
+cluster process.
 
-Batch-system facts the translation relies on:
+Facts the translation relies on:
 
-- SLURM asks for GPUs with ``--gres=gpu[:type]:N`` and hands the job
-  ``CUDA_VISIBLE_DEVICES``; ``scancel`` sends SIGTERM, then SIGKILL after ``KillWait``.
-- HTCondor has no walltime: a running pilot is removed by ``periodic_remove`` once it has
-  run that long; GPUs are ``request_gpus``, a GPU type a ``require_gpus`` expression.
-- PBS Pro asks for GPUs in a chunk (``select=1:ncpus=C:ngpus=N``), SGE through a
-  consumable (``-l gpu=N``; the rest of Grid Engine's side is :mod:`.sge`), LSF with
-  ``-gpu "num=N[:gmodel=TYPE]"``.
 - dask-jobqueue's ``--lifetime`` retires a worker but never resubmits its job (its issue
   #691): the adaptive pool here replaces retired pilots while work remains.
 - A pilot's Dask worker and nanny would take ``$TMPDIR/dask-scratch-space`` on the node
@@ -34,34 +29,22 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..batch.registry import batch_system
+from ..batch.system import PilotJob
 from ..defaults import (
     BATCH_STARTED_VARIABLE,
-    GANG_TIMEOUT_SECONDS,
     MODEL_CACHE_VARIABLE,
     PILOT_VARIABLE,
     SOURCE_MBPS_VARIABLE,
 )
 from ..errors import ClusterError
+from ..options import setting_default
+from ..server.config import PilotServerSettings
+from ..triples import Shape
 from ..walltime import WalltimeError, WalltimeReading, read_walltime
 from .plan import SERVER_DASK_CONFIG
-from .sge import GPU_COMPLEX, sge_directives, sge_h_rt
 
-__all__ = [
-    "BACKENDS",
-    "PilotOptions",
-    "jobqueue_arguments",
-    "start_pilot_cluster",
-    "walltime_of",
-]
-
-#: The batch systems pilots can be submitted to, and their dask-jobqueue classes.
-BACKENDS: dict[str, str] = {
-    "slurm": "SLURMCluster",
-    "htcondor": "HTCondorCluster",
-    "pbs": "PBSCluster",
-    "sge": "SGECluster",
-    "lsf": "LSFCluster",
-}
+__all__ = ["PilotOptions", "jobqueue_arguments", "walltime_of"]
 
 #: The module every pilot's worker preloads: it turns the worker into a context server.
 PILOT_PRELOAD = "snakemake_executor_context.server.pilot"
@@ -82,15 +65,15 @@ class PilotOptions:
     #: SLURM quality of service.
     qos: str | None = None
     #: As the backend writes it (see :mod:`...walltime`); a pilot retires before it.
-    walltime: str = "01:00:00"
-    gpus: int = 1
+    walltime: str = setting_default("pilot_walltime")
+    gpus: int = setting_default("pilot_gpus")
     #: Pilots that form one server spanning that many nodes (1: each its own).
-    nodes: int = 1
+    nodes: int = setting_default("pilot_nodes")
     #: The batch system's GPU types (SLURM GRES type, LSF gmodel), one kind of pilot
     #: each; also the model a pilot advertises where NVML sees no GPU.
     gpu_types: tuple[str, ...] = ()
-    cores: int = 1
-    memory: str = "16GB"
+    cores: int = setting_default("pilot_cores")
+    memory: str = setting_default("pilot_memory")
     #: Scratch disk per pilot (HTCondor requires one).
     disk: str = "10GB"
     #: Extra job-script directives, as the batch system spells them.
@@ -101,30 +84,20 @@ class PilotOptions:
     interface: str | None = None
     #: Seconds before the walltime at which a pilot retires; its stagger spreads
     #: retirements so that pilots started together do not all leave together.
-    retire_margin: float = 300.0
-    lifetime_stagger: float = 60.0
+    retire_margin: float = setting_default("pilot_retire_margin")
+    lifetime_stagger: float = setting_default("pilot_lifetime_stagger")
     #: The Python that runs the pilot's server (default: the one running this).
     python: str | None = None
-    memory_budget: str = "0.8"
+    memory_budget: str = setting_default("memory_budget")
     #: Where pilots write their batch logs (None: the batch system's default).
     log_directory: str | None = None
     #: Node-local directory the prologue stages model weights into, if any.
     model_cache: str | None = None
     #: At most this many pilots load the same context from the shared source at once.
-    loads_per_source: int = 2
-    #: Jobs a pilot's server runs at once (its Dask threads, not its cores), the
-    #: thread pools' size of each (0: the rule's threads) and the batching defaults.
-    slots: int = 1
-    threads_per_slot: int = 0
-    batch_max: int = 0
-    batch_wait: float = 0.0
-    #: Template sharing between pilots (see :class:`.triples.Shape`).
-    peer_transfers: int = 2
-    peer_mbps: float = 0.0
-    own_caches: str = ""
-    model_cache_size: str | None = None
-    #: Seconds a gang's collectives may take (a context spanning a pilot's GPUs).
-    gang_timeout: float = GANG_TIMEOUT_SECONDS
+    loads_per_source: int = setting_default("pilot_loads_per_source")
+    #: How its server runs: its slots (its Dask threads, not its cores), threads per
+    #: slot, batching defaults, template sharing and gang timeout.
+    shape: Shape = field(default_factory=Shape)
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -155,37 +128,24 @@ class PilotOptions:
         ]
 
     def lifetime_seconds(self) -> float:
-        """When a pilot retires: walltime minus margin and stagger, at least 20 s."""
-        seconds = walltime_of(self).seconds
-        return max(20.0, seconds - self.retire_margin - self.lifetime_stagger)
+        """When a pilot retires (:func:`~..fleet.pool.pilot_lifetime`)."""
+        from ..fleet.pool import pilot_lifetime
 
-    def server_settings(self) -> dict[str, Any]:
+        return pilot_lifetime(walltime_of(self).seconds, self.retire_margin, self.lifetime_stagger)
+
+    def server_settings(self) -> PilotServerSettings:
         """What the pilot's preload reads from :data:`~..defaults.PILOT_VARIABLE`."""
-        return {
-            "memory_budget": self.memory_budget,
-            "gpus": self.gpus,
-            "gpu_type": self.gpu_type,
-            "walltime_seconds": walltime_of(self).seconds,
-            "lifetime_seconds": self.lifetime_seconds(),
-            "lifetime_stagger": self.lifetime_stagger,
-            "model_cache": self.model_cache,
-            "loads_per_source": self.loads_per_source,
-            "threads_per_slot": self.threads_per_slot,
-            "batch_max": self.batch_max,
-            "batch_wait": self.batch_wait,
-            "peer_transfers": self.peer_transfers,
-            "peer_mbps": self.peer_mbps,
-            "own_caches": self.own_caches,
-            "model_cache_bytes": self._model_cache_bytes(),
-            "gang_timeout": self.gang_timeout,
-            "gang_nodes": self.nodes,
-            "gang_kind": self.gpu_type or "",
-        }
-
-    def _model_cache_bytes(self) -> int:
-        from dask.utils import parse_bytes
-
-        return int(parse_bytes(self.model_cache_size)) if self.model_cache_size else 0
+        return PilotServerSettings(
+            shape=self.shape,
+            memory_budget=self.memory_budget,
+            loads_per_source=self.loads_per_source,
+            gpus=self.gpus,
+            gpu_type=self.gpu_type,
+            lifetime_seconds=self.lifetime_seconds(),
+            lifetime_stagger=self.lifetime_stagger,
+            gang_nodes=self.nodes,
+            gang_kind=self.gpu_type or "",
+        )
 
     def to_json(self) -> str:
         """These options as JSON (how ``serve`` receives them)."""
@@ -197,7 +157,7 @@ class PilotOptions:
         data = json.loads(text)
         for key in ("extra_directives", "prologue", "gpu_types"):
             data[key] = tuple(data.get(key) or ())
-        return cls(**data)
+        return cls(**{**data, "shape": Shape.from_wire(data.get("shape") or {})})
 
 
 def walltime_of(options: PilotOptions) -> WalltimeReading:
@@ -219,43 +179,12 @@ def _dask_environ() -> list[tuple[str, str]]:
     return found
 
 
-def _gpu_directives(options: PilotOptions) -> tuple[list[str], dict[str, Any]]:
-    """Directives (SLURM, LSF) or keyword arguments (PBS, SGE) that ask for GPUs."""
-    n, kind = options.gpus, options.gpu_type
-    if n <= 0:
-        return [], {}
-    if options.backend == "slurm":
-        return [f"--gres=gpu:{kind}:{n}" if kind else f"--gres=gpu:{n}"], {}
-    if options.backend == "lsf":
-        spec = f"num={n}" + (f":gmodel={kind}" if kind else "")
-        return [f'-gpu "{spec}"'], {}
-    if options.backend == "pbs":
-        chunk = f"select=1:ncpus={options.cores}:ngpus={n}:mem={_pbs_memory(options.memory)}"
-        if kind:
-            chunk += f":gpu_model={kind}"
-        return [], {"resource_spec": chunk}
-    if options.backend == "sge":
-        return [], {"resource_spec": f"{GPU_COMPLEX}={n}"}
-    return [], {}
-
-
-def _pbs_memory(memory: str) -> str:
-    from dask.utils import parse_bytes
-
-    return f"{max(1, parse_bytes(memory) // 2**20)}mb"
-
-
 def jobqueue_arguments(
     options: PilotOptions, security: Any = None, python: str = ""
 ) -> tuple[str, dict[str, Any]]:
     """The dask-jobqueue cluster class name and keyword arguments for these options."""
-    if options.backend not in BACKENDS:
-        raise ClusterError(
-            f"--backend (--context-backend) {options.backend!r} is not a batch system this plugin "
-            f"knows: choose one of {', '.join(sorted(BACKENDS))}."
-        )
-    walltime = walltime_of(options)
-    directives, gpu_kwargs = _gpu_directives(options)
+    system = batch_system(options.backend)
+    job = _pilot_job(options, walltime_of(options))
     interpreter = f"{options.python or python or sys.executable} -P"
     prologue = [
         # First: when the batch system started the job (it charges from then; the
@@ -265,7 +194,7 @@ def jobqueue_arguments(
         # (backquotes: HTCondor's submit file would take $(...) for one of its macros).
         f"snakemake_context_paths=`{interpreter} -m {PATHS_MODULE} --shell` || exit 1",
         'eval "$snakemake_context_paths"',
-        f"export {PILOT_VARIABLE}={shlex.quote(json.dumps(options.server_settings()))}",
+        f"export {PILOT_VARIABLE}={shlex.quote(options.server_settings().to_wire())}",
     ]
     prologue += [f"export {name}={shlex.quote(value)}" for name, value in _dask_environ()]
     if os.environ.get(SOURCE_MBPS_VARIABLE):
@@ -300,7 +229,7 @@ def jobqueue_arguments(
             "--no-dashboard",
             # After dask-jobqueue's own --nthreads (its cores): the last one counts.
             "--nthreads",
-            str(max(1, options.slots)),
+            str(max(1, options.shape.slots)),
         ],
         "python": interpreter,
         # Set by the prologue's first lines (the private root on the node).
@@ -311,90 +240,22 @@ def jobqueue_arguments(
         # A pilot whose scheduler is gone exits instead of waiting for a new one.
         "death_timeout": 60,
     }
-    backend = options.backend
-    if backend == "slurm":
-        directives += [f"--qos={options.qos}"] if options.qos else []
-        kwargs.update(queue=options.queue, account=options.account, walltime=options.walltime)
-    elif backend == "htcondor":
-        condor: dict[str, Any] = {
-            "periodic_remove": f"(JobStatus == 2) && "
-            f"(time() - EnteredCurrentStatus > {walltime.seconds})"
-        }
-        if options.gpus > 0:
-            condor["request_gpus"] = str(options.gpus)
-            if options.gpu_type:
-                condor["require_gpus"] = f'DeviceName == "{options.gpu_type}"'
-        if options.account:
-            condor["accounting_group"] = options.account
-        kwargs.update(disk=options.disk, job_extra_directives=condor)
-    elif backend == "pbs":
-        kwargs.update(
-            queue=options.queue,
-            account=options.account,
-            walltime=walltime.hms,
-            **gpu_kwargs,
-        )
-    elif backend == "sge":
-        directives += sge_directives(options.cores, options.memory, options.extra_directives)
-        kwargs.update(
-            queue=options.queue,
-            project=options.account,
-            walltime=sge_h_rt(walltime.seconds),
-            **gpu_kwargs,
-        )
-    elif backend == "lsf":
-        kwargs.update(
-            queue=options.queue,
-            project=options.account,
-            walltime=walltime.hhmm,
-            ncpus=options.cores,
-            use_stdin=True,
-        )
-    if backend != "htcondor":
-        kwargs["job_extra_directives"] = directives + list(options.extra_directives)
-    elif options.extra_directives:
-        extra = dict(kwargs["job_extra_directives"])
-        for line in options.extra_directives:
-            key, _, value = line.partition("=")
-            extra[key.strip()] = value.strip()
-        kwargs["job_extra_directives"] = extra
-    return BACKENDS[backend], kwargs
+    kwargs.update(system.job_arguments(job))
+    return system.jobqueue_class, kwargs
 
 
-def start_pilot_cluster(
-    options: PilotOptions,
-    scheduler_options: dict[str, Any],
-    security: Any = None,
-) -> Any:
-    """A dask-jobqueue cluster (with no pilots yet) whose scheduler runs here; with
-    several GPU types, each new pilot is of the kind :func:`choose_kind` picks."""
-    import types
-
-    import dask_jobqueue
-
-    kinds = options.kinds()
-    name, kwargs = jobqueue_arguments(kinds[0], security, python=sys.executable)
-    cls = getattr(dask_jobqueue, name)
-    cluster = cls(scheduler_options=scheduler_options, **kwargs)
-    specs = []
-    for kind in kinds:
-        _, kind_kwargs = jobqueue_arguments(kind, security, python=sys.executable)
-        job_only = {k: v for k, v in kind_kwargs.items() if k not in ("security", "interface")}
-        specs.append({"cls": cluster.job_cls, "options": {**cluster._job_kwargs, **job_only}})
-    cluster.pilot_kinds = {}
-
-    def new_worker_spec(self: Any) -> dict[str, Any]:
-        from .pool import kind_wanted
-
-        index = kind_wanted(self, kinds)
-        label = kinds[index].gpu_type or options.backend
-        number = self._i
-        while f"pilot-{label}-{number}" in self.worker_spec:
-            number += 1
-        self._i = number + 1
-        pilot = f"pilot-{label}-{number}"
-        self.pilot_kinds[pilot] = index
-        return {pilot: specs[index]}
-
-    cluster.new_worker_spec = types.MethodType(new_worker_spec, cluster)
-    return cluster
+def _pilot_job(options: PilotOptions, walltime: WalltimeReading) -> PilotJob:
+    """What these options ask of the batch system, for its module to spell."""
+    return PilotJob(
+        queue=options.queue,
+        account=options.account,
+        qos=options.qos,
+        walltime=options.walltime,
+        walltime_seconds=walltime.seconds,
+        gpus=options.gpus,
+        gpu_type=options.gpu_type,
+        cores=options.cores,
+        memory=options.memory,
+        disk=options.disk,
+        extra_directives=options.extra_directives,
+    )

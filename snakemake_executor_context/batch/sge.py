@@ -9,8 +9,8 @@ single-node cluster of ``tests/sge/sge-up.sh``):
   with ``-S /bin/bash`` (prologue lines such as ``source venv/bin/activate`` need it).
 - GPUs are a consumable complex, ``-l gpu=N`` booked against a host's
   ``complex_values``; Grid Engine only counts them and sets no ``CUDA_VISIBLE_DEVICES``.
-- ``h_rt`` is ``H:MM:SS`` (hours may exceed 24) or seconds; ``D:HH:MM:SS`` is "not a
-  time value".
+- ``h_rt`` is ``H:M:S`` (hours may exceed 24, a field may be empty: ``1::1``) or
+  seconds; ``D:HH:MM:SS`` is "not a time value". Pilots write ``HH:MM:SS``.
 - A job gets one slot; more need a parallel environment whose name is the site's
   (``-pe smp 8``).
 - ``mem_free`` is a load value: the scheduler places a job where that much memory is
@@ -36,19 +36,13 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import paths
 from ..errors import ClusterError
+from .system import BatchSystem, PilotJob, WalltimeForm, clock, mebibytes, run_command
 
-__all__ = [
-    "GPU_COMPLEX",
-    "check_submission",
-    "end_state",
-    "qacct_end_state",
-    "sge_directives",
-    "sge_h_rt",
-]
+__all__ = ["GPU_COMPLEX", "Sge", "qacct_end_state", "sge_directives"]
 
 #: The consumable complex pilots ask for GPUs with (``-l gpu=N``).
 GPU_COMPLEX = "gpu"
@@ -57,20 +51,8 @@ GPU_COMPLEX = "gpu"
 _LOAD_VALUE_UNKNOWN = "job requests unknown resource ("
 
 
-def sge_h_rt(seconds: float) -> str:
-    """A walltime as Grid Engine's ``h_rt`` reads it: ``HH:MM:SS``, hours past 24.
-
-    >>> sge_h_rt(93600 + 70)
-    '26:01:10'
-    """
-    total = int(seconds)
-    return f"{total // 3600:02d}:{total // 60 % 60:02d}:{total % 60:02d}"
-
-
 def _memory_directive(memory: str) -> str:
-    from dask.utils import parse_bytes
-
-    return f"-l mem_free={max(1, parse_bytes(memory) // 2**20)}M"
+    return f"-l mem_free={mebibytes(memory)}M"
 
 
 def sge_directives(cores: int, memory: str, extra_directives: Sequence[str]) -> list[str]:
@@ -85,51 +67,6 @@ def sge_directives(cores: int, memory: str, extra_directives: Sequence[str]) -> 
         )
     found = [] if re.search(r"(^|\s)-S\s", extra) else ["-S /bin/bash"]
     return [*found, _memory_directive(memory)]
-
-
-def check_submission(job_kwargs: dict[str, Any], memory: str) -> None:
-    """Ask Grid Engine whether it could ever run the pilot job of these dask-jobqueue
-    arguments (``qsub -w v``: against an empty cluster, nothing submitted); raise one
-    line naming what it refuses."""
-    import shutil
-
-    from dask_jobqueue.sge import SGEJob
-
-    qsub = shutil.which("qsub")
-    if qsub is None:
-        raise ClusterError(
-            "--context-backend sge: qsub is not on PATH. Fix: run where Grid Engine's "
-            "client commands work (a login or submit host), with SGE_ROOT set."
-        )
-    # The pilot's mem_free request is a load value: an empty cluster has none.
-    left_out = _memory_directive(memory)
-    kwargs = {k: v for k, v in job_kwargs.items() if k not in ("security", "interface")}
-    kwargs["job_extra_directives"] = [d for d in kwargs["job_extra_directives"] if d != left_out]
-    kwargs["log_directory"] = None
-    script = SGEJob(scheduler="tls://127.0.0.1:1", name="check", **kwargs).job_script()
-    with tempfile.TemporaryDirectory(dir=paths.private_temporary_directory()) as directory:
-        path = Path(directory) / "pilot.sh"
-        path.write_text(script)
-        try:
-            done = subprocess.run(
-                [qsub, "-w", "v", str(path)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                cwd=directory,
-            )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise ClusterError(f"--context-backend sge: qsub -w v failed: {error}") from None
-    said = " ".join((done.stdout + " " + done.stderr).split())
-    if done.returncode == 0 or _LOAD_VALUE_UNKNOWN in said:
-        return
-    raise ClusterError(
-        f"Grid Engine would never run this pool's pilots ({_requests(script)}): "
-        f"{_reason(said)} (qsub -w v). Fix: "
-        "--context-pilot-gpus, --context-pilot-queue, --context-pilot-account, "
-        "--context-pilot-walltime or --context-pilot-directives (up: --pilot-gpus, "
-        "--queue, --account, --walltime, --directive)."
-    )
 
 
 def _requests(script: str) -> str:
@@ -175,19 +112,85 @@ def qacct_end_state(text: str) -> str | None:
     return "COMPLETED" if int(status.group()) == 0 else "FAILED"
 
 
-def _run(command: list[str]) -> tuple[int, str]:
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return -1, ""
-    return done.returncode, done.stdout
+class Sge(BatchSystem):
+    """Grid Engine (``qsub``; Son of Grid Engine measured)."""
 
+    name: ClassVar[str] = "sge"
+    title: ClassVar[str] = "SGE"
+    jobqueue_class: ClassVar[str] = "SGECluster"
+    walltime_forms: ClassVar[tuple[WalltimeForm, ...]] = (
+        WalltimeForm(r"([1-9]\d*)", "seconds", ("s",)),
+        WalltimeForm(r"(\d*):(\d*):(\d*)", "H:M:S", ("h", "m", "s")),
+    )
 
-def end_state(job_id: str) -> str | None:
-    """A pilot's final state once its job has left Grid Engine's queue (None before,
-    or when ``qacct`` cannot say)."""
-    code, _ = _run(["qstat", "-j", job_id])
-    if code == 0:  # still known to qmaster: pending, running or being deleted
-        return None
-    code, out = _run(["qacct", "-j", job_id])
-    return qacct_end_state(out) if code == 0 else None
+    def write_walltime(self, job: PilotJob) -> str:
+        """``h_rt`` as ``HH:MM:SS``, hours past 24 kept in the hours."""
+        return clock(job.walltime_seconds)
+
+    def gpu_request(self, job: PilotJob) -> tuple[list[str], dict[str, Any]]:
+        """The consumable, in dask-jobqueue's ``resource_spec`` (``-l gpu=N``)."""
+        return ([], {"resource_spec": f"{GPU_COMPLEX}={job.gpus}"}) if job.gpus > 0 else ([], {})
+
+    def own_directives(self, job: PilotJob) -> list[str]:
+        """Bash and the memory (:func:`sge_directives`)."""
+        return sge_directives(job.cores, job.memory, job.extra_directives)
+
+    def job_keywords(self, job: PilotJob) -> dict[str, Any]:
+        """Queue, project and ``h_rt``."""
+        return {"queue": job.queue, "project": job.account, "walltime": self.write_walltime(job)}
+
+    def check_submission(self, job_arguments: dict[str, Any]) -> None:
+        """Ask Grid Engine whether it could ever run the pilot job of these dask-jobqueue
+        arguments (``qsub -w v``: against an empty cluster, nothing submitted); raise one
+        line naming what it refuses."""
+        import shutil
+
+        from dask_jobqueue.sge import SGEJob
+
+        qsub = shutil.which("qsub")
+        if qsub is None:
+            raise ClusterError(
+                "--context-backend sge: qsub is not on PATH. Fix: run where Grid Engine's "
+                "client commands work (a login or submit host), with SGE_ROOT set."
+            )
+        # The pilot's mem_free request is a load value: an empty cluster has none.
+        left_out = _memory_directive(job_arguments["memory"])
+        kwargs = {k: v for k, v in job_arguments.items() if k not in ("security", "interface")}
+        directives = [d for d in kwargs["job_extra_directives"] if d != left_out]
+        kwargs["job_extra_directives"] = directives
+        kwargs["log_directory"] = None
+        script = SGEJob(scheduler="tls://127.0.0.1:1", name="check", **kwargs).job_script()
+        with tempfile.TemporaryDirectory(dir=paths.private_temporary_directory()) as directory:
+            path = Path(directory) / "pilot.sh"
+            path.write_text(script)
+            try:
+                done = subprocess.run(
+                    [qsub, "-w", "v", str(path)],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    cwd=directory,
+                )
+            except (OSError, subprocess.TimeoutExpired) as error:
+                raise ClusterError(f"--context-backend sge: qsub -w v failed: {error}") from None
+        said = " ".join((done.stdout + " " + done.stderr).split())
+        if done.returncode == 0 or _LOAD_VALUE_UNKNOWN in said:
+            return
+        raise ClusterError(
+            f"Grid Engine would never run this pool's pilots ({_requests(script)}): "
+            f"{_reason(said)} (qsub -w v). Fix: "
+            "--context-pilot-gpus, --context-pilot-queue, --context-pilot-account, "
+            "--context-pilot-walltime or --context-pilot-directives (up: --pilot-gpus, "
+            "--queue, --account, --walltime, --directive)."
+        )
+
+    def end_state(self, job_id: str) -> str | None:
+        """A pilot's final state once its job has left Grid Engine's queue (None before,
+        or when ``qacct`` cannot say)."""
+        if not job_id:
+            return None
+        code, _ = run_command(["qstat", "-j", job_id], timeout=30)
+        if code == 0:  # still known to qmaster: pending, running or being deleted
+            return None
+        code, out = run_command(["qacct", "-j", job_id], timeout=30)
+        return qacct_end_state(out) if code == 0 else None
