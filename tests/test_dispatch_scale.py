@@ -19,10 +19,10 @@ from snakemake_executor_context.executor.dispatch import Dispatch
 from snakemake_executor_context.executor.refusals import WHATEVER_REMAINS, Refusals
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet import placement
+from snakemake_executor_context.fleet.loads import LoadKind
 from snakemake_executor_context.fleet.placement import Decision, PlacementStep
 from snakemake_executor_context.fleet.state import ContextState, FleetState, ServerState
 from snakemake_executor_context.simulate import engine
-from snakemake_executor_context.simulate.buckets import LoadKind
 from snakemake_executor_context.simulate.model import (
     Fleet,
     JobTimes,

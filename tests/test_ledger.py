@@ -24,7 +24,14 @@ from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.buckets import Bucket
 from snakemake_executor_context.fleet.intervals import intersect, merge
-from snakemake_executor_context.fleet.ledger import ServerLife, Work, account, bucket_seconds
+from snakemake_executor_context.fleet.ledger import (
+    Load,
+    ServerLife,
+    Work,
+    account,
+    bucket_seconds,
+    load_stretches,
+)
 from snakemake_executor_context.fleet.loads import LoadKind, load_parts
 from tests.catalog_builder import EPOCH, CatalogBuilder
 
@@ -211,6 +218,20 @@ def test_attempts_sharing_a_server_share_its_seconds() -> None:
 def test_load_kinds_from_what_the_catalog_records(conversions, from_cache, expected) -> None:
     parts = load_parts(10.0, from_cache=from_cache, conversions=conversions, reload_seconds=3.0)
     assert parts == expected
+
+
+def test_a_finished_load_is_cut_into_stretches_by_kind() -> None:
+    """A load ready after 10 s that fetched its template from a peer for 4 s: 4 s of
+    peer, then 6 s from the cache the transfer filled; a conversion, then its reload;
+    a plain one, all of one kind (what the catalog and the simulator account)."""
+    peer = load_stretches(100.0, 110.0, "m", from_cache=False, peer_seconds=4.0)
+    assert peer == [Load(100.0, 104.0, LoadKind.PEER, "m"), Load(104.0, 110.0, LoadKind.CACHE, "m")]
+    converted = load_stretches(0.0, 10.0, from_cache=False, conversions=1, reload_seconds=3.0)
+    assert [(s.kind, s.end - s.start) for s in converted] == [
+        (LoadKind.CONVERSION, 7.0),
+        (LoadKind.CACHE, 3.0),
+    ]
+    assert load_stretches(0.0, 5.0, from_cache=True) == [Load(0.0, 5.0, LoadKind.CACHE)]
 
 
 def test_the_monitors_live_ledger_matches_the_ledger_poll_by_poll(tmp_path) -> None:

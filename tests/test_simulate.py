@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from snakemake_executor_context.executor import dispatch as dispatch_module
+from snakemake_executor_context.executor.vocabulary import StopRunning
+from snakemake_executor_context.fleet.buckets import Bucket
+from snakemake_executor_context.fleet.loads import LoadKind
 from snakemake_executor_context.fleet.placement import Decision, PlacementStep
 from snakemake_executor_context.simulate import engine, paper
-from snakemake_executor_context.simulate.buckets import Bucket, LoadKind
 from snakemake_executor_context.simulate.clock import Clock
 from snakemake_executor_context.simulate.ledger import ledger
 from snakemake_executor_context.simulate.model import (
@@ -29,6 +31,7 @@ from snakemake_executor_context.simulate.model import (
     ServerKind,
     Storage,
 )
+from snakemake_executor_context.simulate.result import describe
 from snakemake_executor_context.simulate.shared import Shared
 from snakemake_executor_context.simulate.workload import from_spec
 
@@ -92,6 +95,8 @@ DECISION_CODE = [
     PACKAGE / "fleet" / "pool.py",
     PACKAGE / "fleet" / "losses.py",
     PACKAGE / "fleet" / "eviction.py",
+    PACKAGE / "fleet" / "peerchoice.py",
+    PACKAGE / "fleet" / "ledger.py",
     PACKAGE / "server" / "slots" / "gate.py",
 ]
 
@@ -114,6 +119,8 @@ def test_the_simulator_imports_the_decision_code_and_copies_none_of_it():
         "..fleet.pool.pilots_to_release",
         "..fleet.eviction.to_evict",
         "..fleet.losses.finishes_in_grace",
+        "..fleet.peerchoice.choose_origin",
+        "..fleet.ledger.account",
         "..server.slots.gate.may_start",
     ):
         assert needed in imported, f"the simulator does not import {needed}"
@@ -148,7 +155,7 @@ def test_every_decision_is_the_real_placements(monkeypatch):
         return decision
 
     monkeypatch.setattr(dispatch_module, "choose_server", counted)
-    result = engine.simulate(_workload(), FLEET, TIMES)
+    result = engine.Simulation(_workload(), FLEET, TIMES).run()
     assert result.jobs == 41 and len(calls) >= 40
     placed = sum(result.placed.values())
     placing = {"warm", "queued", "load", "any", "cold-start"}
@@ -157,7 +164,7 @@ def test_every_decision_is_the_real_placements(monkeypatch):
     monkeypatch.setattr(
         dispatch_module, "choose_server", lambda *a, **k: Decision(None, PlacementStep.BUSY)
     )
-    stuck = engine.simulate(_workload(), FLEET, TIMES, options=Options(limit=600.0))
+    stuck = engine.Simulation(_workload(), FLEET, TIMES, options=Options(limit=600.0)).run()
     assert stuck.jobs == 0 and stuck.per_server == {f"a10-{i}": 0 for i in range(3)} | {
         f"titanx-{i}": 0 for i in range(3)
     }
@@ -168,13 +175,13 @@ def test_every_decision_is_the_real_placements(monkeypatch):
 
 def _eventful(seed: int):
     times = replace(TIMES, cv=0.3)
-    return engine.simulate(
+    return engine.Simulation(
         _workload(60),
         replace(FLEET, restart=2.0),
         times,
         preemption=Preemption(rates={"*": 2 / 60}),
         options=Options(seed=seed),
-    )
+    ).run()
 
 
 def test_the_same_seed_gives_the_same_event_log():
@@ -232,6 +239,40 @@ def test_the_paper_model_runs_at_a_small_size():
     fleet, slow = paper.mixed_fleet(12, pool=PoolSpec(queue_wait=5.0, loads_per_source=0))
     grown = paper.run(replace(params, slowdowns=slow), "full", fleet, claims=4000, peer=True)
     assert grown.jobs == 40 and grown.loads.get("peer", 0) > 0
+
+
+def test_the_ledger_cuts_a_simulated_load_as_the_catalogs_and_splits_by_rule():
+    """The simulator's ledger is the fleet's account of its servers' lives: a load from
+    a peer is its transfer (loading_peer), then the load from the cache it filled
+    (loading_cache), as a real one's ContextReady splits it; a pilot is charged its
+    allocation before it registered; each rule's jobs carry their own seconds."""
+    params = paper.Params(claim_seconds=0.05, init_seconds=10.0, source_seconds=20.0)
+    fleet, slow = paper.mixed_fleet(12, pool=PoolSpec(queue_wait=5.0, loads_per_source=0))
+    result = paper.run(replace(params, slowdowns=slow), "full", fleet, claims=4000, peer=True)
+    buckets = result.ledger.buckets
+    peer_loads = result.loads["peer"]
+    # Each peer load's rest is its state's creation (10 s), from the cache it filled.
+    assert buckets[Bucket.LOADING_CACHE] == pytest.approx(10.0 * peer_loads)
+    assert buckets[Bucket.LOADING_PEER] > 0 and buckets[Bucket.ALLOCATED_BEFORE] > 0
+    infer = result.ledger.rules["infer"]
+    assert infer[Bucket.RUNNING] == pytest.approx(buckets[Bucket.RUNNING])
+    assert infer[Bucket.LOADING_PEER] == pytest.approx(buckets[Bucket.LOADING_PEER])
+    assert Bucket.ALLOCATED_BEFORE not in infer and Bucket.IDLE_WARM not in infer
+    assert sum(sum(r.values()) for r in result.ledger.rules.values()) == pytest.approx(
+        result.ledger.total
+    )
+    text = describe(result)
+    assert "GPU-hours by rule" in text and "loading_peer" in text.split("by rule")[1]
+
+
+def test_a_command_the_simulator_does_not_carry_out_is_an_error():
+    """As the executor's adapter, the simulated one refuses a command of dispatch it
+    does not know, naming it, instead of dropping it."""
+    sim = engine.Simulation(_workload(4), FLEET, TIMES)
+    with pytest.raises(TypeError, match="does not carry out: StopRunning"):
+        sim._carry(StopRunning(("infer-1",)))
+    with pytest.raises(TypeError, match="does not carry out: 'a command'"):
+        sim._carry("a command")  # type: ignore[arg-type]
 
 
 # -- the command line --------------------------------------------------------------------
@@ -300,8 +341,8 @@ def test_bad_what_if_input_is_one_line(tmp_path):
 
 def test_storage_defaults_model_no_transfer():
     """Without bandwidths, a load costs exactly its stated seconds."""
-    result = engine.simulate(_workload(4), Fleet([ServerKind("a10", 1)], join_at=0.0), TIMES,
-                             storage=Storage())  # fmt: skip
+    result = engine.Simulation(_workload(4), Fleet([ServerKind("a10", 1)], join_at=0.0), TIMES,
+                             storage=Storage()).run()  # fmt: skip
     assert result.loads == {"source": 1}
     assert result.ledger.buckets[Bucket.LOADING_SOURCE] == pytest.approx(8.0)
 
@@ -313,9 +354,9 @@ def test_a_run_stopped_at_the_limit_is_not_ended_and_the_bound_sees_it_first():
     from snakemake_executor_context.simulate.whatif import least_makespan
 
     workload, fleet = _workload(8, items=10), Fleet([ServerKind("a10", 2)], join_at=0.0)
-    cut = engine.simulate(workload, fleet, TIMES, options=Options(limit=5.0, log=False))
+    cut = engine.Simulation(workload, fleet, TIMES, options=Options(limit=5.0, log=False)).run()
     assert not cut.ended and cut.jobs < len(workload.jobs)
-    whole = engine.simulate(workload, fleet, TIMES, options=Options(log=False))
+    whole = engine.Simulation(workload, fleet, TIMES, options=Options(log=False)).run()
     assert whole.ended and whole.jobs == len(workload.jobs)  # 8 and the local merge
     # 8 jobs of 10 items at 0.2 s on 2 GPUs: 16 s of work, 8 s at least, 2 s a job.
     assert least_makespan(workload, TIMES, fleet.kinds) == pytest.approx(8.0)

@@ -13,14 +13,17 @@ from typing import Any
 
 import pytest
 
+from snakemake_executor_context.defaults import PEER_WAIT_SECONDS
 from snakemake_executor_context.executor.settings import ExecutorSettings
 from snakemake_executor_context.executor.vocabulary import JobTicket
 from snakemake_executor_context.fleet import events as ev
+from snakemake_executor_context.fleet.loads import LoadKind
 from snakemake_executor_context.fleet.outcome import Outcome
+from snakemake_executor_context.fleet.peerchoice import Rates
+from snakemake_executor_context.options import setting_default
 from snakemake_executor_context.simulate import defaults, paper
-from snakemake_executor_context.simulate.buckets import LoadKind
 from snakemake_executor_context.simulate.clock import Clock
-from snakemake_executor_context.simulate.hosting import Turns
+from snakemake_executor_context.simulate.hosting import Serving, Turns
 from snakemake_executor_context.simulate.model import (
     ContextModel,
     JobTimes,
@@ -30,6 +33,7 @@ from snakemake_executor_context.simulate.model import (
 )
 from snakemake_executor_context.simulate.servers import SimServer
 from snakemake_executor_context.simulate.shared import Shared
+from snakemake_executor_context.walltime import read_walltime
 
 #: 4 GB read at 1 GB/s from the source (4 s alone), 0.5 GB/s from a peer (8 s).
 NBYTES = 4_000_000_000
@@ -45,10 +49,12 @@ class _Host:
     """What a server needs of its simulation, and nothing else: one context, a
     shared filesystem of 1 GB/s, turns at the source of ``limit``."""
 
-    def __init__(self, limit: int, *, peers: tuple[str, ...] = ()) -> None:
+    def __init__(self, limit: int, *, peers: tuple[str, ...] = (), transfers: int = 2) -> None:
         self.clock = Clock()
         self.times = JobTimes(item={("infer", "a10"): 1.0})
-        self.storage = Storage(shared_bandwidth=1e9, peer_bandwidth=0.5e9, peer=True)
+        self.storage = Storage(
+            shared_bandwidth=1e9, peer_bandwidth=0.5e9, peer=True, peer_transfers=transfers
+        )
         self.mode = "full"
         self.rng = random.Random(1)
         self.turns = Turns(limit)
@@ -60,22 +66,30 @@ class _Host:
             NBYTES,
             {LoadKind.SOURCE: SOURCE_REST, LoadKind.CACHE: CACHE_REST},
         )
-        #: Servers whose peers hold the context (by address).
+        #: Servers that find the holders (by address), the holders, what the fleet
+        #: measured, and each server's ContextReady.
         self.peers = set(peers)
-        self.ready: dict[str, float] = {}
+        self.holding: list[SimServer] = []
+        self.measured = Rates()
+        self.ready: dict[str, ev.ContextReady] = {}
 
     def context(self, identity: str) -> ContextModel:
         return self.model
 
     def emit(self, event: ev.Event) -> None:
         if isinstance(event, ev.ContextReady):
-            self.ready[event.address] = event.at
+            self.ready[event.address] = event
 
     def ended(self, key: str, outcome: Outcome) -> None:
         pass
 
-    def peer_holds(self, identity: str, address: str) -> bool:
-        return address in self.peers
+    def holders(self, identity: str, address: str) -> list[Serving]:
+        if address not in self.peers:
+            return []
+        return [s.serving for s in self.holding if s.address != address]
+
+    def rates(self, identity: str, gpu_model: str) -> Rates:
+        return self.measured
 
     def note(self, what: str, detail: str) -> None:
         pass
@@ -105,9 +119,9 @@ def _arrive(host: _Host, server: SimServer, at: float, n: int) -> None:
 def _run(host: _Host, servers: list[SimServer]) -> dict[str, tuple[float, float, LoadKind]]:
     host.clock.run(lambda: False)
     return {
-        server.name: (start, end, kind)
+        server.name: (load.start, load.end, load.kind)
         for server in servers
-        for start, end, kind, _ in server.loads
+        for load in server.loads
     }
 
 
@@ -140,6 +154,7 @@ def test_loads_from_a_peer_or_the_cache_take_no_turn() -> None:
     a, b = _server(host, "a"), _server(host, "b")
     p, q, c = _server(host, "p"), _server(host, "q"), _server(host, "c")
     c.disk.add("m-id")
+    host.holding.append(_holder(host))
     for n, server in enumerate((a, b)):
         _arrive(host, server, 0.0, n)
     for n, server in enumerate((p, q, c), start=2):
@@ -149,7 +164,62 @@ def test_loads_from_a_peer_or_the_cache_take_no_turn() -> None:
     for name in ("p", "q"):  # each its own transfer over the network, no wait
         assert loads[name] == pytest.approx((1.0, 1.0 + PEER + CACHE_REST, LoadKind.PEER))
     assert loads["c"] == pytest.approx((1.0, 1.0 + CACHE_REST, LoadKind.CACHE))
-    assert host.ready["sim://p"] == pytest.approx(1.0 + PEER + CACHE_REST)
+    assert host.ready["sim://p"].at == pytest.approx(1.0 + PEER + CACHE_REST)
+    assert host.ready["sim://p"].peer_seconds == pytest.approx(PEER)
+
+
+def _holder(host: _Host) -> SimServer:
+    """A server whose disk holds the context's template."""
+    holder = _server(host, "h")
+    holder.disk.add("m-id")
+    return holder
+
+
+def test_a_busy_holder_is_waited_for_while_a_peer_is_still_faster() -> None:
+    """A holder serving its one transfer: the second receiver waits for it to end
+    (nothing measured says the source is faster), then fetches; the wait is its
+    fetch's, as a real receiver's peer_seconds count it."""
+    host = _Host(limit=1, peers=("sim://p", "sim://q"), transfers=1)
+    holder = _holder(host)
+    host.holding.append(holder)
+    p, q = _server(host, "p"), _server(host, "q")
+    _arrive(host, p, 1.0, 1)
+    _arrive(host, q, 1.0, 2)
+    loads = _run(host, [p, q])
+    assert loads["p"] == pytest.approx((1.0, 1.0 + PEER + CACHE_REST, LoadKind.PEER))
+    assert loads["q"] == pytest.approx((1.0, 1.0 + 2 * PEER + CACHE_REST, LoadKind.PEER))
+    assert host.ready["sim://q"].peer_seconds == pytest.approx(2 * PEER)
+    assert not holder.serving.sessions
+
+
+def test_the_source_when_it_is_measured_faster_than_a_busy_holder() -> None:
+    """The fleet measured loads from the source at 12 s: a free holder (8 s of
+    transfer, 2 s from the cache) is faster, a busy one (8 s more) is not, so the
+    second receiver reads the source (fleet.peerchoice.choose_origin decides)."""
+    host = _Host(limit=1, peers=("sim://p", "sim://q"), transfers=1)
+    host.measured = Rates(source_seconds=12.0, cache_seconds=CACHE_REST, peer_rate=0.5e9)
+    host.holding.append(_holder(host))
+    p, q = _server(host, "p"), _server(host, "q")
+    _arrive(host, p, 1.0, 1)
+    _arrive(host, q, 1.0, 2)
+    loads = _run(host, [p, q])
+    assert loads["p"] == pytest.approx((1.0, 1.0 + PEER + CACHE_REST, LoadKind.PEER))
+    assert loads["q"] == pytest.approx((1.0, 1.0 + READ + SOURCE_REST, LoadKind.SOURCE))
+    assert host.ready["sim://q"].peer_seconds is None
+
+
+def test_a_receiver_waits_for_busy_holders_no_longer_than_a_real_one() -> None:
+    """Holders busy past the real receiver's wait (PEER_WAIT_SECONDS): it reads the
+    source when the wait is over."""
+    host = _Host(limit=1, peers=("sim://p", "sim://q"), transfers=1)
+    host.storage = replace(host.storage, peer_bandwidth=NBYTES / (2 * PEER_WAIT_SECONDS))
+    host.holding.append(_holder(host))
+    p, q = _server(host, "p"), _server(host, "q")
+    _arrive(host, p, 1.0, 1)
+    _arrive(host, q, 1.0, 2)
+    loads = _run(host, [p, q])
+    given_up = 1.0 + PEER_WAIT_SECONDS
+    assert loads["q"] == pytest.approx((1.0, given_up + READ + SOURCE_REST, LoadKind.SOURCE))
 
 
 def test_a_server_gone_gives_its_turn_back_once() -> None:
@@ -187,12 +257,21 @@ def test_the_simulators_defaults_are_the_plugins() -> None:
     """Read from the executor's settings, as a user gets them: RQ4's first pool and
     a pool spec's limit are the plugin's."""
     declared: dict[str, Any] = {f.name: f.default for f in fields(ExecutorSettings)}
-    limit, peer = declared["pilot_loads_per_source"], declared["peer_transfers"] > 0
-    assert (limit, peer) == (defaults.LOADS_PER_SOURCE, defaults.PEER_TRANSFERS)
+    limit, transfers = declared["pilot_loads_per_source"], declared["peer_transfers"]
+    assert (limit, transfers) == (defaults.LOADS_PER_SOURCE, defaults.PEER_TRANSFERS)
     assert PoolSpec().loads_per_source == limit
-    assert paper.RQ4_POOLS[0] == ("pool_defaults", limit, peer)
+    spec, walltime = PoolSpec(), read_walltime("slurm", declared["pilot_walltime"]).seconds
+    assert (spec.minimum, spec.maximum, spec.idle_timeout, spec.retire_margin) == (
+        declared["min_pilots"],
+        declared["max_pilots"],
+        declared["pilot_idle_timeout"],
+        declared["pilot_retire_margin"],
+    )
+    assert spec.walltime == walltime and ServerKind("a10", 1).slots == declared["slots"]
+    assert Storage().peer_transfers == transfers
+    assert paper.RQ4_POOLS[0] == ("pool_defaults", limit, transfers > 0)
     with pytest.raises(LookupError):
-        defaults.setting_default("no_such_setting")
+        setting_default("no_such_setting")
 
 
 def test_a_pool_that_reads_one_at_a_time_keeps_up_with_one_without_a_limit() -> None:

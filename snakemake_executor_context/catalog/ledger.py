@@ -23,7 +23,17 @@ from sqlalchemy.orm import Session
 
 from ..errors import ContextExecutorError
 from ..fleet.buckets import BUCKET_HELP, Bucket
-from ..fleet.ledger import Load, RunSpan, Segment, ServerLife, Warm, Work, account, life_seconds
+from ..fleet.ledger import (
+    Load,
+    RunSpan,
+    Segment,
+    ServerLife,
+    Warm,
+    Work,
+    account,
+    life_seconds,
+    load_stretches,
+)
 from ..fleet.loads import load_parts
 from .models import Attempt, Context, Job, Pilot, Placement, Run, Server
 
@@ -333,17 +343,15 @@ def _placements(
             kinds = load_parts(0.0, from_cache=row.from_cache)
             life.loads.append(Load(row.loading_at, row.ended_at, kinds[0][0], name, lost))
             continue
-        cursor = row.loading_at
-        seconds = max(0.0, row.ready_at - row.loading_at)
-        for kind, part in load_parts(
-            seconds,
+        life.loads += load_stretches(
+            row.loading_at,
+            max(row.ready_at, row.loading_at),
+            name,
             from_cache=row.from_cache,
             conversions=row.conversions,
             reload_seconds=row.reload_seconds,
             peer_seconds=row.peer_seconds,
-        ):
-            life.loads.append(Load(cursor, min(row.ready_at, cursor + part), kind, name))
-            cursor += part
+        )
         life.warm.append(Warm(row.ready_at, row.ended_at, name))
 
 

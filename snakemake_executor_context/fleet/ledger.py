@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from .buckets import Bucket
 from .intervals import Span, clip, gaps, intersect, merge, subtract
-from .loads import LoadKind
+from .loads import LoadKind, load_parts
 
 __all__ = [
     "Load",
@@ -46,6 +46,7 @@ __all__ = [
     "account",
     "bucket_seconds",
     "life_seconds",
+    "load_stretches",
 ]
 
 #: Outcomes of attempts by bucket (None: still running, counted as running).
@@ -130,6 +131,33 @@ class Segment(NamedTuple):
     rule: str = ""
     context: str = ""
     run: str = ""
+
+
+def load_stretches(
+    start: float,
+    ready: float,
+    context: str = "",
+    *,
+    from_cache: bool | None,
+    conversions: int | None = 0,
+    reload_seconds: float | None = None,
+    peer_seconds: float | None = None,
+) -> list[Load]:
+    """A load that ended ready at ``ready``, one stretch per kind in the order they
+    happened (:func:`~.loads.load_parts`: a conversion then its reload from the cache, a
+    fetch from peers then the load from the cache it filled, or one kind)."""
+    out: list[Load] = []
+    cursor = start
+    for kind, part in load_parts(
+        ready - start,
+        from_cache=from_cache,
+        conversions=conversions,
+        reload_seconds=reload_seconds,
+        peer_seconds=peer_seconds,
+    ):
+        out.append(Load(cursor, min(ready, cursor + part), kind, context))
+        cursor += part
+    return out
 
 
 def life_seconds(server: ServerLife, start: float, end: float) -> float:

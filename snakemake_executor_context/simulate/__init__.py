@@ -13,12 +13,12 @@ machine and the fleet's policy, nothing imports it but the command line):
   by the real pool policy; :mod:`.preempt`: preemptions by rate or trace;
   :mod:`.clock`: simulated time;
 - :mod:`.model`: what a simulation is told (times, fleet, pool, preemption,
-  options), with :mod:`.defaults` (the plugin's defaults, read from the executor's
-  settings); :mod:`.workload`: the jobs, from a YAML spec; :mod:`.snakefile`: the
+  options), with :mod:`.defaults` (the plugin's defaults, read from its option
+  table); :mod:`.workload`: the jobs, from a YAML spec; :mod:`.snakefile`: the
   jobs of a real Snakefile, from Snakemake's own DAG; :mod:`.measured`: times and
   runs read from a catalog;
-- :mod:`.buckets`, :mod:`.ledger` and :mod:`.result`: where the GPU-seconds went,
-  and what a run took;
+- :mod:`.ledger` and :mod:`.result`: where the GPU-seconds went (the servers' lives
+  accounted by the fleet's ledger, in its buckets), and what a run took;
 - :mod:`.replay`: a measured run replayed, predicted against measured;
   :mod:`.paper`: the paper's RQ1-RQ4 at their size; :mod:`.command`: the
   ``snakemake-context simulate`` command, :mod:`.flags` (its flags, each with what it

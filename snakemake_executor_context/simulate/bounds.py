@@ -14,10 +14,12 @@ as a prediction (:func:`..command.run_command`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..allowed import NUMBER, SIZE, WHOLE, Allowed, check_value
 from ..errors import SettingError
+from .defaults import SLOTS
 from .model import Options, ServerKind
 
 __all__ = [
@@ -27,15 +29,17 @@ __all__ = [
     "ITEMS",
     "MAX_RATE",
     "MAX_SERVERS",
+    "PAIR_FLAGS",
     "SECONDS",
     "SLOWDOWN",
     "SPAN",
-    "pairs",
+    "pair_form",
     "parse_counts",
     "parse_gpus",
     "parse_pairs",
     "parse_rate",
     "parse_rates",
+    "read_pairs",
 ]
 
 #: Simulated seconds after which a simulation stops (the run did not end).
@@ -64,6 +68,18 @@ BYTES = Allowed(SIZE, most=2**50, zero="not modelled")
 #: GPUs of one model, and servers of a fleet over GPU counts (--counts).
 GPU_COUNT = Allowed(WHOLE, least=1, most=MAX_SERVERS, unit="GPUs")
 
+#: The flags of ``KEY=VALUE`` pairs: what each one's values may be, and its keys
+#: (None: any name).
+PAIR_FLAGS: dict[str, tuple[Allowed, Allowed | None]] = {
+    "--item-seconds": (SECONDS, None),
+    "--slowdown": (SLOWDOWN, None),
+    "--items": (ITEMS, None),
+    "--load-seconds": (SECONDS, None),
+    "--context-bytes": (BYTES, None),
+    "--local-seconds": (SECONDS, None),
+    "--slot-gain": (GAIN, GAIN_JOBS),
+}
+
 _UNITS = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0, "hour": 3600.0}
 
 
@@ -78,17 +94,22 @@ def parse_pairs(values: Iterable[str], flag: str) -> dict[str, str]:
     return out
 
 
-def pairs(value: Allowed, key: Allowed | None = None) -> Callable[[str, str], None]:
-    """The form of a flag of ``KEY=VALUE`` pairs whose values ``value`` allows (and
-    keys ``key``): refuses a bad one as the command line is read."""
+def read_pairs(values: Iterable[str], flag: str) -> dict[Any, Any]:
+    """A flag of :data:`PAIR_FLAGS` read: each key (parsed, where the flag bounds its
+    keys) to its value parsed, a bad one refused in one line naming it."""
+    value, key = PAIR_FLAGS[flag]
+    out = {}
+    for name, text in parse_pairs(values, flag).items():
+        shown = f"{name}={text}"
+        parsed = name if key is None else check_value(flag, name, key, shown)
+        out[parsed] = check_value(flag, text, value, shown)
+    return out
 
-    def form(flag: str, item: str) -> None:
-        ((name, text),) = parse_pairs([item], flag).items()
-        if key is not None:
-            check_value(flag, name, key, item)
-        check_value(flag, text, value, item)
 
-    return form
+def pair_form(flag: str, item: str) -> None:
+    """The form of a flag of :data:`PAIR_FLAGS`: refuses a bad pair as the command line
+    is read."""
+    read_pairs([item], flag)
 
 
 def parse_rate(text: str, what: str) -> float:
@@ -128,7 +149,7 @@ def parse_rates(text: str) -> dict[str, float]:
     return out
 
 
-def parse_gpus(text: str, slots: int = 1, budget: int = 0) -> list[ServerKind]:
+def parse_gpus(text: str, slots: int = SLOTS, budget: int = 0) -> list[ServerKind]:
     """'a10:10,titanx:10' as kinds of servers (a model's count after its colon), at
     most :data:`MAX_SERVERS` in all."""
     kinds = []

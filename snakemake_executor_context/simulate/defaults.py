@@ -1,32 +1,50 @@
 """What a user of the plugin gets without setting anything, as the simulator models it:
-read from the executor's declared settings (:class:`~..executor.settings.ExecutorSettings`
-and its pilot settings), never typed again here, so that a simulation with the
-defaults predicts a run with them and follows them when they change.
+read from the declared options (:mod:`..options`, whose defaults the executor's
+settings take) and, for the executor's own, from its settings
+(:class:`~..executor.settings.ExecutorSettings`), never typed again here, so that a
+simulation with the defaults predicts a run with them and follows them when they
+change.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
-from typing import Any
-
 from ..executor.settings import ExecutorSettings
+from ..options import setting_default
+from ..walltime import read_walltime
 
-__all__ = ["LOADS_PER_SOURCE", "PEER_TRANSFERS", "setting_default"]
+__all__ = [
+    "LIFETIME_STAGGER",
+    "LOADS_PER_SOURCE",
+    "MAX_PILOTS",
+    "MIN_PILOTS",
+    "PEER_TRANSFERS",
+    "PILOT_IDLE_TIMEOUT",
+    "PILOT_WALLTIME",
+    "RETIRE_MARGIN",
+    "SLOTS",
+    "WAIT_FOR_SERVER",
+]
 
-
-def setting_default(name: str) -> Any:
-    """The declared default of the executor's setting ``name`` (its field's name)."""
-    for declared in fields(ExecutorSettings):
-        if declared.name == name:
-            if declared.default is MISSING:
-                raise LookupError(f"the executor's setting {name!r} declares no default")
-            return declared.default
-    raise LookupError(f"the executor has no setting {name!r}")
-
-
+#: Jobs a server runs at once (``--context-slots``).
+SLOTS: int = int(setting_default("slots"))
+#: Pilots the pool keeps, and its most (``--context-min-pilots``, ``--context-max-pilots``).
+MIN_PILOTS: int = int(setting_default("min_pilots"))
+MAX_PILOTS: int = int(setting_default("max_pilots"))
+#: A pilot's walltime in seconds (``--context-pilot-walltime``: its default reads alike
+#: in every batch system), how long before it a pilot retires
+#: (``--context-pilot-retire-margin``), and up to how much earlier at random.
+PILOT_WALLTIME: float = float(read_walltime("slurm", setting_default("pilot_walltime")).seconds)
+RETIRE_MARGIN: float = float(setting_default("pilot_retire_margin"))
+LIFETIME_STAGGER: float = float(setting_default("pilot_lifetime_stagger"))
+#: Seconds an idle pilot is kept (``--context-pilot-idle-timeout``).
+PILOT_IDLE_TIMEOUT: float = float(setting_default("pilot_idle_timeout"))
 #: Pilots loading one context from its shared source at once
 #: (``--context-pilot-loads-per-source``; 0: no limit).
 LOADS_PER_SOURCE: int = int(setting_default("pilot_loads_per_source"))
-#: Whether a server that lacks a context's template fetches it from a peer that holds
-#: it (``--context-peer-transfers`` above 0: each server serves that many at once).
-PEER_TRANSFERS: bool = int(setting_default("peer_transfers")) > 0
+#: Transfers of a template each server serves to its peers at once
+#: (``--context-peer-transfers``; 0: no peer transfer, every load reads its source).
+PEER_TRANSFERS: int = int(setting_default("peer_transfers"))
+#: Seconds a job waits for a server that can run it, outside a pool
+#: (``--context-wait-for-server``, the executor's own; a pool's jobs wait as long as
+#: its queue takes).
+WAIT_FOR_SERVER: float = float(ExecutorSettings.wait_for_server)

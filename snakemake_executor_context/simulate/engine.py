@@ -14,10 +14,10 @@ is measured as it runs.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import time
 from collections import Counter
-from typing import Any
 
 from ..executor import vocabulary as v
 from ..executor.dispatch import FLEET_CHECK_SECONDS, Dispatch
@@ -25,10 +25,13 @@ from ..fleet import events as ev
 from ..fleet.gpus import GpuInfo
 from ..fleet.keys import job_key
 from ..fleet.outcome import Outcome
+from ..fleet.peerchoice import Rates
+from ..fleet.pool import PoolDemand
 from ..fleet.resources import job_resources, server_resources
 from ..fleet.servers import CPU_MODEL
 from .clock import Clock
-from .hosting import Turns
+from .defaults import WAIT_FOR_SERVER
+from .hosting import Serving, Turns
 from .ledger import ledger
 from .model import ContextModel, Fleet, JobTimes, Options, Preemption, ServerKind, Storage
 from .pilots import SimPool
@@ -39,7 +42,7 @@ from .servers import SimServer
 from .shared import Shared
 from .workload import SimJob, Workload
 
-__all__ = ["Simulation", "simulate"]
+__all__ = ["Simulation"]
 
 #: Seconds from a killed server to its loss reaching the scheduler (the nanny's exit
 #: code; measured here: SIGKILL to requeue p50 0.085 s).
@@ -79,7 +82,8 @@ class Simulation:
         self.dispatch = Dispatch(
             self.run_id,
             embedded=fleet.pool is None,
-            wait_for_server=1e9 if fleet.pool else 300.0,
+            # A pool's jobs wait as long as its queue takes (the executor's startup).
+            wait_for_server=math.inf if fleet.pool else WAIT_FOR_SERVER,
             budgets=options.budgets,
             planned=0 if fleet.pool else fleet.size,
         )
@@ -99,7 +103,7 @@ class Simulation:
         self._host_disk: set[str] = set()
         self.pool = SimPool(self, fleet.pool, fleet.kinds) if fleet.pool else None
         self.preempter = Preempter(self, self.preemption)
-        self.published: dict[str, Any] = {}
+        self.published = PoolDemand()
         self.events: list[tuple[float, str, str]] = []
         self.cpu = 0.0
         self.stimuli = 0
@@ -123,12 +127,15 @@ class Simulation:
         """The servers running now."""
         return list(self.servers.values())
 
-    def peer_holds(self, identity: str, address: str) -> bool:
-        """Whether another running server has ``identity`` loaded."""
-        return any(
-            s.address != address and identity in s.contexts and not s.contexts[identity].loading
-            for s in self.servers.values()
-        )
+    def holders(self, identity: str, address: str) -> list[Serving]:
+        """The other running servers whose local disk holds the context's template."""
+        servers = self.servers.values()
+        return [s.serving for s in servers if s.address != address and identity in s.disk]
+
+    def rates(self, identity: str, gpu_model: str) -> Rates:
+        """What the fleet measured of the context's loads and transfers: the hub's view
+        is the executor's (both follow the fleet's events)."""
+        return self.dispatch.fleet.measure.rates(identity, gpu_model)
 
     def note(self, what: str, detail: str) -> None:
         """One line of the event log."""
@@ -242,6 +249,14 @@ class Simulation:
         elif isinstance(command, v.ProbeCaches):
             found = {a: tuple(sorted(s.disk)) for a, s in self.servers.items()}
             self.clock.after(self.options.event_latency, self._feed_probe, found)
+        elif isinstance(command, (v.Record, v.Poll)):
+            # No catalog here; and an attempt's result always comes back (a Dask round
+            # trip after its end), so a future is never looked at.
+            pass
+        else:
+            raise TypeError(
+                f"a command of dispatch that the simulator does not carry out: {command!r}"
+            )
 
     def _feed_probe(self, found: dict[str, tuple[str, ...]]) -> None:
         self._feed(v.CachesProbed(found, self.clock.now))
@@ -333,18 +348,3 @@ class Simulation:
 
     def _finished(self) -> bool:
         return self.release.finished and self.clock.now >= self.options.start_seconds
-
-
-def simulate(
-    workload: Workload,
-    fleet: Fleet,
-    times: JobTimes,
-    *,
-    storage: Storage | None = None,
-    preemption: Preemption | None = None,
-    options: Options | None = None,
-) -> SimResult:
-    """Simulate one run (see :class:`Simulation`)."""
-    return Simulation(
-        workload, fleet, times, storage=storage, preemption=preemption, options=options
-    ).run()

@@ -10,23 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ..allowed import FLAG, NUMBER, TEXT, WHOLE, WORDS, Allowed, add_argument, filled
-from ..cluster.pilot_args import PILOT_SETTINGS
-from ..cluster.triples import SLOTS
-from .bounds import (
-    BYTES,
-    GAIN,
-    GAIN_JOBS,
-    ITEMS,
-    MAX_SERVERS,
-    SECONDS,
-    SLOWDOWN,
-    SPAN,
-    pairs,
-    parse_counts,
-    parse_gpus,
-    parse_rates,
-)
-from .defaults import LOADS_PER_SOURCE, PEER_TRANSFERS
+from ..options import option
+from .bounds import BYTES, MAX_SERVERS, SPAN, pair_form, parse_counts, parse_gpus, parse_rates
+from .defaults import LOADS_PER_SOURCE, MIN_PILOTS, PEER_TRANSFERS, PILOT_WALLTIME, SLOTS
 from .model import PoolSpec
 
 __all__ = ["add_flags"]
@@ -95,17 +81,17 @@ def _times(group: Any) -> None:
         group, "--run", Allowed(TEXT, optional=True, needs=("catalog",)),
         help="the catalog's run to take times from (default: the latest)",
     )  # fmt: skip
-    for flag, value, metavar, help in (
-        ("--item-seconds", SECONDS, "RULE[@MODEL]=S", "seconds per item of a rule (on a model)"),
-        ("--slowdown", SLOWDOWN, "MODEL=F", "a GPU model's time over RULE=S times"),
-        ("--items", ITEMS, "RULE=N", "items per job of a rule (default: the catalog's, else 1)"),
-        ("--load-seconds", SECONDS, "CONTEXT:KIND=S",
+    for flag, metavar, help in (
+        ("--item-seconds", "RULE[@MODEL]=S", "seconds per item of a rule (on a model)"),
+        ("--slowdown", "MODEL=F", "a GPU model's time over RULE=S times"),
+        ("--items", "RULE=N", "items per job of a rule (default: the catalog's, else 1)"),
+        ("--load-seconds", "CONTEXT:KIND=S",
          "seconds of a load of a kind: source, conversion, cache or peer"),
-        ("--context-bytes", BYTES, "CONTEXT=SIZE", "a context's size on disk"),
-        ("--local-seconds", SECONDS, "RULE=S", "seconds of a local rule"),
+        ("--context-bytes", "CONTEXT=SIZE", "a context's size on disk"),
+        ("--local-seconds", "RULE=S", "seconds of a local rule"),
     ):  # fmt: skip
         add_argument(
-            group, flag, Allowed(WORDS, form=pairs(value)), action="append", default=[],
+            group, flag, Allowed(WORDS, form=pair_form), action="append", default=[],
             metavar=metavar, help=help,
         )  # fmt: skip
     add_argument(
@@ -120,9 +106,11 @@ def _fleet(group: Any) -> None:
         help=f"GPU models and counts: a10:10,titanx:10, at most {MAX_SERVERS} in all "
         "(default: the catalog's servers)",
     )  # fmt: skip
-    add_argument(group, "--slots", SLOTS, default=1, help="jobs a server runs at once")
     add_argument(
-        group, "--slot-gain", Allowed(WORDS, form=pairs(GAIN, GAIN_JOBS)), action="append",
+        group, "--slots", option("slots").allowed, default=SLOTS, help="jobs a server runs at once"
+    )
+    add_argument(
+        group, "--slot-gain", Allowed(WORDS, form=pair_form), action="append",
         default=[], metavar="K=G",
         help="throughput of K jobs at once over one alone",
     )  # fmt: skip
@@ -138,7 +126,8 @@ def _fleet(group: Any) -> None:
     )  # fmt: skip
     add_argument(
         group, "--peer", Allowed(FLAG), action="store_true",
-        help="servers fetch a context a peer holds from it (the plugin's default: "
+        help="servers fetch a context a peer holds from it, each serving "
+        f"{PEER_TRANSFERS} at once (the plugin's default: "
         f"{'on' if PEER_TRANSFERS else 'off'}; here off unless given)",
     )  # fmt: skip
     add_argument(
@@ -163,11 +152,14 @@ def _pool(group: Any) -> None:
         help="a pool of pilots (each GPU model's count: what the cluster gives)",
     )  # fmt: skip
     add_argument(
-        group, "--min-pilots", replace(PILOT_SETTINGS["min_pilots"], needs=_PILOTS), default=0
+        group,
+        "--min-pilots",
+        replace(option("min_pilots").allowed, needs=_PILOTS),
+        default=MIN_PILOTS,
     )
     add_argument(
         group, "--max-pilots",
-        replace(PILOT_SETTINGS["max_pilots"], needs=_PILOTS, optional=True),
+        replace(option("max_pilots").allowed, needs=_PILOTS, optional=True),
         default=None, help="default: every GPU of --gpus",
     )  # fmt: skip
     add_argument(
@@ -177,12 +169,14 @@ def _pool(group: Any) -> None:
     add_argument(
         group, "--walltime",
         Allowed(NUMBER, above=_RETIRES, most=SPAN, unit="seconds", needs=_PILOTS),
-        default=4 * 3600.0,
-        help=f"pilot walltime, seconds (above {_RETIRES:g}: a pilot retires "
-        f"{PoolSpec.retire_margin:g} s before it, staggered up to {PoolSpec.stagger:g} s)",
+        default=PILOT_WALLTIME,
+        help=f"pilot walltime, seconds (the plugin's default: {PILOT_WALLTIME:g}; above "
+        f"{_RETIRES:g}: a pilot retires {PoolSpec.retire_margin:g} s before it, staggered "
+        f"up to {PoolSpec.stagger:g} s)",
     )  # fmt: skip
     add_argument(
-        group, "--loads-per-source", replace(PILOT_SETTINGS["loads_per_source"], needs=_PILOTS),
+        group, "--loads-per-source",
+        replace(option("pilot_loads_per_source").allowed, needs=_PILOTS),
         default=LOADS_PER_SOURCE,
         help="pilots reading a context from its source at once, each read in a turn "
         f"(the plugin's default: {LOADS_PER_SOURCE}; 0: no limit)",

@@ -1,25 +1,28 @@
 """What a simulated server holds and needs: its attempts (:class:`Task`), the
-contexts on it (:class:`Loaded`), the turns at a shared source (:class:`Turns`, the
-real pool's limit on loads from one source at once), and its simulation
-(:class:`Host`)."""
+contexts on it (:class:`Loaded`) and the loads it made (:class:`LoadMade`), the
+transfers it serves its peers (:class:`Serving`), the turns at a shared source
+(:class:`Turns`, the real pool's limit on loads from one source at once), and its
+simulation (:class:`Host`)."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..executor.vocabulary import JobTicket
 from ..fleet import events as ev
+from ..fleet.ledger import Load, load_stretches
+from ..fleet.loads import LoadKind
 from ..fleet.outcome import Outcome, ServerIdentity
+from ..fleet.peerchoice import Holder, Rates
 from ..server.slots.gate import Entry
-from .buckets import LoadKind
 from .clock import Clock
 from .model import ContextModel, JobTimes, Storage
 from .shared import Shared
 
-__all__ = ["Host", "Loaded", "Task", "Turns"]
+__all__ = ["Host", "LoadMade", "Loaded", "Serving", "Task", "Turns"]
 
 
 class Turns:
@@ -79,9 +82,30 @@ class Host(Protocol):
 
     def ended(self, key: str, outcome: Outcome) -> None: ...
 
-    def peer_holds(self, identity: str, address: str) -> bool: ...
+    def holders(self, identity: str, address: str) -> list[Serving]:
+        """The other running servers whose local disk holds the context's template."""
+        ...
+
+    def rates(self, identity: str, gpu_model: str) -> Rates:
+        """The fleet's measured rates of the context's loads and transfers (the hub's)."""
+        ...
 
     def note(self, what: str, detail: str) -> None: ...
+
+
+class Serving:
+    """A server's side of peer transfers: the transfers of templates it serves now,
+    by session, each with its expected end."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.sessions: dict[str, float] = {}
+
+    def holder(self, limit: int, now: float) -> Holder:
+        """What it answers a receiver that asks, serving at most ``limit`` at once."""
+        spare = limit - len(self.sessions)
+        wait = min(self.sessions.values()) - now if spare <= 0 and self.sessions else None
+        return Holder(self.address, spare, wait)
 
 
 @dataclass
@@ -144,9 +168,43 @@ class Loaded:
     loader: str = ""
     phase: str = ""
     start_move: Callable[[], None] | None = None
+    #: A fetch from a peer ("fetch"): its end on the holder's side (the server is gone).
+    stop_fetch: Callable[[], None] | None = None
+    #: Seconds from the load's start to its template's arrival from a peer (None: it
+    #: fetched nothing).
+    peer_seconds: float | None = None
 
     @property
     def takes_turn(self) -> bool:
         """Whether its load reads the shared source (and so takes a turn there for
         the read)."""
         return self.kind in (LoadKind.SOURCE, LoadKind.CONVERSION)
+
+
+class LoadMade(NamedTuple):
+    """A load a server made (or began, when ``lost``: its server left first), as its
+    ``ContextReady`` told it: where it read, the attempt that made it."""
+
+    start: float
+    end: float
+    kind: LoadKind
+    attempt: str
+    context: str = ""
+    lost: bool = False
+    reload_seconds: float | None = None
+    peer_seconds: float | None = None
+
+    def stretches(self) -> list[Load]:
+        """The ledger's stretches of it, one per kind, as the catalog's account of a
+        real load cuts them (:func:`~..fleet.ledger.load_stretches`)."""
+        if self.lost:
+            return [Load(self.start, self.end, self.kind, self.context, lost=True)]
+        return load_stretches(
+            self.start,
+            self.end,
+            self.context,
+            from_cache=self.kind == LoadKind.CACHE,
+            conversions=int(self.kind == LoadKind.CONVERSION),
+            reload_seconds=self.reload_seconds,
+            peer_seconds=self.peer_seconds,
+        )

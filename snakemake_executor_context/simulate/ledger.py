@@ -1,10 +1,9 @@
-"""Where each simulated GPU-second went, in the ledger's buckets (:mod:`.buckets`),
-by the ledger's rules: each bucket from its own intervals (a server's loads by kind,
-its attempts ok or thrown away, the contexts it held, its drain), and where they meet
-the ledger's precedence: lost (an attempt thrown away, and the load it did), loading
-(conversion, source, peer, cache), running, failed, draining, starting (before its
-first load or job), idle warm (a context held) or idle cold. A pilot adds its
-allocation before its server registered.
+"""Where each simulated GPU-second went: each server's life as the ledger takes it
+(:class:`~..fleet.ledger.ServerLife`: its attempts, its loads cut by kind as the
+catalog's are, the contexts it held, its drain, a pilot's batch allocation), built
+from what the simulated servers and pool did, and accounted by the ledger's own rules
+(:func:`~..fleet.ledger.account`), so that a prediction and a real run's ledger
+compare bucket by bucket. A pilot that never registered is charged its allocation.
 """
 
 from __future__ import annotations
@@ -13,24 +12,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .buckets import Bucket, LoadKind
+from ..fleet.buckets import Bucket
+from ..fleet.ledger import Segment, ServerLife, account
 from .servers import SimServer
 
 if TYPE_CHECKING:
     from .pilots import SimPool
 
-__all__ = ["Ledger", "ledger"]
-
-#: Loads by precedence where two meet (the ledger's order).
-_LOAD_ORDER = (LoadKind.CONVERSION, LoadKind.SOURCE, LoadKind.PEER, LoadKind.CACHE)
+__all__ = ["Ledger", "ledger", "life_of"]
 
 
 @dataclass
 class Ledger:
-    """GPU-seconds per bucket, in all and per server (by name)."""
+    """GPU-seconds per bucket, in all, per server (by name) and per rule ('' : no
+    rule's: idle, starting, draining, a pilot's allocation)."""
 
     buckets: dict[Bucket, float] = field(default_factory=dict)
     servers: dict[str, dict[Bucket, float]] = field(default_factory=dict)
+    rules: dict[str, dict[Bucket, float]] = field(default_factory=dict)
 
     @property
     def total(self) -> float:
@@ -39,84 +38,51 @@ class Ledger:
 
     def hours(self) -> dict[str, float]:
         """GPU-hours per bucket (buckets with time only, in the ledger's order)."""
-        return {str(b): self.buckets[b] / 3600 for b in Bucket if self.buckets.get(b)}
+        return _hours(self.buckets)
+
+    def rule_hours(self) -> dict[str, dict[str, float]]:
+        """GPU-hours per bucket of each rule's jobs (their loads included), by rule."""
+        return {rule: _hours(sums) for rule, sums in sorted(self.rules.items()) if rule}
+
+    def add(self, server: str, segments: Iterable[Segment]) -> None:
+        """Count a server's segments (one GPU each server)."""
+        own = self.servers.setdefault(server, {})
+        for s in segments:
+            for sums in (self.buckets, own, self.rules.setdefault(s.rule, {})):
+                sums[s.bucket] = sums.get(s.bucket, 0.0) + s.seconds
 
 
-# The precedence of each kind of interval (lower wins); loads carry their kind.
-_LOST, _LOAD, _RUN, _DRAIN, _WARM = range(5)
+def _hours(seconds: dict[Bucket, float]) -> dict[str, float]:
+    return {str(b): seconds[b] / 3600 for b in Bucket if seconds.get(b)}
 
 
-def _server_buckets(server: SimServer, end: float) -> dict[Bucket, float]:
-    left = server.left if server.left is not None else end
-    start = server.joined
-    lost_keys = {key for key, (_, _, how) in server.attempts.items() if how == "lost"}
-    points: list[tuple[float, int, int, LoadKind | None]] = []
-
-    def span(a: float, b: float, what: int, kind: LoadKind | None = None) -> None:
-        a, b = max(a, start), min(b, left)
-        if b > a:
-            points.append((a, 1, what, kind))
-            points.append((b, -1, what, kind))
-
-    if server.draining is not None:
-        span(server.draining, left, _DRAIN)
-    for begin, finish, kind, key in server.loads:
-        span(begin, finish, _LOST if key in lost_keys else _LOAD, kind)
-    for begin, finish, how in server.attempts.values():
-        span(begin, finish, _LOST if how == "lost" else _RUN)
-    for _, ready, gone in server.warm:
-        span(ready, gone, _WARM)
-    first = min(
-        [begin for begin, _, _, _ in server.loads]
-        + [begin for begin, _, _ in server.attempts.values()],
-        default=left,
+def life_of(server: SimServer, allocated: float | None = None) -> ServerLife:
+    """The server's life as the ledger takes it (``allocated``: when its pilot's batch
+    job started; it ends when the server leaves)."""
+    return ServerLife(
+        name=server.name,
+        joined=server.joined,
+        left=server.left,
+        gpu_model=server.gpu_model,
+        draining=server.draining,
+        allocated=allocated,
+        released=server.left if allocated is not None else None,
+        work=list(server.attempts.values()),
+        loads=[stretch for load in server.loads for stretch in load.stretches()],
+        warm=list(server.warm),
     )
-    points.sort(key=lambda p: (p[0], -p[1]))
-    counts = [0] * 5
-    kinds: dict[LoadKind, int] = dict.fromkeys(LoadKind, 0)
-    out: dict[Bucket, float] = {}
-    at = start
-    end_point: tuple[float, int, int, LoadKind | None] = (left, 0, 0, None)
-    for when, step, what, load_kind in [*points, end_point]:
-        if when > at:
-            bucket = _bucket(counts, kinds, at >= first)
-            out[bucket] = out.get(bucket, 0.0) + when - at
-            at = when
-        counts[what] += step
-        if what == _LOAD and load_kind is not None:
-            kinds[load_kind] += step
-    return out
-
-
-def _bucket(counts: list[int], kinds: dict[LoadKind, int], begun: bool) -> Bucket:
-    if counts[_LOST]:
-        return Bucket.LOST
-    if counts[_LOAD]:
-        return Bucket.loading(next(k for k in _LOAD_ORDER if kinds[k] > 0))
-    if counts[_RUN]:
-        return Bucket.RUNNING
-    if counts[_DRAIN]:
-        return Bucket.DRAINING
-    if not begun:
-        return Bucket.STARTING
-    return Bucket.IDLE_WARM if counts[_WARM] else Bucket.IDLE_COLD
 
 
 def ledger(servers: Iterable[SimServer], end: float, pool: SimPool | None = None) -> Ledger:
-    """The run's GPU-seconds by bucket (one GPU per server)."""
+    """The run's GPU-seconds by bucket (one GPU per server), from 0 to ``end``."""
     result = Ledger()
+    allocated = dict(pool.allocated) if pool is not None else {}
     for server in servers:
-        own = result.servers.setdefault(server.name, {})
-        for bucket, seconds in _server_buckets(server, end).items():
-            own[bucket] = own.get(bucket, 0.0) + seconds
-            result.buckets[bucket] = result.buckets.get(bucket, 0.0) + seconds
-    if pool is not None:
-        for name, allocated in pool.allocated.items():
-            record = pool.records[name]
-            until = record.registered if record.registered is not None else record.ended or end
-            seconds = max(0.0, until - allocated)
-            before = Bucket.ALLOCATED_BEFORE
-            result.buckets[before] = result.buckets.get(before, 0.0) + seconds
-            own = result.servers.setdefault(name, {})
-            own[before] = own.get(before, 0.0) + seconds
+        life = life_of(server, allocated.pop(server.name, None))
+        result.add(server.name, account(life, 0.0, end))
+    for name, since in allocated.items():  # pilots whose servers never registered
+        record = pool.records[name] if pool is not None else None
+        until = record.ended if record is not None and record.ended is not None else end
+        life = ServerLife(name=name, joined=until, left=until, allocated=since)
+        result.add(name, account(life, 0.0, end))
     return result

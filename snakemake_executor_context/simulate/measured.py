@@ -27,8 +27,7 @@ from sqlalchemy import select
 from ..catalog.models import Attempt, Context, Job, Placement, Run, Server, ServerLoss
 from ..catalog.store import open_reader
 from ..errors import ContextExecutorError
-from ..fleet.loads import load_parts
-from .buckets import LoadKind
+from ..fleet.loads import LoadKind, load_parts
 from .model import ContextModel, JobTimes
 from .workload import Workload
 

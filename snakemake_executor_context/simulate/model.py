@@ -7,9 +7,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..defaults import DRAIN_GRACE_SECONDS
+from ..fleet.loads import LoadKind
 from ..fleet.losses import Budgets
-from .buckets import LoadKind
-from .defaults import LOADS_PER_SOURCE
+from .defaults import (
+    LIFETIME_STAGGER,
+    LOADS_PER_SOURCE,
+    MAX_PILOTS,
+    MIN_PILOTS,
+    PEER_TRANSFERS,
+    PILOT_IDLE_TIMEOUT,
+    PILOT_WALLTIME,
+    RETIRE_MARGIN,
+    SLOTS,
+)
 
 __all__ = [
     "ANY_MODEL",
@@ -70,9 +81,12 @@ class Storage:
     shared_bandwidth: float = 0.0
     local_bandwidth: float = 0.0
     peer_bandwidth: float = 0.0
-    #: Whether a server fetches a context a peer holds from that peer (the paper's
-    #: peer-to-peer transfer, as the plugin's servers do: ``server/transfer.py``).
+    #: Whether a server fetches a context's template a peer holds from that peer
+    #: (the paper's peer-to-peer transfer, as the plugin's servers do:
+    #: ``server/peers/receiver.py``), and how many transfers each holder serves at once
+    #: (the plugin's default, :mod:`.defaults`).
     peer: bool = False
+    peer_transfers: int = PEER_TRANSFERS
 
 
 @dataclass
@@ -126,7 +140,7 @@ class ServerKind:
 
     gpu_model: str
     count: int
-    slots: int = 1
+    slots: int = SLOTS
     #: The memory the server may fill with contexts (bytes; 0: no limit).
     budget: int = 0
     #: Where preemptions are counted ('' : the GPU model).
@@ -142,18 +156,20 @@ class ServerKind:
 class PoolSpec:
     """A pool of pilots sized by the run's demand (the real pool's policy)."""
 
-    minimum: int = 0
-    maximum: int = 4
+    minimum: int = MIN_PILOTS
+    maximum: int = MAX_PILOTS
     #: Mean seconds a pilot waits in the batch queue, and how the wait is drawn
     #: ("fixed", or "exp": exponential, memoryless).
     queue_wait: float = 0.0
     queue_draw: str = "exp"
     #: Seconds from a pilot's start to its server's registration (charged, "allocated_before").
     startup: float = 3.0
-    walltime: float = 4 * 3600.0
-    retire_margin: float = 300.0
-    stagger: float = 60.0
-    idle_timeout: float = 120.0
+    #: The plugin's defaults (:mod:`.defaults`): a pilot retires ``retire_margin``
+    #: before its walltime, up to ``stagger`` earlier at random.
+    walltime: float = PILOT_WALLTIME
+    retire_margin: float = RETIRE_MARGIN
+    stagger: float = LIFETIME_STAGGER
+    idle_timeout: float = PILOT_IDLE_TIMEOUT
     #: Servers reading one context from its source at once (0: no limit): a turn
     #: covers the read of its bytes alone (the plugin's default, :mod:`.defaults`).
     loads_per_source: int = LOADS_PER_SOURCE
@@ -201,7 +217,7 @@ class Preemption:
     trace: list[tuple[float, str]] = field(default_factory=list)
     #: KILL: the server dies with its jobs; TERM: it drains for ``grace`` seconds.
     signal: str = "KILL"
-    grace: float = 30.0
+    grace: float = DRAIN_GRACE_SECONDS
 
     @property
     def any(self) -> bool:

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .buckets import LoadKind
+from ..fleet.loads import LoadKind
 from .defaults import LOADS_PER_SOURCE, PEER_TRANSFERS
-from .engine import simulate
+from .engine import Simulation
 from .model import ANY_MODEL, Fleet, JobTimes, Options, PoolSpec, Preemption, ServerKind, Storage
 from .result import SimResult
 from .workload import Workload, from_spec
@@ -236,14 +236,14 @@ def run(
         jobs=jobs,
         snakemake_job_seconds=ASSUMED.snakemake_job_seconds,
     )
-    return simulate(
+    return Simulation(
         workload(params, claims),
         fleet,
         params.times(),
         storage=storage(peer),
         preemption=preemption,
         options=options,
-    )
+    ).run()
 
 
 def _solve(makespan: Callable[[float], float], target: float, low: float, high: float) -> float:
@@ -337,10 +337,12 @@ def rq3(params: Params, window: float = ASSUMED.rq3_window) -> dict[str, float]:
     }
 
 
+#: Whether the plugin's servers fetch templates from their peers by default.
+_PEERS = PEER_TRANSFERS > 0
 #: RQ4's pools at 186 GPUs: (name, reads from the source at once, peer transfers).
 #: The first is what a user gets with the plugin's defaults.
 RQ4_POOLS: tuple[tuple[str, int, bool], ...] = (
-    ("pool_defaults", LOADS_PER_SOURCE, PEER_TRANSFERS),
+    ("pool_defaults", LOADS_PER_SOURCE, _PEERS),
     ("pool_limit_no_peer", LOADS_PER_SOURCE, False),
     ("pool_unlimited", 0, False),
     ("pool_peer", 0, True),
@@ -350,7 +352,7 @@ RQ4_POOLS: tuple[tuple[str, int, bool], ...] = (
 def rq4_pool(
     params: Params,
     loads_per_source: int = LOADS_PER_SOURCE,
-    peer: bool = PEER_TRANSFERS,
+    peer: bool = _PEERS,
     slowdown: float | None = None,
 ) -> SimResult:
     """A pool growing to 186 pilots of the cluster's mix (the plugin's defaults unless

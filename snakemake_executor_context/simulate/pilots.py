@@ -14,6 +14,7 @@ walltime (Dask's ``--lifetime``, staggered); the pool's books are the real
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ..fleet.pilotbook import PilotRecord, account
@@ -22,6 +23,7 @@ from ..fleet.pool import (
     PoolShape,
     growth_limit,
     next_kind,
+    pilot_lifetime,
     pilots_to_release,
     pilots_wanted,
     useful_pilots,
@@ -36,7 +38,7 @@ __all__ = ["SimPool"]
 class _Host(Protocol):
     clock: Clock
     rng: random.Random
-    published: dict[str, Any]
+    published: PoolDemand
 
     def add_server(self, kind: ServerKind, name: str, retires_at: float | None) -> SimServer: ...
 
@@ -75,19 +77,13 @@ class SimPool:
     def _adapt(self) -> None:
         now = self.host.clock.now
         self._sample(now)
-        published = self.host.published
-        demand = PoolDemand(
-            ready=int(published.get("ready", 0)),
-            remaining=int(published.get("remaining", 0)),
-            job_seconds=float(published.get("job_seconds", 0.0)),
-            load_seconds=float(published.get("load_seconds", 0.0)),
-        )
+        demand = self.host.published
         useful = useful_pilots(self.records.values(), self.idle_since, now, self.spec.idle_timeout)
         pending = sum(1 for r in self._live() if r.registered is None)
         target = min(pilots_wanted(demand, self.shape), growth_limit(useful, pending, self.shape))
         live = self._live()
         if target > len(live):
-            by_model = published.get("by_gpu_model", {})
+            by_model = demand.by_gpu_model
             for _ in range(target - len(live)):
                 if self._submit(by_model) is None:
                     break
@@ -113,7 +109,7 @@ class SimPool:
             else:
                 self.idle_since.setdefault(name, now)
 
-    def _submit(self, by_model: dict[str, int]) -> str | None:
+    def _submit(self, by_model: Mapping[str, int]) -> str | None:
         held = [0] * len(self.kinds)
         for name, index in self.kind_of.items():
             if self.records[name].ended is None:
@@ -126,7 +122,7 @@ class SimPool:
         kind, now = self.kinds[index], self.host.clock.now
         name = f"pilot-{kind.gpu_model}-{self._count}"
         self._count += 1
-        self.records[name] = PilotRecord(name=name, kind=kind.gpu_model, submitted=now)
+        self.records[name] = PilotRecord(name=name, pilot_kind=kind.gpu_model, submitted=now)
         self.kind_of[name] = index
         wait = self.spec.queue_wait
         if self.spec.queue_draw == "exp" and wait > 0:
@@ -147,7 +143,7 @@ class SimPool:
         self.allocated.setdefault(name, now)
         record.registered = now
         spec = self.spec
-        lifetime = max(20.0, spec.walltime - spec.retire_margin - spec.stagger)
+        lifetime = pilot_lifetime(spec.walltime, spec.retire_margin, spec.stagger)
         lifetime += self.host.rng.uniform(0.0, spec.stagger)
         kind = self.kinds[self.kind_of[name]]
         self.servers[name] = self.host.add_server(kind, name, now + lifetime)

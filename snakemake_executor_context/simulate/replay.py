@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .buckets import LoadKind
-from .engine import DETECT_SECONDS, simulate
+from ..fleet.loads import LoadKind
+from .engine import DETECT_SECONDS, Simulation
 from .measured import MeasuredRun, contexts_from, measured_contexts, read_run, times_from
 from .model import Fleet, JobTimes, Options, Preemption, ServerKind
 from .result import SimResult
@@ -176,11 +176,11 @@ def replay(
     trace = [
         (at - run.started - DETECT_SECONDS - options.event_latency, name) for at, name in run.losses
     ]
-    result = simulate(
+    result = Simulation(
         workload,
         fleet or fleet_of(run),
         times or times_from([run]),
         preemption=Preemption(trace=trace),
         options=options,
-    )
+    ).run()
     return Replay(run, result)

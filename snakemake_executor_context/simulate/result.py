@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .buckets import LoadKind
+from ..fleet.loads import LoadKind
 from .ledger import Ledger
 from .servers import SimServer
 
@@ -67,6 +67,10 @@ class SimResult:
             "attempts_lost": self.attempts_lost,
             "preemptions": self.preemptions,
             "gpu_hours": {k: round(h, 4) for k, h in self.ledger.hours().items()},
+            "gpu_hours_by_rule": {
+                rule: {k: round(h, 4) for k, h in hours.items()}
+                for rule, hours in self.ledger.rule_hours().items()
+            },
             "placed": self.placed,
             "dispatch_cpu_s": round(self.dispatch_cpu, 4),
             "dispatch_cpu_per_job_ms": round(1000 * self.cpu_per_job, 4),
@@ -110,14 +114,14 @@ def summarise(
     lost = losses = 0
     for server in servers:
         per_server[server.name] += server.jobs_done
-        for _, _, kind, _ in server.loads:
-            loads[str(kind)] += 1
-        gone = [key for key, (_, _, how) in server.attempts.items() if how == "lost"]
+        for load in server.loads:
+            loads[str(load.kind)] += 1
+        gone = [key for key, work in server.attempts.items() if work.outcome == "lost"]
         lost += len(gone)
         losses += 1 if gone else 0
-        for key, (_, finish, how) in server.attempts.items():
-            if how == "ok" and key in counts.items_of:
-                finishes.append((finish, counts.items_of[key]))
+        for key, work in server.attempts.items():
+            if work.outcome == "ok" and work.end is not None and key in counts.items_of:
+                finishes.append((work.end, counts.items_of[key]))
     finishes.sort()
     return SimResult(
         makespan=end,
@@ -165,6 +169,12 @@ def describe(result: SimResult) -> str:
     for row, hours in result.ledger.hours().items():
         share = 100 * hours * 3600 / total
         lines.append(f"  {row:<20} {hours:10.3f} h  {share:5.1f}%")
+    by_rule = result.ledger.rule_hours()
+    if by_rule:
+        lines.append("GPU-hours by rule (its jobs and their loads):")
+    for rule, rows in by_rule.items():
+        parts = ", ".join(f"{row} {hours:.3f}" for row, hours in rows.items())
+        lines.append(f"  {rule:<20} {sum(rows.values()):10.3f} h  ({parts})")
     if result.pool:
         pool = result.pool
         lines.append(

@@ -10,21 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..allowed import check_value
 from ..errors import ContextExecutorError, SettingError
-from .bounds import (
-    GAIN,
-    GAIN_JOBS,
-    ITEMS,
-    MAX_SERVERS,
-    SECONDS,
-    SLOWDOWN,
-    parse_counts,
-    parse_gpus,
-    parse_pairs,
-    parse_rates,
-)
-from .buckets import LoadKind
+from ..fleet.loads import LoadKind
+from .bounds import MAX_SERVERS, parse_counts, parse_gpus, parse_pairs, parse_rates, read_pairs
 from .measured import MeasuredRun, measured_contexts, read_run, times_from
 from .model import ANY_MODEL, Fleet, JobTimes, Options, PoolSpec, Preemption, Storage
 from .preempt import trace_from
@@ -82,24 +70,17 @@ def _with_catalog(workload: Workload, run: MeasuredRun) -> JobTimes:
 
 
 def _flags(args: argparse.Namespace, workload: Workload, times: JobTimes) -> None:
-    for key, text in parse_pairs(args.item_seconds, "--item-seconds").items():
+    for key, seconds in read_pairs(args.item_seconds, "--item-seconds").items():
         rule, _, model = key.partition("@")
-        seconds = check_value("--item-seconds", text, SECONDS, f"{key}={text}")
         times.item[(rule, model.lower() or ANY_MODEL)] = seconds
-    for model, text in parse_pairs(args.slowdown, "--slowdown").items():
-        times.slowdown[model.lower()] = check_value("--slowdown", text, SLOWDOWN, f"{model}={text}")
-    for key, text in parse_pairs(args.slot_gain, "--slot-gain").items():
-        jobs = check_value("--slot-gain", key, GAIN_JOBS, f"{key}={text}")
-        times.slot_gain[jobs] = check_value("--slot-gain", text, GAIN, f"{key}={text}")
-    for rule, text in parse_pairs(args.local_seconds, "--local-seconds").items():
-        times.local[rule] = check_value("--local-seconds", text, SECONDS, f"{rule}={text}")
+    for model, slowdown in read_pairs(args.slowdown, "--slowdown").items():
+        times.slowdown[model.lower()] = slowdown
+    times.slot_gain.update(read_pairs(args.slot_gain, "--slot-gain"))
+    times.local.update(read_pairs(args.local_seconds, "--local-seconds"))
     times.cv = args.job_cv
-    sizes = {
-        r: check_value("--items", t, ITEMS, f"{r}={t}")
-        for r, t in parse_pairs(args.items, "--items").items()
-    }
+    sizes = read_pairs(args.items, "--items")
     workload.jobs = [replace(j, items=sizes.get(j.rule, j.items)) for j in workload.jobs]
-    for key, text in parse_pairs(args.load_seconds, "--load-seconds").items():
+    for key, seconds in read_pairs(args.load_seconds, "--load-seconds").items():
         name, _, kind = key.partition(":")
         model = _context(workload, name, "--load-seconds")
         try:
@@ -109,11 +90,11 @@ def _flags(args: argparse.Namespace, workload: Workload, times: JobTimes) -> Non
                 f"--load-seconds {key}: the kind is one of "
                 f"{', '.join(k.value for k in LoadKind)} (CONTEXT:KIND=S)."
             ) from None
-        model.load[load_kind] = check_value("--load-seconds", text, SECONDS, f"{key}={text}")
+        model.load[load_kind] = seconds
         model.converts = model.converts or load_kind == LoadKind.CONVERSION
-    for name, text in parse_pairs(args.context_bytes, "--context-bytes").items():
+    for name, size in read_pairs(args.context_bytes, "--context-bytes").items():
         context = _context(workload, name, "--context-bytes")
-        context.nbytes = parse_size(text, "--context-bytes", f"{name}={text}")
+        context.nbytes = parse_size(size, "--context-bytes", f"{name}={size}")
 
 
 def _context(workload: Workload, name: str, flag: str) -> Any:

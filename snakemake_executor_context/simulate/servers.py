@@ -12,21 +12,31 @@ keeps the intervals the ledger (:mod:`.ledger`) adds up.
 A load moves the context's bytes, then makes the rest (software start, state
 creation). From the source, the move is a read over the shared filesystem made in a
 turn (:class:`~.hosting.Turns`, which covers the read alone); from a peer or the
-local cache, it takes no turn.
+local cache, it takes no turn. A server whose local disk lacks the context asks the
+servers whose disks hold it, as a real one does (:mod:`..server.peers.survey`): each says
+the transfers it has to spare (the plugin's ``--context-peer-transfers``) and when its
+first ends, the fleet says the measured rates, and the real choice
+(:func:`..fleet.peerchoice.choose_origin`) says peer or source. While every holder
+is busy and a peer is still the faster way, it asks again when the first busy
+holder's transfer ends, up to the real receiver's wait; a holder that leaves
+mid-transfer does not cut it short here.
 """
 
 from __future__ import annotations
 
 import math
 
+from ..defaults import PEER_WAIT_SECONDS
 from ..executor.vocabulary import JobTicket
 from ..fleet import events as ev
 from ..fleet.eviction import Held, to_evict
+from ..fleet.ledger import Warm, Work
+from ..fleet.loads import LoadKind
 from ..fleet.losses import finishes_in_grace
 from ..fleet.outcome import ServerIdentity
+from ..fleet.peerchoice import choose_origin
 from ..server.slots.gate import Entry, fitting_slots, may_start
-from .buckets import LoadKind
-from .hosting import Host, Loaded, Task
+from .hosting import Host, Loaded, LoadMade, Serving, Task
 from .model import ContextModel, ServerKind
 from .shared import Shared
 
@@ -56,11 +66,13 @@ class SimServer:
         self.unshareable: set[str] = set()
         self.compute = Shared(host.clock, host.times.gain)
         self._durations: dict[str | None, tuple[int, float]] = {}
-        #: For the ledger: (start, end, kind, attempt key) of each load; (start, end,
-        #: outcome) of each attempt; (identity, ready, gone) of each context.
-        self.loads: list[tuple[float, float, LoadKind, str]] = []
-        self.attempts: dict[str, tuple[float, float, str]] = {}
-        self.warm: list[tuple[str, float, float]] = []
+        #: What the ledger accounts (:mod:`.ledger`): each attempt by key (the last
+        #: word on it), each load, each context's span held ready.
+        self.attempts: dict[str, Work] = {}
+        self.loads: list[LoadMade] = []
+        self.warm: list[Warm] = []
+        #: The transfers of templates it serves its peers.
+        self.serving = Serving(address)
         self.jobs_done = 0
         self._cancelled: set[str] = set()
         #: Attempts a drain handed back (they ran here).
@@ -135,51 +147,101 @@ class SimServer:
 
     # -- loads -------------------------------------------------------------------------
 
-    def load_kind(self, identity: str) -> LoadKind:
-        """What a load of ``identity`` here would be."""
-        model = self.host.context(identity)
-        if self.host.mode == "agnostic":
-            return LoadKind.CONVERSION if model.converts else LoadKind.SOURCE
-        if identity in self.disk:
-            return LoadKind.CACHE
-        if self.host.storage.peer and self.host.peer_holds(identity, self.address):
-            return LoadKind.PEER
-        return LoadKind.CONVERSION if model.converts else LoadKind.SOURCE
-
     def _load(self, task: Task, identity: str) -> None:
         host, now = self.host, self.host.clock.now
         model = host.context(identity)
         evicted = self._make_room(model.nbytes)
-        kind = self.load_kind(identity)
         placed = self.contexts[identity] = Loaded(identity, model.nbytes, since=now)
-        placed.kind, placed.loader, placed.load_start, placed.pins = kind, task.key, now, 1
+        placed.loader, placed.load_start, placed.pins = task.key, now, 1
+        cached = host.mode != "agnostic" and identity in self.disk
+        placed.kind = LoadKind.CACHE if cached else self._from_source(model)
         task.evicted = evicted
         host.emit(
             ev.ContextLoading(
-                at=now,
-                address=self.address,
-                identity=identity,
-                name=model.name,
-                from_cache=kind == LoadKind.CACHE,
+                at=now, address=self.address, identity=identity, name=model.name,
+                from_cache=cached,
             )
-        )
+        )  # fmt: skip
         placed.start_move = lambda: self._move(task, placed, model)
+        storage = host.storage
+        if cached or host.mode == "agnostic" or not (storage.peer and storage.peer_transfers > 0):
+            self._read(placed)
+        else:
+            self._ask_peers(task, placed, model, now + PEER_WAIT_SECONDS)
+
+    @staticmethod
+    def _from_source(model: ContextModel) -> LoadKind:
+        return LoadKind.CONVERSION if model.converts else LoadKind.SOURCE
+
+    def _read(self, placed: Loaded) -> None:
+        """Read the context where its kind says: from the source in a turn, else now."""
+        assert placed.start_move is not None
         if placed.takes_turn:
             placed.phase = "turn"
-            host.turns.take(identity, placed.start_move)
+            self.host.turns.take(placed.identity, placed.start_move)
         else:
-            self._move(task, placed, model)
+            placed.start_move()
+
+    def _ask_peers(self, task: Task, placed: Loaded, model: ContextModel, deadline: float) -> None:
+        """Peer or source (:func:`..fleet.peerchoice.choose_origin`), as the real
+        receiver asks (:class:`..server.peers.survey.HolderPick`)."""
+        if not self.alive or self.contexts.get(placed.identity) is not placed:
+            return
+        now = self.host.clock.now
+        limit = self.host.storage.peer_transfers
+        holders = {s.address: s for s in self.host.holders(placed.identity, self.address)}
+        held = [holder.holder(limit, now) for holder in holders.values()]
+        if held:
+            rates = self.host.rates(placed.identity, self.gpu_model)
+            choice = choose_origin(rates, model.nbytes, held)
+            if choice.origin is LoadKind.PEER and choice.free:
+                self._fetch(task, placed, model, holders[choice.free[0]])
+                return
+            if choice.wait and now < deadline:
+                placed.phase = "wait"
+                soonest = min(h.wait for h in held if h.wait is not None)
+                ask = min(deadline, now + max(0.0, soonest))
+                self.host.clock.at(ask, self._ask_peers, task, placed, model, deadline)
+                return
+        self._read(placed)
+
+    def _fetch(self, task: Task, placed: Loaded, model: ContextModel, holder: Serving) -> None:
+        """The template from ``holder`` over the network, in one of its transfers."""
+        clock, bandwidth = self.host.clock, self.host.storage.peer_bandwidth
+        placed.kind, placed.phase = LoadKind.PEER, "fetch"
+        session, began = self._transfer(task.key), clock.now
+        seconds = model.nbytes / bandwidth if bandwidth > 0 else 0.0
+        holder.sessions[session] = began + seconds
+
+        def stop() -> None:
+            holder.sessions.pop(session, None)
+
+        placed.stop_fetch = stop
+
+        def fetched() -> None:
+            stop()
+            if not self.alive or self.contexts.get(placed.identity) is not placed:
+                return
+            placed.peer_seconds = clock.now - placed.load_start
+            self.host.emit(
+                ev.ContextTransferred(
+                    at=clock.now, address=self.address, identity=placed.identity,
+                    peer=holder.address, bytes=model.nbytes, seconds=clock.now - began,
+                )
+            )  # fmt: skip
+            self._rest(task, placed, model)
+
+        clock.after(seconds, fetched)
 
     def _move(self, task: Task, placed: Loaded, model: ContextModel) -> None:
         """Move the bytes (from the source: the read, in its turn), then the rest."""
         storage, nbytes = self.host.storage, model.nbytes
         placed.phase = "move"
         then = lambda: self._rest(task, placed, model)  # noqa: E731
-        rates = {LoadKind.PEER: storage.peer_bandwidth, LoadKind.CACHE: storage.local_bandwidth}
         if placed.takes_turn and storage.shared_bandwidth > 0 and nbytes:
             self.host.filesystem.add(self._transfer(task.key), nbytes, then)
-        elif rates.get(placed.kind, 0.0) > 0:
-            self.host.clock.after(nbytes / rates[placed.kind], then)
+        elif placed.kind == LoadKind.CACHE and storage.local_bandwidth > 0:
+            self.host.clock.after(nbytes / storage.local_bandwidth, then)
         else:
             then()
 
@@ -204,7 +266,6 @@ class SimServer:
         model = self.host.context(placed.identity)
         seconds = now - placed.load_start
         placed.loading, placed.since, placed.last_used, placed.phase = False, now, now, ""
-        self.loads.append((placed.load_start, now, placed.kind, task.key))
         if model.caches:
             self.disk.add(placed.identity)
         task.loaded, task.load_seconds = True, seconds
@@ -212,6 +273,12 @@ class SimServer:
         if converted:
             task.conversions = 1
             task.reload_seconds = model.fixed(LoadKind.CACHE)
+        self.loads.append(
+            LoadMade(
+                placed.load_start, now, placed.kind, task.key, model.name,
+                reload_seconds=task.reload_seconds, peer_seconds=placed.peer_seconds,
+            )
+        )  # fmt: skip
         self.host.emit(
             ev.ContextReady(
                 at=now,
@@ -222,6 +289,8 @@ class SimServer:
                 gpu_model=self.gpu_model,
                 conversions=int(converted),
                 reload_seconds=task.reload_seconds,
+                peer_seconds=placed.peer_seconds,
+                from_cache=placed.kind == LoadKind.CACHE,
             )
         )
         self._work(task)
@@ -250,7 +319,7 @@ class SimServer:
             return
         now = self.host.clock.now
         if not placed.loading:
-            self.warm.append((identity, placed.since, now))
+            self.warm.append(Warm(placed.since, now, self.host.context(identity).name))
         self.host.emit(ev.ContextEvicted(at=now, address=self.address, identity=identity))
 
     # -- work --------------------------------------------------------------------------
@@ -272,11 +341,10 @@ class SimServer:
         if placed is not None:
             placed.pins -= 1
             placed.last_used = now
-        assert task.started is not None
-        self.attempts[task.key] = (task.started, now, "ok")
+        started = self._record(task, now, "ok")
         self.jobs_done += 1
         count, total = self._durations.get(identity, (0, 0.0))
-        self._durations[identity] = (count + 1, total + now - task.started - task.load_seconds)
+        self._durations[identity] = (count + 1, total + now - started - task.load_seconds)
         outcome = task.outcome(self.identity, now, self.gpu_model)
         self.host.ended(task.key, outcome)
         self.host.emit(outcome.finished_event(self.host.run_id, at=now))
@@ -290,6 +358,13 @@ class SimServer:
             self.leave(now, drained="SIGTERM", exit_code=0)
             return
         self._admit()
+
+    def _record(self, task: Task, now: float, outcome: str) -> float:
+        """The attempt ended here with ``outcome`` (for the ledger); its start."""
+        assert task.started is not None
+        context = task.ticket.context or ""
+        self.attempts[task.key] = Work(task.started, now, outcome, task.ticket.rule, context)
+        return task.started
 
     def _share(self, identity: str) -> None:
         """Its first job measured: the slots say how many of its jobs fit at once."""
@@ -344,8 +419,7 @@ class SimServer:
         it ran keeps it, so its loss is charged when the server leaves)."""
         self.running.pop(task.key, None)
         self.compute.remove(task.key)
-        assert task.started is not None
-        self.attempts[task.key] = (task.started, now, "lost")
+        self._record(task, now, "lost")
         self._handed.append(task.key)
 
     def _grace_over(self) -> None:
@@ -368,20 +442,23 @@ class SimServer:
         lost = sorted(self.running)
         ran = sorted({*lost, *self._handed})
         for key in lost:
-            task = self.running[key]
             self.compute.remove(key)
-            assert task.started is not None
-            self.attempts[key] = (task.started, now, "lost")
+            self._record(self.running[key], now, "lost")
         for identity, placed in list(self.contexts.items()):
+            name = self.host.context(identity).name
             if not placed.loading:
-                self.warm.append((identity, placed.since, now))
+                self.warm.append(Warm(placed.since, now, name))
                 continue
-            self.loads.append((placed.load_start, now, placed.kind, placed.loader))
+            self.loads.append(
+                LoadMade(placed.load_start, now, placed.kind, placed.loader, name, lost=True)
+            )
             if placed.phase == "turn" and placed.start_move is not None:
                 self.host.turns.cancel(identity, placed.start_move)
             elif placed.phase == "move" and placed.takes_turn:
                 self.host.filesystem.remove(self._transfer(placed.loader))
                 self.host.turns.release(identity)
+            elif placed.phase == "fetch" and placed.stop_fetch is not None:
+                placed.stop_fetch()
         self.contexts.clear()
         self.running.clear()
         self.queue.clear()

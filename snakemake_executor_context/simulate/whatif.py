@@ -10,8 +10,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .buckets import Bucket, LoadKind
-from .engine import simulate
+from ..fleet.buckets import Bucket
+from ..fleet.loads import LoadKind
+from .engine import Simulation
 from .model import ANY_MODEL, Fleet, JobTimes, Options, Preemption, ServerKind, Storage
 from .result import SimResult
 from .workload import Workload
@@ -32,14 +33,14 @@ class Scenario:
 
     def run(self, fleet: Fleet | None = None) -> SimResult:
         """Simulate it (on another fleet, when given)."""
-        return simulate(
+        return Simulation(
             self.workload,
             fleet or self.fleet,
             self.times,
             storage=self.storage,
             preemption=self.preemption,
             options=self.options,
-        )
+        ).run()
 
 
 def missing_times(

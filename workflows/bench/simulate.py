@@ -27,10 +27,10 @@ from pathlib import Path
 
 import yaml
 
+from snakemake_executor_context.fleet.loads import LoadKind
 from snakemake_executor_context.simulate import paper
-from snakemake_executor_context.simulate.buckets import LoadKind
 from snakemake_executor_context.simulate.defaults import LOADS_PER_SOURCE, PEER_TRANSFERS
-from snakemake_executor_context.simulate.engine import simulate
+from snakemake_executor_context.simulate.engine import Simulation
 from snakemake_executor_context.simulate.model import (
     Fleet,
     JobTimes,
@@ -226,7 +226,8 @@ def do_control(args: argparse.Namespace) -> None:
         log=False, snakemake_job_seconds=0.0, jobs_per_second=1e9, jobs=args.queue * args.servers
     )
     began = time.perf_counter()
-    result = simulate(workload, Fleet([ServerKind("a10", args.servers)]), times, options=options)
+    fleet = Fleet([ServerKind("a10", args.servers)])
+    result = Simulation(workload, fleet, times, options=options).run()
     print(
         f"{args.servers} servers, {args.jobs} jobs, --jobs {options.jobs}: dispatch CPU "
         f"{result.dispatch_cpu:.1f} s = {1000 * result.cpu_per_job:.2f} ms a job "
