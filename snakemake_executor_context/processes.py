@@ -41,6 +41,7 @@ __all__ = [
     "end_leftovers",
     "facts_of",
     "is_subreaper",
+    "kill_process_group",
     "pid_alive",
     "process_tree",
     "read_processes",
@@ -130,6 +131,20 @@ def _alive(process: Any) -> bool:
 def stop_tree(pid: int, grace: float, *, wait: float = 0.0) -> None:
     """Stop process ``pid`` and everything below it (see :func:`stop_processes`)."""
     stop_processes(process_tree(pid), grace, wait=wait)
+
+
+def kill_process_group(pgid: int, signum: int = signal.SIGKILL) -> bool:
+    """Send ``signum`` (SIGKILL unless told) to every process of process group ``pgid``.
+
+    Never raises for a group that cannot be signalled: True when the signal was
+    delivered, False when the group is gone (``ESRCH``) or is not this user's to
+    signal (``EPERM``: its pid reused by another user's group, or only zombies
+    left on some kernels). Other errors (an invalid signal) propagate."""
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------------------

@@ -10,6 +10,9 @@ the line, a newline that forges one. Every place the plugin prints such a value 
 character escaped). Escaped means visible: ESC is shown as ``\\x1b``, a newline inside a
 value as ``\\n``, a right-to-left override as ``\\u202e``.
 
+A byte count is shown to people one way, everywhere (messages, notes, the commands'
+text, the monitor): :func:`format_bytes`.
+
 Standard library only, and nothing of the project: every floor may use it.
 """
 
@@ -19,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["printable", "shown", "shown_values"]
+__all__ = ["format_bytes", "printable", "shown", "shown_values"]
 
 #: C0 controls, DEL, C1 controls, and the format characters that reorder or break
 #: lines (bidirectional overrides and isolates, the line and paragraph separators).
@@ -27,6 +30,9 @@ _FORMAT = "\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 _ANY_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_FORMAT}]")
 _BUT_LINES = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_FORMAT}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+#: Decimal units, as a user writes a size ("8GB" is 8e9 bytes to the settings).
+_BYTE_UNITS = ("kB", "MB", "GB", "TB", "PB")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -63,3 +69,18 @@ def shown_values(data: Any) -> Any:
     if isinstance(data, (list, tuple)):
         return type(data)(shown_values(item) for item in data)
     return data
+
+
+def format_bytes(nbytes: float) -> str:
+    """A byte count for people, in decimal units to three significant digits:
+    ``'512 B'``, ``'1.23 GB'``, ``'12.0 MB'``, ``'141 GB'`` (petabytes at most; a
+    negative count keeps its sign)."""
+    value = float(nbytes)
+    if abs(value) < 999.5:
+        return f"{value:.0f} B"
+    for unit in _BYTE_UNITS:
+        value /= 1000
+        if abs(value) < 999.5 or unit == _BYTE_UNITS[-1]:
+            break
+    digits = 2 if abs(value) < 9.995 else 1 if abs(value) < 99.95 else 0
+    return f"{value:.{digits}f} {unit}"

@@ -93,7 +93,7 @@ def test_each_transfer_try_is_a_row_and_a_note(tmp_path):
     assert servers is None, "a holder's address never makes a server row"
     assert notes == [
         "smollm2 fetched from server-1 by server-2: 538 MB in 2.1 s",
-        f"smollm2 from {STRANGER} to server-2 ended early (12 MB in 0.4 s): "
+        f"smollm2 from {STRANGER} to server-2 ended early (12.0 MB in 0.4 s): "
         "connection reset by peer",
         "smollm2: no peer could serve server-2: no holder answered",
     ]

@@ -197,3 +197,50 @@ def test_the_kernels_lists_of_children_and_a_scan_of_proc_agree(monkeypatch):
     finally:
         processes.stop_tree(tree.pid, grace=0)
         tree.wait()
+
+
+def test_a_process_group_is_killed_whole_and_a_gone_one_is_no_error():
+    from snakemake_executor_context.processes import kill_process_group
+
+    group = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 31 & wait"], process_group=0)
+    try:
+        deadline = time.monotonic() + 10
+        while len(_group_members(group.pid)) < 3:
+            assert time.monotonic() < deadline, _group_members(group.pid)
+            time.sleep(0.02)
+        assert kill_process_group(group.pid) is True
+        assert group.wait(timeout=10) == -9
+        deadline = time.monotonic() + 10
+        while _group_members(group.pid):  # the sleeps too, not only their shell
+            assert time.monotonic() < deadline, _group_members(group.pid)
+            time.sleep(0.02)
+    finally:
+        if group.poll() is None:
+            group.kill()
+            group.wait()
+    # A group whose last process is gone and reaped (ESRCH): told, not raised.
+    assert kill_process_group(_reaped_group()) is False
+    if os.getuid() != 0:
+        # Another user's group (init's; EPERM): told, not raised; signal 0 sends nothing.
+        assert kill_process_group(1, 0) is False
+
+
+def _reaped_group() -> int:
+    """The pid of a process group that existed and is gone, its leader reaped."""
+    leader = subprocess.Popen(["true"], process_group=0)
+    leader.wait()
+    return leader.pid
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    import psutil
+
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process.pid)
+        except (OSError, psutil.Error):
+            pass
+    return members

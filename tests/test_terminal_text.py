@@ -128,3 +128,26 @@ def test_what_the_executor_tells_snakemake_is_escaped():
     assert failed.message == "\\x1b[31mRED\\x1b[0m: failed\nits log ends:\n\\x1b[2Jx"
     logged = v.Log("warning", f"server gpu{RED} lost")
     assert logged.message == "server gpu\\x1b[31mRED\\x1b[0m lost"
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "text"),
+    [
+        (0, "0 B"),
+        (999, "999 B"),
+        (1000, "1.00 kB"),
+        (9_996, "10.0 kB"),
+        (12_000_000, "12.0 MB"),
+        (538_000_000, "538 MB"),
+        (999_600_000, "1.00 GB"),
+        (141e9, "141 GB"),
+        (-2.5e9, "-2.50 GB"),
+        (5e18, "5000 PB"),
+    ],
+)
+def test_a_byte_count_is_shown_in_decimal_units_to_three_digits(nbytes, text):
+    """One rendering of sizes everywhere: decimal units, as "8GB" means 8e9 bytes to
+    the settings, and three significant digits, rounding carried into the next unit."""
+    from snakemake_executor_context.terminal import format_bytes
+
+    assert format_bytes(nbytes) == text

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import time
 
+from snakemake_executor_context.terminal import format_bytes
+
 __all__ = ["ago", "bytes_", "cache_cell", "clock", "duration", "rate", "window_phrase"]
 
 
 def bytes_(value: float | None) -> str:
-    """'141 GB', '512 MB', '-'."""
-    if not value:
-        return "-"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:.0f} {unit}"
-    return f"{value:.0f} B"
+    """'141 GB', '512 MB' (:func:`~snakemake_executor_context.terminal.format_bytes`);
+    '-' when unknown."""
+    return format_bytes(value) if value else "-"
 
 
 def duration(seconds: float | None) -> str:

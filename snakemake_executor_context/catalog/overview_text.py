@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..terminal import shown, shown_values
+from ..terminal import format_bytes, shown, shown_values
 
 __all__ = ["format_overview"]
 
@@ -16,13 +16,7 @@ def _when(at: float | None) -> str:
 
 
 def _size(nbytes: float | None) -> str:
-    if not nbytes:
-        return "?"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if nbytes < 1000 or unit == "TB":
-            return f"{nbytes:.0f} {unit}"
-        nbytes /= 1000
-    return "?"
+    return format_bytes(nbytes) if nbytes else "?"
 
 
 #: How ``status`` names each load kind (:data:`.queries.KIND_ORDER`).

@@ -13,10 +13,10 @@
 - :mod:`.jobbuild`: a Snakemake job as a ticket and a spec; :mod:`.rulecheck`: the
   checks at start; :mod:`.settings`: the ``--context-*`` settings (the pilots' in
   :mod:`.pilotsettings`), each declaring what it allows;
-  :mod:`.serverlimits`: the servers' limits handed to the embedded cluster;
 - :mod:`.localjobs`: plain rules run in Snakemake's process, and their watchdog;
 - :mod:`.recording`: the run's catalog side; :mod:`.summary`: the run summary;
-  :mod:`.startup` and :mod:`.wake`: connecting, and waking the status loop;
+  :mod:`.startup` and :mod:`.wake`: connecting (and handing the embedded
+  cluster's servers their limits), and waking the status loop;
   :mod:`.announce`: what the run says of its fleet at start;
   :mod:`.startsteps`: how long each step of the start took (``--verbose``);
   :mod:`.probes`: the servers' cache probes, asked in the background;

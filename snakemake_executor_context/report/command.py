@@ -16,7 +16,7 @@ from .. import paths
 from ..defaults import CONTEXT_DIR
 from ..errors import ContextExecutorError
 from ..fleet.keys import RUN_ID_FORM, is_run_id
-from ..terminal import shown
+from ..terminal import format_bytes, shown
 
 __all__ = [
     "add_parser",
@@ -216,7 +216,7 @@ def report_command(args: argparse.Namespace, catalog: str) -> int:
     ledger, render = read_report(catalog, run=args.run, since=since, compare=args.compare)
     name = report_name(ledger.window, args.compare) if args.output is None else ""
     output = paths.write_output(report_target(args.output, Path.cwd(), name), render())
-    print(f"GPU ledger report: {shown(output)} ({output.stat().st_size / 1e6:.1f} MB)")
+    print(f"GPU ledger report: {shown(output)} ({format_bytes(output.stat().st_size)})")
     if args.csv:
         print(f"CSV: {shown(paths.write_output(args.csv, export_csv(ledger.rows())))}")
     if args.json:

@@ -2,7 +2,7 @@
 and which of them a running job broke.
 
 A job with a limit runs in a thread of its own while the task's thread watches it
-(:meth:`.server.ContextServer.run_bounded`): when its runtime has passed, or the
+(:meth:`.jobs.ServerJobs.run_bounded`): when its runtime has passed, or the
 memory watchdog (:mod:`.memwatch`) saw the server (with its child processes) above
 the cap, the job is cancelled (JobCancelled in its thread, or its process tree
 killed); a job that does not stop within :data:`STOP_GRACE_SECONDS` fails at once,
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..defaults import MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE, TIME_SCALE_VARIABLE
 from ..fleet.resources import parse_memory_cap
+from ..terminal import format_bytes
 
 __all__ = [
     "STOP_GRACE_SECONDS",
@@ -73,15 +74,11 @@ class ServerLimits:
         return cls(parsed, recycle_after)
 
 
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.2f} GiB"
-
-
 def memory_message(cap: int, rss: int) -> str:
     """Why the watchdog stopped a job."""
     return (
-        f"the server's memory cap of {_gib(cap)} (--context-memory-cap): the server "
-        f"and its child processes used {_gib(rss)}. Fix: raise the cap, or make the "
+        f"the server's memory cap of {format_bytes(cap)} (--context-memory-cap): the server "
+        f"and its child processes used {format_bytes(rss)}. Fix: raise the cap, or make the "
         "job need less memory"
     )
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 from .. import paths
 from ..defaults import SERVER_MARK_VARIABLE
 from ..errors import UnsafePathError
+from ..processes import kill_process_group
 
 __all__ = ["GroupRecord", "nanny_pid", "server_mark", "with_parent_death_signal"]
 
@@ -142,8 +142,7 @@ class GroupRecord:
         killed = []
         with _lock:
             for pgid in sorted(self.groups()):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGKILL)
+                if kill_process_group(pgid):
                     killed.append(pgid)
             for path in (self.path,) if keep_running else (self.path, self._running_path):
                 with contextlib.suppress(OSError):

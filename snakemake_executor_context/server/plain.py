@@ -3,16 +3,14 @@ zygote (:mod:`.zygote`) or, for a command it cannot run the same way, a subproce
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import time
 from typing import Any
 
 from ..fleet.outcome import Outcome, ServerIdentity
 from ..jobspec import JobResult, PlainJobSpec
-from ..processes import OWN
+from ..processes import OWN, kill_process_group
 from .leftovers import end_plain_leftovers, plain_environment, tell_job
 from .pgroups import GroupRecord, with_parent_death_signal
 from .running import RunningJob
@@ -64,8 +62,7 @@ def run_plain_job(
         # kills its processes: a failing pipe group left its reader blocked on the
         # FIFO forever (an orphan per run of Snakemake's test_pipes_fail).
         if process.pid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+            kill_process_group(process.pid)
         if groups is not None and process.pid:
             groups.remove(process.pid)
         OWN.release(f"plain:{spec.key}")

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ...jobspec import ContextJobSpec
+from ...terminal import format_bytes
 from ..running import RunningJob
 from .gate import Entry, SlotGate, fitting_slots
 from .sharing import SharedGroup, group_of
@@ -154,20 +155,20 @@ class ServerSlots:
         self.gate.set_limit(identity, fit)
         self._said(identity, fit)
         need = (
-            f"{_size(loaded)} loaded + {self.slots} x {_size(per_job)} per job ({how}) = "
-            f"{_size(loaded + self.slots * per_job)}"
+            f"{format_bytes(loaded)} loaded + {self.slots} x {format_bytes(per_job)} per job "
+            f"({how}) = {format_bytes(loaded + self.slots * per_job)}"
         )
         name = self._names.get(identity, identity[:12])
         if fit < self.slots:
             message = (
                 f"{self.where} refuses {self.slots} slots for context '{name}': {need}, "
-                f"more than its {_size(self.capacity)}; it runs {fit} of its jobs at once."
+                f"more than its {format_bytes(self.capacity)}; it runs {fit} of its jobs at once."
             )
             logger.warning("%s", message)
         else:
             message = (
                 f"{self.where} runs up to {fit} jobs of context '{name}' at once: {need} "
-                f"of its {_size(self.capacity)}."
+                f"of its {format_bytes(self.capacity)}."
             )
             logger.info("%s", message)
         with self._lock:
@@ -183,10 +184,3 @@ class ServerSlots:
         state = self.gate.snapshot()
         state["job_memory"] = {k: v[0] for k, v in self.job_memory.items()}
         return state
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(nbytes) >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} B"
