@@ -7,7 +7,7 @@
     snakemake-context down   [--scheduler-file F]
     snakemake-context status [--scheduler-file F] [--catalog PATH|URL] [--json]
     snakemake-context monitor [--catalog PATH|URL] [--interval S]
-    snakemake-context story JOB [--run RUN] [--catalog PATH|URL]
+    snakemake-context story JOB|OUTPUT [--run RUN] [--catalog PATH|URL]
     snakemake-context upgrade [--catalog PATH|URL]
     snakemake-context report [--run ID | --since T | --compare RUN RUN] [-o FILE]
     snakemake-context simulate [-s Snakefile] --gpus a10:10 [--preempt 1/min] [--catalog C]
@@ -139,9 +139,17 @@ def _parser() -> argparse.ArgumentParser:
         "their logs, losses and the budget each was charged to, its report",
     )
     story.add_argument(
-        "job", help="a job id, an attempt key, or a rule with wildcards: 'score(shard=3)'"
+        "job",
+        metavar="JOB|OUTPUT",
+        help="a job id, an attempt key, a rule with wildcards ('score(shard=3)'), or the "
+        "path of one of the job's output files (relative to this directory, or absolute)",
     )
-    story.add_argument("--run", default=None, help="the run's id (default: the latest run)")
+    story.add_argument(
+        "--run",
+        default=None,
+        help="the run's id (default: the latest run; for an output's path, the newest "
+        "run that has it)",
+    )
     catalog_option(story)
     story.set_defaults(func=_story)
 
@@ -178,7 +186,7 @@ def _story(args: argparse.Namespace) -> int:
     reader = open_reader(_catalog_of(args))
     try:
         with reader.session() as session:
-            run, job = find_job(session, args.job, args.run)
+            run, job = find_job(session, args.job, args.run, cwd=os.getcwd())
             print(story_text(run, job, job_story(session, job)))
     finally:
         reader.close()
@@ -267,7 +275,7 @@ def _status(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    from .terminal import shown, shown_values
+    from .terminal import format_bytes, shown, shown_values
 
     # Names and paths the cluster reports may quote a workflow's values: shown escaped.
     inventories, pool = shown_values(inventories), shown_values(pool)
@@ -277,9 +285,11 @@ def _status(args: argparse.Namespace) -> int:
         if short := ClusterFiles(Path(args.scheduler_file)).shortfall(names):
             print(f"  WARNING: {short}")
         if pool:  # pilots of a batch system
-            from .fleet.pilotbook import describe_pool
+            from .fleet.pilotbook import PoolBooks
 
-            print("  " + describe_pool(pool))
+            books = PoolBooks.from_wire(pool)
+            if books is not None:
+                print("  " + books.describe())
         for line in _slot_lines(inventories):
             print("  " + line)
         for address, inventory in sorted(inventories.items()):
@@ -288,7 +298,7 @@ def _status(args: argparse.Namespace) -> int:
             for context in inventory["contexts"]:
                 at_once = limits.get(context["identity"])
                 print(
-                    f"      {'/'.join(context['names'])}: {context['bytes'] / 1e6:.0f} MB, "
+                    f"      {'/'.join(context['names'])}: {format_bytes(context['bytes'])}, "
                     f"loaded in {context['load_seconds']:.1f} s, {context['hits']} reuse(s)"
                     + (f", up to {at_once} job(s) at once" if at_once else "")
                 )

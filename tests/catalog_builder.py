@@ -311,8 +311,10 @@ class CatalogBuilder:
         context: str | None = None,
         wildcards: Mapping[str, str] | None = None,
         placed_by: str = "warm",
+        outputs: Sequence[str] = (),
     ) -> str:
-        """A job is dispatched to a server and starts there. Returns its key."""
+        """A job is dispatched to a server and starts there (``outputs``: its output
+        files, as Snakemake names them). Returns its key."""
         jobid = next(self._counter)
         key = f"{rule}-{jobid}-a1-{jobid:08x}"
         self.emit(
@@ -329,6 +331,7 @@ class CatalogBuilder:
                 target=server,
                 submitted=self.now,
                 reason=placed_by,
+                outputs=list(outputs),
             )
         )
         self.emit(
@@ -393,9 +396,12 @@ class CatalogBuilder:
         items: int = 0,
         ok: bool = True,
         wildcards: Mapping[str, str] | None = None,
+        outputs: Sequence[str] = (),
     ) -> str:
         """A whole job: dispatched, started, finished and reported. Returns its key."""
-        key = self.start_job(run_id, rule, server=server, context=context, wildcards=wildcards)
+        key = self.start_job(
+            run_id, rule, server=server, context=context, wildcards=wildcards, outputs=outputs
+        )
         self.finish_job(key, seconds=seconds, items=items, ok=ok)
         return key
 

@@ -336,6 +336,77 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
     )
 
 
+def test_story_finds_the_newest_job_that_wrote_an_output_file(tmp_path):
+    """`snakemake-context story PATH`: the path of an output file, relative to the
+    directory the command runs in or absolute, names the newest job whose run (in that
+    workflow directory) declared it; --run names another run's; an unknown path is one
+    line that names it and what to give instead."""
+    path = tmp_path / "catalog.db"
+    # As a run records its directory: os.getcwd(), symbolic links resolved.
+    here, elsewhere = tmp_path.resolve() / "wf", tmp_path.resolve() / "other"
+    (here / "out").mkdir(parents=True)
+    elsewhere.mkdir()
+    with CatalogBuilder(path) as b:
+        server = b.server("cpu0")
+        old = b.run("run-old", workdir=str(here))
+        b.job(old, "score", server=server, wildcards={"shard": "1"}, outputs=["out/1.txt"])
+        b.finish_run(old)
+        b.tick(60)
+        new = b.run("run-new", workdir=str(here))
+        b.job(new, "score", server=server, wildcards={"shard": "2"}, outputs=["out/2.txt"])
+        b.job(new, "score", server=server, wildcards={"shard": "1"}, outputs=["out/1.txt"])
+        b.job(new, "index", server=server, outputs=["/refs/genome.fa.fai"])
+        b.finish_run(new)
+        b.tick(60)
+        # The newest run of all, in another workflow directory, with the same name.
+        other = b.run("run-other", workdir=str(elsewhere))
+        b.job(other, "score", server=server, wildcards={"shard": "7"}, outputs=["out/1.txt"])
+        b.finish_run(other)
+    catalog = ("--catalog", str(path))
+
+    def first_line(*args: str, cwd: Path = here) -> str:
+        done = _cli("story", *args, *catalog, cwd=cwd)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()[0]
+
+    for spelling, cwd in [
+        ("out/1.txt", here),
+        ("./out//1.txt", here),
+        (str(here / "out" / "1.txt"), elsewhere),
+        ("1.txt", here / "out"),
+    ]:
+        assert first_line(spelling, cwd=cwd).startswith("score(shard=1)"), spelling
+        assert "of run run-new" in first_line(spelling, cwd=cwd), spelling
+    assert "of run run-old" in first_line("out/1.txt", "--run", old)
+    assert first_line("out/1.txt", cwd=elsewhere).startswith("score(shard=7)")
+    assert first_line("/refs/genome.fa.fai").startswith("index")
+    # What it accepted before still names the job.
+    assert first_line("score(shard=2)", "--run", new).startswith("score(shard=2)")
+
+    unknown = _cli("story", "out/9.txt", *catalog, cwd=here)
+    assert unknown.returncode != 0
+    (line,) = unknown.stderr.strip().splitlines()
+    assert f"has the output '{here / 'out' / '9.txt'}'" in line, line
+    assert "Fix: give the path of an output file of a recorded job" in line, line
+    elsewhere_only = _cli("story", "out/2.txt", "--run", other, *catalog, cwd=here)
+    assert elsewhere_only.returncode != 0
+    assert f"No job of run {other} has the output" in elsewhere_only.stderr
+
+
+def test_a_group_jobs_outputs_are_each_of_its_jobs_normalized():
+    """What the catalog records of a job's outputs: a group's are its jobs', the file
+    one passes to the next too, each normalized as ``story PATH`` compares them."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_context.executor.jobbuild import output_paths
+
+    first = SimpleNamespace(output=["mid/1.txt"], is_group=lambda: False)
+    second = SimpleNamespace(output=["./out//1.txt", "/refs/x.fai"], is_group=lambda: False)
+    group = SimpleNamespace(jobs=[first, second], is_group=lambda: True)
+    assert output_paths(second) == ("/refs/x.fai", "out/1.txt")
+    assert output_paths(group) == ("/refs/x.fai", "mid/1.txt", "out/1.txt")
+
+
 def test_up_refuses_a_catalog_of_another_schema_before_starting(tmp_path):
     path = tmp_path / "old.db"
     catalog = open_store(path)

@@ -212,6 +212,20 @@ def test_a_server_killed_mid_job_is_a_loss_and_its_job_still_completes(workflow,
     assert "1 job(s) hit" in text.stdout and hit in text.stdout
     assert "Fleet by GPU model:" in text.stdout and "cpu" in text.stdout
 
+    # The job that wrote out/0.txt, named by that path: both its attempts.
+    story = subprocess.run(
+        [str(BIN / "snakemake-context"), "story", "out/0.txt"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert story.returncode == 0, story.stderr
+    head, *lines = story.stdout.splitlines()
+    assert head.startswith("use(i=0)") and f"of run {run.run_id}: ok" in head, story.stdout
+    whats = [line.split()[1] for line in lines]
+    assert whats.count("placed") == 2 and "lost" in whats, story.stdout
+
 
 def _schema_mismatch(path: Path) -> None:
     catalog = open_store(path)

@@ -31,6 +31,7 @@ __all__ = [
     "EventRecord",
     "ForwardBatch",
     "Job",
+    "JobOutput",
     "JobStory",
     "Meta",
     "Pilot",
@@ -45,7 +46,7 @@ __all__ = [
 #: bumped with every change to the tables below. Releases before the migrations
 #: read it from ``catalog_meta`` and refuse any other; releases since upgrade an
 #: older catalog in place when they write to it.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 class Base(DeclarativeBase):
@@ -264,6 +265,17 @@ class Attempt(Base):
     #: stimulus that placed it.
     log: Mapped[str | None] = mapped_column(Text)
     stimulus: Mapped[str | None] = mapped_column(String(128))
+
+
+class JobOutput(Base):
+    """One output file of a job (a group job's: each of its jobs'), as Snakemake names
+    it: relative to its run's ``workdir`` unless absolute (``snakemake-context story
+    PATH`` finds the job by one)."""
+
+    __tablename__ = "job_outputs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    path: Mapped[str] = mapped_column(Text, index=True)
 
 
 class JobStory(Base):

@@ -3,7 +3,9 @@ monitor's server page): what happened to it, in order, one line each.
 
 A job is named by its Snakemake job id, by an attempt key, or by its rule with
 wildcards (``score``, ``score(shard=3)``, ``score shard=3``), in the latest run unless
-a run is named. Its lines come from its attempts (placed where and why, started,
+a run is named; or by the path of one of its output files (relative to the directory
+the command runs in, or absolute), the newest job of the catalog's (or the named run's)
+that declared it. Its lines come from its attempts (placed where and why, started,
 ended, each attempt's log), the decisions the executor recorded about it (losses
 and the budget each was charged to, requeues, cancellations: ``job_story``), and
 its report.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 from dataclasses import dataclass
 
@@ -21,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from ..fleet.keys import is_attempt_key, job_key_of
 from ..terminal import shown
-from .models import Attempt, Job, Run, Server
+from .models import Attempt, Job, JobOutput, Run, Server
 from .models import JobStory as JobStoryRow
 from .store import CatalogError
 
@@ -61,20 +64,27 @@ def _run(session: Session, run_id: str | None) -> Run:
         query = select(Run).where(Run.run_id == run_id)
     run = session.scalars(query).first()
     if run is None:
-        where = f"run {run_id}" if run_id else "any run"
+        where = f"run {run_id}" if run_id else "run"
         raise JobNotFound(f"The catalog has no {where}. Fix: name a run of `status`'s list.")
     return run
 
 
-def find_job(session: Session, name: str, run_id: str | None = None) -> tuple[Run, Job]:
+def find_job(
+    session: Session, name: str, run_id: str | None = None, *, cwd: str | None = None
+) -> tuple[Run, Job]:
     """The run and the job ``name`` names (see the module); one line when none or
-    several match. An attempt key names one job of one run (its keys are unique)."""
+    several match. An attempt key names one job of one run (its keys are unique).
+    With ``cwd`` (the directory a relative path is read from), ``name`` may be an
+    output file's path."""
     if run_id is None:
         job = session.scalars(
             select(Job).join(Attempt, Attempt.job_id == Job.id).where(Attempt.key == name)
         ).first()
         if job is not None:
             return session.get_one(Run, job.run_pk), job
+    absolute = os.path.normpath(os.path.join(cwd, name)) if cwd is not None else None
+    if absolute is not None and (wrote := _by_output(session, absolute, run_id)) is not None:
+        return wrote
     run = _run(session, run_id)
     jobs = select(Job).where(Job.run_pk == run.id)
     by_id = list(session.scalars(jobs.where(Job.jobid == name)))
@@ -88,10 +98,18 @@ def find_job(session: Session, name: str, run_id: str | None = None) -> tuple[Ru
         found = _by_rule(session, jobs, name)
     if len(found) == 1:
         return run, found[0]
+    if not found and absolute is not None and _path_like(name):
+        where = f"run {run_id}" if run_id else "any run of the catalog"
+        raise JobNotFound(
+            f"No job of {where} has the output {absolute!r}. Fix: give the path of an "
+            "output file of a recorded job (relative to this directory, or absolute), a "
+            "job id, an attempt key, or a rule with its wildcards (score(shard=3))."
+        )
     if not found:
         raise JobNotFound(
             f"No job '{name}' in run {run.run_id}. Fix: give a job id, an attempt key, "
-            "or a rule with its wildcards (score(shard=3)); --run RUN for another run."
+            "a rule with its wildcards (score(shard=3)) or an output file's path; --run "
+            "RUN for another run."
         )
     names = ", ".join(_title(job) for job in found[:6])
     more = " ..." if len(found) > 6 else ""
@@ -99,6 +117,42 @@ def find_job(session: Session, name: str, run_id: str | None = None) -> tuple[Ru
         f"{len(found)} jobs of run {run.run_id} match '{name}': {names}{more}. Fix: add "
         "its wildcards, or give its job id."
     )
+
+
+def _by_output(session: Session, absolute: str, run_id: str | None) -> tuple[Run, Job] | None:
+    """The newest job (of run ``run_id``, if named) with the output file at path
+    ``absolute``: recorded as Snakemake names it, absolute or relative to its run's
+    workdir."""
+    workdirs = session.scalars(select(Run.workdir).distinct())
+    forms = {absolute} | {
+        os.path.relpath(absolute, workdir)
+        for workdir in workdirs
+        if workdir and os.path.isabs(workdir) and _within(absolute, workdir)
+    }
+    query = (
+        select(Run, Job, JobOutput.path)
+        .join(Job, Job.run_pk == Run.id)
+        .join(JobOutput, JobOutput.job_id == Job.id)
+        .where(JobOutput.path.in_(sorted(forms)))
+        .order_by(Run.started.desc(), Job.submitted.desc(), Job.id.desc())
+    )
+    if run_id:
+        query = query.where(Run.run_id == run_id)
+    for run, job, path in session.execute(query).tuples():
+        if os.path.normpath(os.path.join(run.workdir or "", path)) == absolute:
+            return run, job
+    return None
+
+
+def _within(path: str, directory: str) -> bool:
+    return os.path.commonpath([path, directory]) == os.path.normpath(directory)
+
+
+def _path_like(name: str) -> bool:
+    """Whether ``name`` can only be a path: a rule's name is an identifier (no
+    separator, no dot)."""
+    match = _RULE.match(name.strip())
+    return "/" in name or match is None or "." in match.group("rule")
 
 
 def _by_rule(session: Session, jobs: object, name: str) -> list[Job]:

@@ -5,6 +5,7 @@ a plain job spec (Snakemake's own job command)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 import re
 import time
@@ -29,6 +30,7 @@ __all__ = [
     "SpecBuilder",
     "job_wildcards",
     "label",
+    "output_paths",
     "output_specs",
     "priority",
     "rule_name",
@@ -174,6 +176,7 @@ def ticket(job: Any, *, kind: str, declaration: ContextDeclaration | None = None
         shareable=declaration.shareable if declaration else True,
         priority=priority(job),
         submitted=time.time(),
+        outputs=output_paths(job),
     )
 
 
@@ -187,6 +190,14 @@ def output_specs(job: Any) -> list[OutputSpec]:
         )
         for f in job.output
     ]
+
+
+def output_paths(job: Any) -> tuple[str, ...]:
+    """Every output file of the job (a group's: each of its jobs', the files one
+    passes to the next too), as Snakemake names them (relative to the workflow
+    directory unless absolute), normalized."""
+    members = job.jobs if job.is_group() else (job,)
+    return tuple(sorted({os.path.normpath(str(f)) for member in members for f in member.output}))
 
 
 def label(job: Any) -> str:

@@ -78,6 +78,8 @@ class JobTicket:
     #: The first attempt's log (relative to the workflow directory); later attempts
     #: keep their own (:func:`..fleet.keys.attempt_log`).
     log_path: str = ""
+    #: Its output files, for the catalog (:attr:`..fleet.events.JobDispatched.outputs`).
+    outputs: tuple[str, ...] = ()
 
     def dispatched(
         self, run_id: str, key: str, address: str | None, step: str, now: float
@@ -99,6 +101,7 @@ class JobTicket:
             submitted=self.submitted,
             reason=step,
             log=attempt_log(self.log_path, attempt_number(key)),
+            outputs=list(self.outputs),
         )
 
     def story(
@@ -126,6 +129,7 @@ class JobTicket:
             rule=self.rule,
             outcome=outcome,
             message=(message or "")[:4000] or None,
+            outputs=list(self.outputs),
         )
 
 

@@ -19,6 +19,7 @@ from enum import Enum, StrEnum
 from typing import Any, ClassVar
 
 from .losses import LossCause, classify
+from .pilotbook import PilotRecord
 
 __all__ = [
     "TOPIC",
@@ -330,7 +331,7 @@ class GangFormed(Event):
 @dataclass(kw_only=True)
 class ContextTransferred(Event):
     """A server fetched (or tried to fetch) a context's template, its files, from a
-    peer that holds it (peer-to-peer transfer, :mod:`..server.transfer`)."""
+    peer that holds it (peer-to-peer transfer, :mod:`..server.peers.receiver`)."""
 
     kind: ClassVar[str] = "context-transferred"
     #: The receiver.
@@ -348,7 +349,7 @@ class ContextTransferred(Event):
 @dataclass(kw_only=True)
 class CacheEntryDamaged(Event):
     """A server found an entry of its node's model cache damaged (its files differ
-    from the manifest recorded when they were written, :mod:`...cachecheck`) and moved
+    from the manifest recorded when they were written, :mod:`..modelcache.cachecheck`) and moved
     it aside: the load that needed it went to a peer or the source."""
 
     kind: ClassVar[str] = "cache-entry-damaged"
@@ -418,6 +419,10 @@ class JobDispatched(Event):
     log: str = ""
     #: The dispatch machine's stimulus that placed it (its story).
     stimulus: str = ""
+    #: The job's output files (a group's: its jobs'), as Snakemake names them, relative
+    #: to the run's workdir unless absolute: ``snakemake-context story PATH`` finds
+    #: the job by one.
+    outputs: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -479,6 +484,8 @@ class JobReported(Event):
     message: str | None = None
     #: The dispatch machine's stimulus that reported it (its story).
     stimulus: str = ""
+    #: As :attr:`JobDispatched.outputs` (a job reported unrunnable was never dispatched).
+    outputs: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -502,22 +509,16 @@ class JobStory(Event):
 
 
 @dataclass(kw_only=True)
-class PilotBooked(Event):
+class PilotBooked(Event, PilotRecord):
     """A pool's record of one pilot changed (sent by the pool, in the cluster process):
     the fields of :class:`~.pilotbook.PilotRecord`, as they are now."""
 
     kind: ClassVar[str] = "pilot-booked"
-    name: str
-    #: The kind of pilot (its GPU type), its batch job, and when it was submitted.
-    pilot_kind: str = ""
-    job_id: str = ""
-    submitted: float = 0.0
-    registered: float | None = None
-    first_task: float | None = None
-    ended: float | None = None
-    batch_state: str | None = None
-    busy_seconds: float = 0.0
-    released: bool = False
+
+    @classmethod
+    def of(cls, record: PilotRecord) -> PilotBooked:
+        """The event for ``record`` as it is now."""
+        return cls(**record.to_wire())
 
 
 # -- wire ----------------------------------------------------------------------------

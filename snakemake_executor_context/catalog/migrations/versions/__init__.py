@@ -12,5 +12,6 @@ and its ``down_revision`` the one before.
 - :mod:`.v0005_gangs`: gangs: a placement's ranks and members (``placements.ranks``,
   ``placements.gang``);
 - :mod:`.v0006_damaged_entries`: the model-cache entries servers found damaged and
-  moved aside (the ``damaged_entries`` table).
+  moved aside (the ``damaged_entries`` table);
+- :mod:`.v0007_job_outputs`: each job's output files (the ``job_outputs`` table).
 """
