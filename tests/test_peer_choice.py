@@ -22,7 +22,7 @@ from snakemake_executor_context.fleet.loads import LoadKind
 from snakemake_executor_context.fleet.measure import Measurements
 from snakemake_executor_context.fleet.peerchoice import Holder, Rates, choose_origin
 from snakemake_executor_context.fleet.state import FleetState
-from snakemake_executor_context.server.holder import TransferSessions
+from snakemake_executor_context.server.peers.holder import TransferSessions
 
 from .conftest import WORKFLOWS, persistent_cluster
 

@@ -31,7 +31,7 @@ from snakemake_executor_context.catalog.models import Placement, Transfer
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.contexts import ContextDeclaration, make_declaration
 from snakemake_executor_context.errors import UnsafePathError
-from snakemake_executor_context.server.holder import TransferSessions, _read
+from snakemake_executor_context.server.peers.holder import TransferSessions, _read
 
 from .conftest import BIN, WORKFLOWS, context_run, persistent_cluster
 
@@ -74,8 +74,8 @@ async def _load_here(declaration: ContextDeclaration) -> str:
 
 async def _fetch_here(declaration: ContextDeclaration, dask_worker=None) -> dict:
     """Fetch the template from peers as a load would; what it said and emitted."""
-    from snakemake_executor_context.server.peering import DaskPeers
-    from snakemake_executor_context.server.transfer import PeerFetch
+    from snakemake_executor_context.server.peers.reach import DaskPeers
+    from snakemake_executor_context.server.peers.receiver import PeerFetch
 
     said: list[str] = []
     events: list = []
@@ -95,7 +95,7 @@ async def _fetch_killing(declaration, holder_pid: int, after: str | None, dask_w
     is gone) once this receiver has every byte of the file ``after`` (between two
     calls, none in flight), or, with ``after`` None, once it has written its first
     chunk (mid-transfer: the file's other chunks still to come)."""
-    from snakemake_executor_context.server import transfer
+    from snakemake_executor_context.server.peers import receiver as transfer
 
     original_chunks, original_write = transfer.PeerFetch._chunks, transfer._write_chunk
     killed = threading.Event()
@@ -245,7 +245,7 @@ def test_a_holder_dead_after_sending_every_byte_asked_is_known_at_once(three):
     no call is in flight, and a new one would try to connect for Dask's connect
     timeout (30 s). The receiver knows at once (its watch of the session closed with
     the holder) and reads the source."""
-    from snakemake_executor_context.server.transfer import HOLDER_GONE
+    from snakemake_executor_context.server.peers.receiver import HOLDER_GONE
 
     client, caches, workdir, seed = three
     declaration = _declaration(workdir, seed=seed)
@@ -328,7 +328,7 @@ def test_peer_requests_outside_the_manifest_and_planted_symlinks_are_refused(thr
     not the identity named; and without the cluster's certificate, no answer at all."""
     from distributed.core import rpc
 
-    from snakemake_executor_context.server.transfer import _wire
+    from snakemake_executor_context.server.peers.receiver import _wire
 
     client, caches, workdir, seed = three
     declaration = _declaration(workdir, seed=seed)
@@ -384,7 +384,7 @@ def test_peer_requests_outside_the_manifest_and_planted_symlinks_are_refused(thr
 async def _forge(files: list, announced: int, dask_worker=None) -> None:
     """Make this server a forging holder: it says it holds every template, and offers
     ``files`` as its manifest, announcing ``announced`` bytes."""
-    from snakemake_executor_context.manifest import FORMAT, VERSION
+    from snakemake_executor_context.modelcache.manifest import FORMAT, VERSION
 
     handlers = dask_worker.handlers
     handlers.setdefault("real_template", handlers["snakemake_context_template"])

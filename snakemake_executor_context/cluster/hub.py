@@ -29,7 +29,6 @@ import os
 import re
 import threading
 import time
-from dataclasses import asdict
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -111,7 +110,7 @@ class FleetHub(SchedulerPlugin):
     def rates(self, identity: str, model: str = "") -> dict[str, Any]:
         """The measured rates of a context's loads and transfers (a handler: plain data)."""
         with self.lock:
-            return asdict(self.view.measure.rates(identity, model))
+            return self.view.measure.rates(identity, model).to_wire()
 
     def _job_finished(self, event: ev.JobFinished) -> None:
         """A server whose last jobs of a rule all failed while others succeeded on

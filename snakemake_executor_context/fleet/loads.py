@@ -9,7 +9,7 @@ A load brings a context's weights into a server's memory from one of four places
 - ``source``: from where the loader's arguments point (a shared filesystem, a hub);
 - ``peer``: the context's template (its files) fetched from another server that holds
   it, into the local cache, which the rest of the load then reads
-  (:mod:`..server.transfer`).
+  (:mod:`..server.peers.receiver`).
 
 The catalog records, per placement, whether the cache probe found the weights
 (``placements.from_cache``), how many conversions the load did and how long it took

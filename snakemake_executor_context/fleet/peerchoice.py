@@ -16,12 +16,12 @@ A fast local source beats a busy peer. What is not measured counts as nothing, s
 that a peer is taken while nothing says the source is faster (the source's load
 never measured; or a peer's time so far unknown and its known parts shorter).
 :func:`choose_origin` is pure: the server asks the fleet's hub for the rates and the
-holders for their state, and carries out the answer (:mod:`..server.transfer`).
+holders for their state, and carries out the answer (:mod:`..server.peers.receiver`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .loads import LoadKind
@@ -39,6 +39,27 @@ class Rates:
     cache_seconds: float | None = None
     #: Bytes a second of peer transfers that ended ok.
     peer_rate: float | None = None
+
+    def to_wire(self) -> dict[str, float | None]:
+        """As a plain dict (the hub's answer to a server)."""
+        return {
+            "source_seconds": self.source_seconds,
+            "cache_seconds": self.cache_seconds,
+            "peer_rate": self.peer_rate,
+        }
+
+    @classmethod
+    def from_wire(cls, wire: object) -> Rates:
+        """Rates from :meth:`to_wire`; nothing measured where ``wire`` is not a mapping
+        (a hub that could not say). A bad number raises ValueError or TypeError."""
+        if not isinstance(wire, Mapping):
+            return cls()
+
+        def number(name: str) -> float | None:
+            value = wire.get(name)
+            return None if value is None else float(value)
+
+        return cls(number("source_seconds"), number("cache_seconds"), number("peer_rate"))
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,9 @@
   a context's template around each load (the cache probe, the check that moves a
   damaged entry aside, its events); :mod:`.loadturns`: turns to load from a shared
   source;
-- peer-to-peer transfer of context templates: :mod:`.transfer`, the receiver that
-  fetches a missing template before a load; :mod:`.peerpick`, which holder it fetches
-  from, or whether it reads the source (by measured rates); :mod:`.holder`, what a
-  server serves to its peers (on its own TLS port); :mod:`.peering`, how it reaches
-  them and the fleet hub's measured rates through Dask;
+- :mod:`.peers`: peer-to-peer transfer of context templates (a package: the
+  receiver, the survey of holders, the holder, how a server reaches its peers, and
+  the records of their calls);
 - :mod:`.contextjob`: a context job's way through its slot and its contexts;
   :mod:`.slots`: which jobs run at once (the gate, what they share, memory);
 - :mod:`.inprocess`: a context job's script run in this process, :mod:`.isolation`,

@@ -42,7 +42,7 @@ class LoadTurns:
 
     def around_load(self, declaration: Any, record: Any, *, cached: bool) -> LoadTurn:
         """The turn held around a load of ``declaration``. A context that stages its
-        source (:mod:`...staging`) holds none here: the staging takes one around its
+        source (:mod:`..modelcache.staging`) holds none here: the staging takes one around its
         copy from the source alone (``record.source_turn``), and the imports and the
         building that follow hold none."""
         if declaration.stage:

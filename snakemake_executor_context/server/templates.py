@@ -13,9 +13,10 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 
-from .. import cachecheck, loaders, modelcache
+from .. import loaders, modelcache
 from ..contexts import ContextDeclaration
 from ..fleet import events as ev
+from ..modelcache import cachecheck
 
 __all__ = ["checked_load", "damage_events", "probe"]
 

@@ -47,8 +47,8 @@ async def acquire(declaration: Any) -> float:
 
 async def _fetch_again(declaration: Any, entry: str, dask_worker: Any = None) -> dict:
     """Remove this server's copy of the template and fetch it from a peer again."""
-    from snakemake_executor_context.server.peering import DaskPeers
-    from snakemake_executor_context.server.transfer import PeerFetch
+    from snakemake_executor_context.server.peers.reach import DaskPeers
+    from snakemake_executor_context.server.peers.receiver import PeerFetch
 
     shutil.rmtree(entry)
     fetch = PeerFetch(dask_worker.address, DaskPeers(dask_worker), emit=lambda e: None)

@@ -25,7 +25,7 @@ the first is expected to end (for the receiver's choice between a peer and the
 source, :func:`..fleet.peerchoice.choose_origin`). A receiver that got a file whose
 digest differs from the manifest says so as it ends its session: the holder then
 checks its entry anew, every digest, and moves it aside if it is damaged
-(:mod:`..cachecheck`; an event, a catalog row).
+(:mod:`...modelcache.cachecheck`; an event, a catalog row).
 """
 
 from __future__ import annotations
@@ -37,16 +37,18 @@ import secrets
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import cachecheck, loaders, modelcache
-from ..contexts import ContextDeclaration, make_declaration
-from ..errors import ContextExecutorError, UnsafePathError
-from ..manifest import Manifest
-from .output import server_directory
-from .templates import damage_events
+from ... import loaders, modelcache
+from ...contexts import ContextDeclaration, make_declaration
+from ...errors import ContextExecutorError, UnsafePathError
+from ...modelcache import cachecheck
+from ...modelcache.manifest import Manifest
+from ..output import server_directory
+from ..templates import damage_events
+from .wire import CHUNK_OP, DONE_OP, TEMPLATE_OP, WATCH_OP, Chunk, TemplateOffer
 
 __all__ = ["CHUNK_BYTES", "HANDLERS", "IDLE_SECONDS", "TemplateHolder", "TransferSessions"]
 
@@ -58,10 +60,10 @@ CHUNK_BYTES = 8 << 20
 IDLE_SECONDS = 60.0
 #: The Dask handler names a holder adds to its worker: op -> method.
 HANDLERS = {
-    "snakemake_context_template": "template",
-    "snakemake_context_chunk": "chunk",
-    "snakemake_context_template_done": "done",
-    "snakemake_context_template_watch": "watch",
+    TEMPLATE_OP: "template",
+    CHUNK_OP: "chunk",
+    DONE_OP: "done",
+    WATCH_OP: "watch",
 }
 
 
@@ -167,52 +169,54 @@ class TemplateHolder:
         try:
             entry, manifest = await asyncio.to_thread(self._held, identity, declaration)
         except (ContextExecutorError, OSError, ValueError, TypeError, KeyError) as error:
-            return {"held": False, "why": str(error)[:300]}
+            return TemplateOffer(held=False, why=str(error)[:300]).to_wire()
         if entry is None or manifest is None:
-            return {"held": False, "why": "not in this server's cache"}
+            return TemplateOffer(held=False, why="not in this server's cache").to_wire()
         now = time.monotonic()
         for gone in self.sessions.expire(now):
             gone.end()
         spare = self.sessions.limit - len(self.sessions.open)
-        answer: dict[str, Any] = {"held": True, "spare": spare, "bytes": manifest.total_bytes}
-        if spare <= 0:
-            answer["wait"] = self.sessions.wait(now, self.rate)
+        offer = TemplateOffer(
+            held=True,
+            spare=spare,
+            nbytes=manifest.total_bytes,
+            wait=self.sessions.wait(now, self.rate) if spare <= 0 else None,
+        )
         if begin:
             sizes = {e.path: e.size for e in manifest.files}
             token = self.sessions.begin(identity, entry, sizes, now)
             if token is None:
-                answer["refused"] = f"serving {self.sessions.limit} transfers already"
+                refused = f"serving {self.sessions.limit} transfers already"
+                offer = replace(offer, refused=refused)
             else:
                 server_directory(entry, using=True)
                 self.sessions.open[token].release = await asyncio.to_thread(
                     modelcache.hold_entry, entry
                 )
-                answer.update(token=token, manifest=manifest.to_json())
-        return answer
+                offer = replace(offer, token=token, manifest=manifest.to_json())
+        return offer.to_wire()
 
     async def chunk(self, token: str, path: str, offset: int, length: int) -> dict[str, Any]:
         """Up to ``length`` bytes of the manifest's file ``path`` from ``offset``."""
         session = self.sessions.get(token, time.monotonic())
         if session is None:
-            return {"error": "no such transfer (it ended, or was idle too long)"}
+            return Chunk(error="no such transfer (it ended, or was idle too long)").to_wire()
         size = session.sizes.get(path)
         if size is None:
-            return {"error": f"{path!r} is not a file of the template's manifest"}
+            return Chunk(error=f"{path!r} is not a file of the template's manifest").to_wire()
         if not 0 <= int(offset) <= size:
-            return {"error": f"{path}: offset {offset} is outside its {size} bytes"}
+            return Chunk(error=f"{path}: offset {offset} is outside its {size} bytes").to_wire()
         length = max(0, min(int(length), CHUNK_BYTES, size - int(offset)))
         try:
             data = await asyncio.to_thread(_read, session.entry, path, size, int(offset), length)
         except (OSError, UnsafePathError) as error:
-            return {"error": f"{path}: {error}"}
+            return Chunk(error=f"{path}: {error}").to_wire()
         session.sent += len(data)
         if self.rate:
             now = time.monotonic()
             session.paced_until = max(now, session.paced_until) + len(data) / self.rate
             await asyncio.sleep(session.paced_until - now)
-        from distributed.protocol import to_serialize
-
-        return {"data": to_serialize(data)}
+        return Chunk(data=data).to_wire()
 
     async def done(self, token: str, damaged: str = "") -> dict[str, Any]:
         """The receiver is finished with its session; ``damaged``: a file it got

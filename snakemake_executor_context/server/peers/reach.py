@@ -6,7 +6,7 @@ worker's event loop.
 
 A peer that dies is known at once by a watch: a call it answers only when a session
 ends, whose connection closes when its process dies (:meth:`DaskPeers.watch`). Calls
-given the watch end as soon as it breaks, as :class:`~.peerpick.PeerGone`: a call to
+given the watch end as soon as it breaks, as :class:`~.survey.PeerGone`: a call to
 a dead peer would otherwise try to connect again and again, for Dask's connect
 timeout (30 s)."""
 
@@ -17,8 +17,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..defaults import PEER_RATES_HANDLER
-from .peerpick import PeerGone
+from ...defaults import PEER_RATES_HANDLER
+from ...fleet.peerchoice import Rates
+from .survey import PeerGone
 
 __all__ = ["DaskPeers"]
 
@@ -39,7 +40,7 @@ class DaskPeers:
         identity = sync(self.worker.loop, self.worker.scheduler.identity)
         return sorted(a for a in identity.get("workers", {}) if a != self.worker.address)
 
-    def rates(self, identity: str, model: str) -> dict[str, Any]:
+    def rates(self, identity: str, model: str) -> Rates:
         """The hub's measured rates of the context's loads and transfers
         (:meth:`~..fleet.measure.Measurements.rates`); empty when it cannot say."""
         from distributed.utils import sync
@@ -52,14 +53,14 @@ class DaskPeers:
             reply = sync(self.worker.loop, ask)
         except Exception as error:  # a scheduler without the hub: nothing measured
             logger.debug("rates of %s: %r", identity, error)
-            return {}
-        return reply if isinstance(reply, dict) else {}
+            return Rates()
+        return Rates.from_wire(reply)
 
     def call_all(
         self, addresses: list[str], op: str, *, unless: Any = None, **kwargs: Any
     ) -> dict[str, Any]:
         """``op`` on each address at once: its reply, or the exception it raised
-        (:class:`~.peerpick.PeerGone` for each when the watch ``unless`` breaks first)."""
+        (:class:`~.survey.PeerGone` for each when the watch ``unless`` breaks first)."""
         replies = self._gather(op, [(address, kwargs) for address in addresses], unless)
         return dict(zip(addresses, replies, strict=True))
 
@@ -89,7 +90,7 @@ class DaskPeers:
         self, op: str, calls: list[tuple[str, dict[str, Any]]], unless: Any = None
     ) -> list[Any]:
         """Every (address, keywords) call of ``op`` at once, on the worker's loop; all
-        :class:`~.peerpick.PeerGone` as soon as the watch ``unless`` breaks."""
+        :class:`~.survey.PeerGone` as soon as the watch ``unless`` breaks."""
         from distributed.utils import sync
 
         async def one(address: str, kwargs: dict[str, Any]) -> Any:

@@ -5,7 +5,7 @@ that holds it (:mod:`.holder`), instead of reading the context's source.
 1. The template: the loader names the local directory (``@loader(template=...)``,
    :func:`..loaders.template_dir`); nothing to do when the loader declares none or the
    directory is already a usable cache entry.
-2. The holders, or the source (:mod:`.peerpick`): every other server is asked
+2. The holders, or the source (:mod:`.survey`): every other server is asked
    whether it holds the template; peer or source is chosen by measured rates
    (:func:`..fleet.peerchoice.choose_origin`: a source faster than a busy holder is
    read at once). Holders are tried least busy first.
@@ -14,7 +14,7 @@ that holds it (:mod:`.holder`), instead of reading the context's source.
    gives the manifest, refused in one line before anything is written when a path
    in it is not a plain relative one inside the directory, a path is listed twice or
    as another's directory, or its sizes do not add up to the bytes the holder
-   announced (:meth:`..manifest.Manifest.from_json`); room is made in the node's
+   announced (:meth:`...modelcache.manifest.Manifest.from_json`); room is made in the node's
    cache for it (:func:`..modelcache.make_room`); each file is fetched in chunks into
    a new private directory beside the entry, created directory by directory from a
    descriptor of it without following a symlink, its sha256 taken as it is written.
@@ -23,7 +23,7 @@ that holds it (:mod:`.holder`), instead of reading the context's source.
    from the next, keeping what it verified and, for the file it was fetching, the
    bytes so far (a file whose digest differs starts again). A holder that dies is
    known at once, by a watch whose connection closes with it
-   (:meth:`.peering.DaskPeers.watch`), not after Dask's connect timeout. The manifest
+   (:meth:`.reach.DaskPeers.watch`), not after Dask's connect timeout. The manifest
    is recorded and the directory renamed into place only when every file matches
    it; a partial template is never renamed, and so never loaded.
 4. When no holder can finish, the directory is removed and the load reads the
@@ -45,16 +45,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import loaders, modelcache
-from ..contexts import ContextDeclaration
-from ..defaults import PEER_WAIT_SECONDS
-from ..errors import ManifestError, TemplateTransferError, UnsafePathError
-from ..fleet import events as ev
-from ..manifest import Manifest
+from ... import loaders, modelcache
+from ...contexts import ContextDeclaration
+from ...defaults import PEER_WAIT_SECONDS
+from ...errors import ManifestError, TemplateTransferError, UnsafePathError
+from ...fleet import events as ev
+from ...modelcache.manifest import Manifest
+from ...terminal import format_bytes
+from ..output import server_directory
 from .holder import CHUNK_BYTES
-from .output import server_directory
-from .peerpick import HolderPick, PeerGone, Peers
-from .peerpick import wire as _wire
+from .survey import HolderPick, PeerGone, Peers
+from .survey import wire as _wire
+from .wire import CHUNK_OP, DONE_OP, TEMPLATE_OP, WATCH_OP, Chunk, MalformedReply, TemplateOffer
 
 __all__ = ["CHUNKS_IN_FLIGHT", "HOLDER_GONE", "PeerFetch", "Peers"]
 
@@ -143,8 +145,8 @@ class PeerFetch:
         if wrote:
             nbytes = checked[-1].total_bytes
             self.say(
-                f"Context '{declaration.name}': its template ({_mb(nbytes)}) came from peers "
-                f"in {seconds:.1f} s."
+                f"Context '{declaration.name}': its template ({format_bytes(nbytes)}) came from "
+                f"peers in {seconds:.1f} s."
             )
         return seconds if wrote else None
 
@@ -210,17 +212,18 @@ class PeerFetch:
         (every holder must offer the same)."""
         call = _Caller(self.peers, holder)
         reached, differs = True, ""
-        opened = call(
-            "snakemake_context_template",
-            identity=declaration.identity,
-            declaration=_wire(declaration),
-            begin=True,
+        reply = call(
+            TEMPLATE_OP, identity=declaration.identity, declaration=_wire(declaration), begin=True
         )
-        token = opened.get("token")
+        try:
+            opened = TemplateOffer.from_wire(reply)
+        except MalformedReply as error:
+            raise _HolderFailed(str(error)) from None
+        token = opened.token
         if not token:
-            refused = opened.get("refused")
-            raise _HolderFailed(str(refused or opened.get("why") or "refused"), busy=bool(refused))
-        call.unless = self.peers.watch(holder, "snakemake_context_template_watch", token=token)
+            refused = opened.refused
+            raise _HolderFailed(refused or opened.why or "refused", busy=bool(refused))
+        call.unless = self.peers.watch(holder, WATCH_OP, token=token)
         try:
             offered = _offered(opened)
             if not known:
@@ -247,7 +250,7 @@ class PeerFetch:
             if reached:  # the holder checks its entry anew when a file of it differs
                 told = {"damaged": differs} if differs else {}
                 with contextlib.suppress(_HolderFailed):
-                    call("snakemake_context_template_done", token=token, **told)
+                    call(DONE_OP, token=token, **told)
             self.peers.unwatch(call.unless)
 
     @staticmethod
@@ -260,16 +263,20 @@ class PeerFetch:
                 {"token": token, "path": path, "offset": offset, "length": CHUNK_BYTES}
                 for offset in offsets
             ]
-            replies = call.each("snakemake_context_chunk", asked)
+            replies = call.each(CHUNK_OP, asked)
             for offset, reply in zip(offsets, replies, strict=True):
                 _write_chunk(path, size, offset, state, call.checked(reply))
 
 
 def _write_chunk(path: str, size: int, offset: int, state: _File, reply: dict[str, Any]) -> None:
     """Write one chunk's reply at the file's end (offset and sizes checked, digest taken)."""
-    data = reply.get("data")
-    if "error" in reply or not isinstance(data, bytes):
-        raise _HolderFailed(str(reply.get("error") or "no data"))
+    try:
+        chunk = Chunk.from_wire(reply)
+    except MalformedReply as error:
+        raise _HolderFailed(str(error)) from None
+    if chunk.error:
+        raise _HolderFailed(chunk.error)
+    data = chunk.data
     expected = min(CHUNK_BYTES, size - offset)
     if offset != state.written or len(data) != expected:
         raise _HolderFailed(f"{path}: sent {len(data)} bytes at {offset}, not {expected}")
@@ -281,15 +288,15 @@ def _write_chunk(path: str, size: int, offset: int, state: _File, reply: dict[st
     state.written += len(data)
 
 
-def _offered(opened: dict[str, Any]) -> Manifest:
+def _offered(opened: TemplateOffer) -> Manifest:
     """The manifest a holder offered, refused (one line) before anything is written
     when it is not a manifest of plain relative paths (:meth:`Manifest.from_json`), or
     its sizes do not add up to the bytes the holder announced."""
     try:
-        offered = Manifest.from_json(opened.get("manifest") or "")
+        offered = Manifest.from_json(opened.manifest)
     except ManifestError as error:
         raise _HolderFailed(str(error)) from None
-    announced = opened.get("bytes")
+    announced = opened.nbytes
     if announced != offered.total_bytes:
         raise _HolderFailed(
             f"manifest: its files add up to {offered.total_bytes} bytes, the holder "
@@ -337,8 +344,8 @@ def _make_room(staging: Path, manifest: Manifest) -> None:
     free = shutil.disk_usage(staging).free
     if free < manifest.total_bytes:
         raise TemplateTransferError(
-            f"its template needs {_mb(manifest.total_bytes)} and {staging.parent} has "
-            f"{_mb(free)} free."
+            f"its template needs {format_bytes(manifest.total_bytes)} and {staging.parent} has "
+            f"{format_bytes(free)} free."
         )
 
 
@@ -366,7 +373,3 @@ def _create(staging: Path, relative: str) -> int:
     except OSError as error:
         where = staging / relative
         raise TemplateTransferError(f"{where} cannot be created ({error.strerror}).") from None
-
-
-def _mb(nbytes: float) -> str:
-    return f"{nbytes / 1e6:.0f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.0f} kB"

@@ -1,4 +1,4 @@
-"""Which holder a receiver fetches a template from (:mod:`.transfer`), or whether it
+"""Which holder a receiver fetches a template from (:mod:`.receiver`), or whether it
 reads the source instead: every other server is asked at once whether it holds the
 template, how many transfers it would serve and, when it serves all it may, when its
 first ends; the fleet hub tells the measured rates of the context's loads and of
@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..contexts import ContextDeclaration
-from ..defaults import PEER_WAIT_SECONDS
-from ..fleet.loads import LoadKind
-from ..fleet.peerchoice import Holder, Rates, choose_origin
+from ...contexts import ContextDeclaration
+from ...defaults import PEER_WAIT_SECONDS
+from ...fleet.loads import LoadKind
+from ...fleet.peerchoice import Holder, Rates, choose_origin
+from .wire import TEMPLATE_OP, MalformedReply, TemplateOffer
 
 __all__ = ["HolderPick", "PeerGone", "Peers", "wire"]
 
@@ -31,7 +32,7 @@ class PeerGone(OSError):
 
 
 class Peers(Protocol):
-    """How a receiver reaches the other servers (:class:`.peering.DaskPeers`)."""
+    """How a receiver reaches the other servers (:class:`.reach.DaskPeers`)."""
 
     def addresses(self) -> list[str]:
         """The other servers' addresses."""
@@ -61,9 +62,9 @@ class Peers(Protocol):
         """Stop a watch :meth:`watch` started."""
         ...
 
-    def rates(self, identity: str, model: str) -> dict[str, Any]:
-        """The fleet's measured rates of the context's loads and transfers
-        (:class:`~..fleet.peerchoice.Rates` as a dict; empty: none known)."""
+    def rates(self, identity: str, model: str) -> Rates:
+        """The fleet's measured rates of the context's loads and transfers (None
+        where not known)."""
         ...
 
 
@@ -118,23 +119,27 @@ class HolderPick:
             return [], 0
         replies = self.peers.call_all(
             addresses,
-            "snakemake_context_template",
+            TEMPLATE_OP,
             identity=declaration.identity,
             declaration=wire(declaration),
         )
-        held = {a: r for a, r in replies.items() if isinstance(r, dict) and r.get("held")}
-        holders = [
-            Holder(a, int(r.get("spare", 0)), None if r.get("wait") is None else float(r["wait"]))
-            for a, r in held.items()
-        ]
-        nbytes = max((int(r.get("bytes") or 0) for r in held.values()), default=0)
+        held = {}
+        for address, reply in replies.items():
+            try:
+                offer = TemplateOffer.from_wire(reply)
+            except MalformedReply as error:  # a failed call (an exception), or not an offer
+                logger.debug("%s: no offer of %s: %s", address, declaration.name, error)
+                continue
+            if offer.held:
+                held[address] = offer
+        holders = [Holder(a, offer.spare, offer.wait) for a, offer in held.items()]
+        nbytes = max((offer.nbytes for offer in held.values()), default=0)
         return sorted(holders, key=lambda h: (-h.spare, h.address)), nbytes
 
     def _rates(self, declaration: ContextDeclaration) -> Rates:
         """The fleet's measured rates of this context (none known: all None)."""
         try:
-            known = self.peers.rates(declaration.identity, self.model)
-            return Rates(**{k: v for k, v in known.items() if k in Rates.__dataclass_fields__})
+            return self.peers.rates(declaration.identity, self.model)
         except Exception as error:  # nothing measured is the default: take a peer
             logger.debug("rates of %s: %r", declaration.name, error)
             return Rates()
