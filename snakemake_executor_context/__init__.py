@@ -19,17 +19,18 @@ bottom, ``catalog`` above it, then ``server``, ``cluster``, ``executor`` and ``c
   thread), :mod:`.jobspec` (what travels to a server and back), :mod:`.defaults` (each
   default and environment variable once), :mod:`.paths` (the one rule for paths
   outside the workflow directory: the private root, files trusted only when yours),
-  :mod:`.manifest` (files by path, size and sha256), :mod:`.staging` (a loader's model
-  argument copied once into the node's model cache), :mod:`.modelcache` (a loader's
-  cache of converted weights) with :mod:`.cacheroom` (its size limit, the least
-  recently used entries no process of the node uses removed, damaged ones moved
-  aside) and :mod:`.cachecheck` (an entry checked against its manifest before each
-  load: sizes, and the digests of what changed), :mod:`.processes` (is a pid alive,
+  :mod:`.modelcache` (the node-local model cache, a package: a loader's converted
+  weights and staged model files, their manifests, size limit and checks; its entry
+  functions are public API for loaders), :mod:`.processes` (is a pid alive,
   stopping a process tree, ending what a job left running) with :mod:`.leftbehind`
   (which processes those are: pure decisions), :mod:`.allowed` (what each setting
-  allows, declared once beside it), :mod:`.walltime` (a walltime as each batch system
-  reads it), :mod:`.terminal` (values from a workflow or a catalog shown with their
-  control characters escaped), :mod:`._version`;
+  allows, declared once beside it), :mod:`.options` (every option of the servers and
+  pilots, declared once, from which each front end's flags are made) with
+  :mod:`.triples` (the fleet's shape, one typed record of the servers' options),
+  :mod:`.walltime` (a walltime as each batch system reads it), :mod:`.batch` (each
+  batch system pilots are submitted to, one module each, behind one protocol),
+  :mod:`.terminal` (values from a workflow or a catalog shown with their control
+  characters escaped), :mod:`._version`;
 - Snakemake's process and a server's: :mod:`.snakemake_internals` (every read of
   Snakemake beyond its plugin interface, checked at the start of a run);
 - packages: :mod:`.fleet` (vocabulary and pure policy), :mod:`.catalog` (storage),

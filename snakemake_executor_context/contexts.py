@@ -46,7 +46,7 @@ from typing import Any
 from . import jobhooks
 from .errors import ContextDeclarationError
 from .loaders import declaration_identity, staged_names
-from .staging import declared_sources
+from .modelcache.staging import declared_sources
 
 __all__ = [
     "CONFIG_KEY",
@@ -86,7 +86,7 @@ class ContextDeclaration:
     #: loader's object lives in the server's own process.
     ranks: int = 1
     #: The arguments staged into the node-local model cache before the loader runs
-    #: (:mod:`.staging`), each with its source's identity when it was declared.
+    #: (:mod:`.modelcache.staging`), each with its source's identity when it was declared.
     stage: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def to_config(self) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def declare_context(
     list of names; not passed to the loader): those arguments are paths (or Hugging
     Face repository ids) whose files are copied once into each node's model cache,
     shared between peers, and handed to the loader as the local copy (see
-    :mod:`.staging`); a loader may name its own (``@loader(stage=...)``: the built-in
+    :mod:`.modelcache.staging`); a loader may name its own (``@loader(stage=...)``: the built-in
     :func:`snakemake_executor_context.hf.causal_lm` stages ``model``). Returns the
     declaration.
     """
@@ -341,7 +341,7 @@ def loader(
     same place there (a converted-weights entry of :mod:`.modelcache`, a checkpoint
     directory; None: nothing to copy for these arguments). A server that lacks it
     fetches it from a peer that holds it (peer-to-peer transfer), checked against its
-    :class:`~.manifest.Manifest`, before calling the loader, which then finds it.
+    :class:`~.modelcache.manifest.Manifest`, before calling the loader, which then finds it.
     The directory must be one :func:`.modelcache.convert_once` could have made: a
     cache entry (its files and their digests are the user's own).
 

@@ -108,7 +108,7 @@ class UnsafePathError(ContextExecutorError):
 
 
 class ManifestError(UnsafePathError):
-    """Files that do not match the manifest recorded for them (see :mod:`.manifest`),
+    """Files that do not match the manifest recorded for them (see :mod:`.modelcache.manifest`),
     or a manifest that cannot be read."""
 
 

@@ -4,7 +4,7 @@ line of the Snakefile::
     declare_context(config, "llm", "snakemake_executor_context.hf:causal_lm",
                     model="/shared/models/my-checkpoint", dtype="bfloat16")
 
-``model`` is staged (:mod:`.staging`): copied once into each node's model cache,
+``model`` is staged (:mod:`.modelcache.staging`): copied once into each node's model cache,
 from a peer that holds it when that is faster, and the loader reads the local copy.
 It is one of
 

@@ -21,11 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import batching, staging
+from . import batching
 from .defaults import DEVICES_VARIABLE
 from .errors import ContextLoadError
 from .gang import GangOptions, server_devices, start_gang
 from .loaders import LoaderRef, import_loader
+from .modelcache import staging
 
 __all__ = [
     "ContextProvider",
@@ -129,7 +130,7 @@ def set_current_job(hooks: JobHooks | None) -> None:
 def call_loader(declaration: LoaderRef, record: LoadRecord, gang: GangOptions | None = None) -> Any:
     """Import the loader and call it with the declared arguments.
 
-    Staged arguments (:mod:`.staging`) are copied into the node's model cache first,
+    Staged arguments (:mod:`.modelcache.staging`) are copied into the node's model cache first,
     taking ``record.source_turn`` around a copy from the source, and the loader gets
     the local copies. A loader with a shard loader (``@loader(shard=...)``) spans
     ``declaration.ranks`` processes: they are started and loaded first (on the devices

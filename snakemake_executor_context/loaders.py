@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import staging
 from .errors import ContextDeclarationError, ContextLoadError
+from .modelcache import staging
 
 __all__ = [
     "LoaderRef",
@@ -64,7 +64,7 @@ def declaration_identity(
     or its distribution's version when it is an installed package), and the number
     of ranks when it spans more than one process (one-process identities are those
     of releases before gangs), and the identity of each staged argument's source
-    (:mod:`.staging`; a changed model directory is a new context).
+    (:mod:`.modelcache.staging`; a changed model directory is a new context).
     """
     module, function, path = _parse_loader_spec(name, loader, basedir)
     canonical = _canonical_kwargs(name, kwargs)
@@ -148,7 +148,7 @@ def cache_probe(declaration: LoaderRef) -> bool | None:
 
 def template_dir(declaration: LoaderRef) -> Path | None:
     """The local directory of the context's template for these arguments: its first
-    staged argument's entry (:mod:`.staging`), else the one its loader names
+    staged argument's entry (:mod:`.modelcache.staging`), else the one its loader names
     (``@loader(template=...)``); None: neither."""
     if getattr(declaration, "stage", None):
         return staging.template_entry(declaration)
@@ -163,7 +163,7 @@ def hold_template(declaration: LoaderRef) -> Callable[[], None]:
     """Hold the loader's template in its node's cache (no server of the node removes
     it to make room, :func:`.modelcache.hold_entry`) until the function returned is
     called; a loader that declares none, or fails to say, holds nothing."""
-    from .cacheroom import hold_entry
+    from .modelcache.cacheroom import hold_entry
 
     try:
         entry = template_dir(declaration)

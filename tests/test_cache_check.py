@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from snakemake_executor_context import cachecheck, cacheroom, modelcache
+from snakemake_executor_context import modelcache
 from snakemake_executor_context.catalog.models import DamagedEntry
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.errors import UnsafePathError
-from snakemake_executor_context.manifest import Manifest
+from snakemake_executor_context.modelcache import cachecheck, cacheroom
+from snakemake_executor_context.modelcache.manifest import Manifest
 
 from .conftest import WORKFLOWS, context_run
 from .test_peers import _tree_digest

@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from snakemake_executor_context.errors import ManifestError
-from snakemake_executor_context.manifest import FORMAT, VERSION, Manifest
+from snakemake_executor_context.modelcache.manifest import FORMAT, VERSION, Manifest
 
 
 @pytest.fixture

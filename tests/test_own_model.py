@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from snakemake_executor_context import staging
 from snakemake_executor_context.catalog.models import Transfer
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.contexts import make_declaration
 from snakemake_executor_context.errors import ContextDeclarationError, ContextLoadError
 from snakemake_executor_context.hf import load_kwargs
+from snakemake_executor_context.modelcache import staging
 
 from . import tinyllm
 from .conftest import context_run, persistent_cluster
@@ -238,7 +238,7 @@ def test_a_source_changed_during_the_copy_is_not_kept(model, cache, monkeypatch)
 
 
 def _stage_in_a_process(declaration, queue, cache: str | None = None) -> None:
-    from snakemake_executor_context import staging as in_child
+    from snakemake_executor_context.modelcache import staging as in_child
 
     if cache:
         os.environ["SNAKEMAKE_CONTEXT_MODEL_CACHE"] = cache

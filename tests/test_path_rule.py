@@ -69,25 +69,25 @@ ALLOWED = {
     ("server/isolation.py", "makedirs"): "the job's own temporary directory",
     ("loaders.py", "read_bytes"): "the workflow's loader files, hashed for a context's "
     "identity (code the run executes anyway)",
-    ("staging.py", "open"): "a staged source's files, the model the user declared, read "
+    ("modelcache/staging.py", "open"): "a staged source's files, the model the user declared, read "
     "only; the copies are made O_EXCL | O_NOFOLLOW, 0600, in the new private directory "
     "modelcache.convert_once made (paths.new_private_dir)",
-    ("staging.py", "mkdir"): "subdirectories (0700) of that new private directory",
-    ("staging.py", "read_text"): "refs/<revision> of the user's Hugging Face cache, a "
+    ("modelcache/staging.py", "mkdir"): "subdirectories (0700) of that new private directory",
+    ("modelcache/staging.py", "read_text"): "refs/<revision> of the user's Hugging Face cache, a "
     "commit hash read as data",
     ("cluster/serve.py", "tempfile"): "tempfile.tempdir set to the private root's tmp/",
     ("cluster/serve.py", "local_directory"): "the private root's scratch space "
     "(paths.scratch_dir) for the scheduler and every nanny and server",
-    ("cluster/sge.py", "tempfile"): "the job script `qsub -w v` checks, in a new "
+    ("batch/sge.py", "tempfile"): "the job script `qsub -w v` checks, in a new "
     "directory (mkdtemp) in the private root's tmp/",
-    ("cluster/sge.py", "write_text"): "that job script, in that directory",
-    ("server/holder.py", "open"): "a template's files for a peer: os.open directory by "
+    ("batch/sge.py", "write_text"): "that job script, in that directory",
+    ("server/peers/holder.py", "open"): "a template's files for a peer: os.open directory by "
     "directory with O_NOFOLLOW from the cache entry modelcache checked, only the paths of "
     "its recorded manifest (never a path a request names)",
-    ("server/transfer.py", "open"): "a received template's files, os.open O_EXCL|O_NOFOLLOW "
+    ("server/peers/receiver.py", "open"): "a received template's files, os.open O_EXCL|O_NOFOLLOW "
     "0600 inside the new private staging directory modelcache.convert_once made "
     "(paths.new_private_dir), directory by directory from a descriptor of it (openat)",
-    ("server/transfer.py", "mkdir"): "that staging directory's subdirectories (0700), "
+    ("server/peers/receiver.py", "mkdir"): "that staging directory's subdirectories (0700), "
     "made from a descriptor of their parent (mkdirat)",
     ("cluster/pilots.py", "local_directory"): "the pilot's scratch space, as its job "
     "script made and checked it on the node (python -m ...paths --shell)",

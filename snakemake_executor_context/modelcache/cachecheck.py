@@ -36,8 +36,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cacheroom, paths
-from .errors import ManifestError, UnsafePathError
+from .. import paths
+from ..errors import ManifestError, UnsafePathError
+from . import cacheroom
 from .manifest import Manifest, digest_file, walk_files
 
 __all__ = [

@@ -40,9 +40,9 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from . import paths
-from .defaults import MODEL_CACHE_SIZE_VARIABLE
-from .errors import UnsafePathError
+from .. import paths
+from ..defaults import MODEL_CACHE_SIZE_VARIABLE
+from ..errors import UnsafePathError
 
 __all__ = [
     "ASIDE_PREFIX",

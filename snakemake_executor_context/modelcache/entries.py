@@ -11,7 +11,7 @@ when
   are all its files; or else
 - its files match, size and sha256, the :class:`~.manifest.Manifest` this user recorded
   when they were written (:func:`convert_once`), which is kept in the private root
-  (:mod:`.paths`), not in the cache: digests stored beside the files could be
+  (:mod:`..paths`), not in the cache: digests stored beside the files could be
   replaced along with them.
 
 An entry of this user's with a recorded manifest is checked against it too
@@ -42,11 +42,12 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import cachecheck, cacheroom, paths
+from .. import paths
+from ..defaults import MODEL_CACHE_VARIABLE
+from ..errors import ManifestError, UnsafePathError
+from . import cachecheck, cacheroom
 from .cachecheck import DIFFERS, Damage, conversion_lock, manifest_path, own_damage, set_aside
 from .cacheroom import hold_entry
-from .defaults import MODEL_CACHE_VARIABLE
-from .errors import ManifestError, UnsafePathError
 from .manifest import Manifest, digest_file
 
 __all__ = [

@@ -23,7 +23,7 @@ The format, JSON in UTF-8::
 
 API: :meth:`Manifest.build` (from a directory), :meth:`Manifest.to_json` /
 :meth:`Manifest.from_json`, :meth:`Manifest.write` / :meth:`Manifest.read` (a file of
-this user's, see :mod:`.paths`), :meth:`Manifest.verify` (a directory against it),
+this user's, see :mod:`..paths`), :meth:`Manifest.verify` (a directory against it),
 :func:`walk_files` (the files under a directory, no symlink followed).
 Every failure is one :class:`~.errors.ManifestError` line naming the file and what
 differs. Standard library only.
@@ -40,8 +40,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import paths
-from .errors import ManifestError, UnsafePathError
+from .. import paths
+from ..errors import ManifestError, UnsafePathError
 
 __all__ = ["FORMAT", "VERSION", "Manifest", "ManifestEntry", "digest_file", "walk_files"]
 

@@ -25,7 +25,7 @@ serves a stale one.
 
 Before the loader runs (:func:`staged_arguments`), each source is checked against
 its declared identity (changed since: one line, the fix is to run again), then its
-entry is made by :func:`.modelcache.convert_once` unless it is there: one copy per
+entry is made by :func:`.entries.convert_once` unless it is there: one copy per
 node and user (a lock), into a private directory, every file's sha256 taken as it is
 written and recorded as the entry's manifest, checked against the source's identity
 again at the end (a source that changed during the copy is not kept), then renamed
@@ -36,7 +36,7 @@ processes of a node reading that source (a site's way to spare its shared
 filesystem). A disk too full for the copy: one line, and the
 loader reads the source itself, inside the turn. Nothing is written into the source.
 
-The entry is the context's template (:func:`..loaders.template_dir`): a server that
+The entry is the context's template (:func:`...loaders.template_dir`): a server that
 lacks it fetches it from a peer that holds it, as for any template. Standard library
 only: the declaration runs in every job Snakemake spawns.
 """
@@ -55,9 +55,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import modelcache, paths
-from .defaults import SOURCE_MBPS_VARIABLE
-from .errors import ContextDeclarationError, ContextLoadError
+from .. import paths
+from ..defaults import SOURCE_MBPS_VARIABLE
+from ..errors import ContextDeclarationError, ContextLoadError
+from ..terminal import format_bytes
+from . import entries
 from .manifest import Manifest, ManifestEntry
 
 __all__ = [
@@ -183,8 +185,8 @@ def source_identity(source: Source) -> str:
 
 
 def entry_for(source: Source, identity: str) -> Path:
-    """The cache entry of a source of that identity (in :func:`.modelcache.cache_root`)."""
-    return modelcache.cache_root() / f"staged-{source.name}-{identity[:16]}"
+    """The cache entry of a source of that identity (in :func:`.entries.cache_root`)."""
+    return entries.cache_root() / f"staged-{source.name}-{identity[:16]}"
 
 
 def declared_sources(
@@ -227,7 +229,7 @@ def template_entry(declaration: Any) -> Path | None:
 
 def is_staged(declaration: Any) -> bool:
     """Cache probe: is every staged argument's entry on this node and usable?"""
-    return all(modelcache.is_cached(entry_for(s, i)) for s, i in _sources(declaration))
+    return all(entries.is_cached(entry_for(s, i)) for s, i in _sources(declaration))
 
 
 @contextlib.contextmanager
@@ -262,7 +264,7 @@ def staged_arguments(declaration: Any, turn: Turn | None = None) -> Iterator[dic
                     stack.callback(turn())
                 kwargs[source.argument] = str(source.path)
                 continue
-            local = Path(stack.enter_context(modelcache.open_entry(entry)))
+            local = Path(stack.enter_context(entries.open_entry(entry)))
             kwargs[source.argument] = str(
                 local if source.path.is_dir() else local / source.path.name
             )
@@ -282,11 +284,11 @@ def _stage(context: str, source: Source, identity: str, entry: Path, turn: Turn 
 
     started = time.perf_counter()
     # The digests taken during the copy are the manifest: no second read.
-    wrote = modelcache.convert_once(entry, copy, manifest=lambda into: copied[-1])
+    wrote = entries.convert_once(entry, copy, manifest=lambda into: copied[-1])
     if wrote:
         nbytes = copied[-1].total_bytes
         _say(
-            f"Context '{context}': its {source.argument} {source.value} ({nbytes / 1e6:,.0f} MB) "
+            f"Context '{context}': its {source.argument} {source.value} ({format_bytes(nbytes)}) "
             f"was staged from its source into {entry.parent} in "
             f"{time.perf_counter() - started:.1f} s."
         )
@@ -322,8 +324,8 @@ def _copy(context: str, source: Source, identity: str, into: Path) -> Manifest:
                 if time.monotonic() - shown >= _PROGRESS_SECONDS:
                     shown = time.monotonic()
                     _say(
-                        f"Context '{context}': staging {source.value}: {copied / 1e6:,.0f} of "
-                        f"{total / 1e6:,.0f} MB in {shown - started:.0f} s."
+                        f"Context '{context}': staging {source.value}: {format_bytes(copied)} of "
+                        f"{format_bytes(total)} in {shown - started:.0f} s."
                     )
         entries.append(ManifestEntry(relative, size, digest.hexdigest()))
     if source_identity(source) != identity:

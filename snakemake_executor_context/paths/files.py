@@ -72,7 +72,7 @@ def refuse_planted(path: Path, fix: str = _PLANTED) -> None:
 def open_nofollow(path: Path, flags: int = os.O_RDONLY) -> int:
     """A descriptor of ``path`` opened without following a symlink at its last
     component (ELOOP: :class:`UnsafePathError`); its content is trusted only by a
-    digest (:mod:`.manifest`), never by where it lies."""
+    digest (:mod:`..modelcache.manifest`), never by where it lies."""
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:

@@ -166,8 +166,8 @@ def _from_pretrained(directory: Path) -> float:
 def read(top: Path, source: Path, args: argparse.Namespace) -> dict:
     """The staged copy's weights into tensors against cat, cold and warm; and
     from_pretrained of the source against the staged copy (cold)."""
-    from snakemake_executor_context import staging
     from snakemake_executor_context.contexts import make_declaration
+    from snakemake_executor_context.modelcache import staging
 
     os.environ["SNAKEMAKE_CONTEXT_MODEL_CACHE"] = str(top / "read-cache")
     declaration = make_declaration("bench", HF, {"model": str(source)}, Path.cwd())
