@@ -69,8 +69,8 @@ def test_stale_pid_file_down_signals_nothing_and_up_starts(tmp_path, unrelated, 
         assert up.returncode == 0, up.stdout + up.stderr
         assert "Context cluster up at tls://" in up.stdout
         started = files.read_info()
-        assert started is not None and started["pid"] != unrelated.pid
-        assert started["start_ticks"] == identity(started["pid"])["start_ticks"]
+        assert started is not None and started.pid != unrelated.pid
+        assert started.start_ticks == identity(started.pid)["start_ticks"]
     finally:
         down = _cli("down", "--scheduler-file", str(scheduler_file))
     assert "Context cluster stopped" in down.stdout, down.stdout + down.stderr

@@ -4,16 +4,13 @@ submit commands are what is checked), and the pool's sizing policy."""
 
 from __future__ import annotations
 
-import json
 import shlex
+from dataclasses import replace
 
 import pytest
 
-from snakemake_executor_context.cluster.pilots import (
-    BACKENDS,
-    PilotOptions,
-    jobqueue_arguments,
-)
+from snakemake_executor_context.batch.registry import BACKENDS
+from snakemake_executor_context.cluster.pilots import PilotOptions, jobqueue_arguments
 from snakemake_executor_context.defaults import PILOT_VARIABLE
 from snakemake_executor_context.errors import ClusterError
 from snakemake_executor_context.fleet.pool import (
@@ -24,6 +21,7 @@ from snakemake_executor_context.fleet.pool import (
     pilots_wanted,
 )
 from snakemake_executor_context.server.pilot import pilot_gpus, pilot_settings
+from snakemake_executor_context.triples import Shape
 
 OPTIONS = dict(
     queue="gpuq",
@@ -153,9 +151,10 @@ def test_pilot_settings_travel_in_the_job_script() -> None:
     )
     value = shlex.split(line.split("=", 1)[1])[0]
     settings = pilot_settings({PILOT_VARIABLE: value})
-    assert settings["gpus"] == 2 and settings["gpu_type"] == "a100"
-    assert settings["walltime_seconds"] == 7200
-    assert json.loads(value) == settings
+    assert settings.gpus == 2 and settings.gpu_type == "a100"
+    # It retires before the walltime: 7200 s - 300 s margin - 60 s stagger.
+    assert settings.lifetime_seconds == 6840
+    assert settings == PilotOptions(backend="slurm", **OPTIONS).server_settings()
 
 
 def test_bad_pilot_options_are_one_clear_error() -> None:
@@ -170,9 +169,10 @@ def test_bad_pilot_options_are_one_clear_error() -> None:
 def test_a_pilot_without_nvml_advertises_its_gpu_type(monkeypatch) -> None:
     # NVML cannot see the fake GRES GPUs of a test node: the pilot's GPU type names them.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    gpus = pilot_gpus({"gpus": 2, "gpu_type": "fakeb"}, [])
+    typed = PilotOptions(backend="slurm", gpus=2, gpu_types=("fakeb",)).server_settings()
+    gpus = pilot_gpus(typed, [])
     assert [(g.name, g.uuid) for g in gpus] == [("fakeb", "2"), ("fakeb", "3")]
-    assert pilot_gpus({"gpus": 1}, []) == []
+    assert pilot_gpus(PilotOptions(backend="slurm").server_settings(), []) == []
 
 
 def test_pool_follows_ready_work_within_bounds() -> None:
@@ -197,14 +197,40 @@ def test_a_demand_whose_sequence_stops_growing_is_withdrawn() -> None:
     the pool reads it as withdrawn once its number stops growing (else it would hold,
     and replace, pilots for it as long as the pool lives)."""
     watch = DemandWatch(stale_after=60.0)
-    last = {"ready": 1, "remaining": 1, "sequence": 7}
+    last = PoolDemand(ready=1, remaining=1, sequence=7)
     assert watch.current(last, now=100.0) == last
     assert watch.current(last, now=160.0) == last  # 60 s: not yet
     assert watch.current(last, now=160.5) is None
-    newer = {**last, "sequence": 8}
+    newer = replace(last, sequence=8)
     assert watch.current(newer, now=161.0) == newer  # a living run's next check
-    assert watch.current({}, now=1000.0) == {}  # withdrawn by the run's shutdown
+    unnumbered = PoolDemand(ready=3, remaining=3)
+    assert watch.current(unnumbered, now=1000.0) == unnumbered
     assert watch.current(None, now=1000.0) is None
+
+
+def test_the_demand_crosses_the_scheduler_as_its_own_wire_form() -> None:
+    """The executor publishes a PoolDemand's wire form in the scheduler's metadata and
+    the pool reads it back with the same class: every field arrives, and a run's
+    withdrawal (or no publication) reads as no demand."""
+    import msgpack
+
+    from snakemake_executor_context.fleet.pool import WITHDRAWN
+
+    sent = PoolDemand(
+        ready=5,
+        remaining=40,
+        job_seconds=2.5,
+        load_seconds=30.0,
+        by_gpu_model={"H200": 3},
+        sequence=12,
+    )
+    wire = msgpack.unpackb(msgpack.packb(sent.to_wire()))  # what Dask's RPC does to it
+    assert PoolDemand.from_wire(wire) == sent
+    assert PoolDemand.from_wire(msgpack.unpackb(msgpack.packb(dict(WITHDRAWN)))) is None
+    assert PoolDemand.from_wire(None) is None
+    assert "sequence" not in PoolDemand(ready=1).to_wire()
+    with pytest.raises(ValueError):
+        PoolDemand.from_wire({"ready": "many"})
 
 
 def test_idle_pilots_are_released_longest_idle_first_keeping_the_minimum() -> None:
@@ -241,6 +267,30 @@ def test_the_books_count_pilot_seconds_and_endings() -> None:
     assert books["preempted"] == 1 and books["retired"] == 1
     assert books["pilot_seconds"] == 200.0  # 100 + 100
     assert books["busy_seconds"] == 90.0 and books["idle_seconds"] == 110.0
+
+
+def test_the_pools_books_cross_the_scheduler_as_their_own_wire_form() -> None:
+    """The pool publishes its books' wire form; `status` reads them back with the same
+    class (the account computed at the pool's time), and the catalog's event carries
+    every field of a pilot's record."""
+    import msgpack
+
+    from snakemake_executor_context.fleet import events as ev
+    from snakemake_executor_context.fleet.pilotbook import PilotRecord, PoolBooks
+
+    records = (
+        PilotRecord("a", pilot_kind="h200", registered=10.0, ended=110.0, busy_seconds=60.0),
+        PilotRecord("b", pilot_kind="h200", job_id="77", registered=20.0),
+    )
+    books = PoolBooks(records, kinds=({"gpu_type": "h200"},), minimum=1, maximum=4, at=120.0)
+    back = PoolBooks.from_wire(msgpack.unpackb(msgpack.packb(books.to_wire())))
+    assert back == books
+    assert back.account["pilot_seconds"] == 200.0 and back.account["running"] == 1
+    assert back.describe().startswith("pool: 1 pilot(s) running (min 1, max 4)")
+    assert PoolBooks.from_wire(None) is None and PoolBooks.from_wire({}) is None
+    (event,) = ev.decode(ev.encode([ev.PilotBooked.of(records[1])]))
+    assert isinstance(event, ev.PilotBooked)
+    assert PilotRecord.from_wire(event.to_wire()) == records[1]
 
 
 def test_the_pool_grows_one_pilot_beyond_those_proving_useful() -> None:
@@ -331,7 +381,7 @@ def test_pilots_take_turns_to_load_from_a_shared_source(limit, cached, most) -> 
 def test_a_pilot_runs_its_slots_not_its_cores_as_dask_threads(backend: str) -> None:
     import re
 
-    script, _ = _job_script(backend, slots=4, threads_per_slot=2)
+    script, _ = _job_script(backend, shape=Shape(slots=4, threads_per_slot=2))
     counts = re.findall(r"--nthreads (\d+)", script)
     assert counts and counts[-1] == "4", script  # the last one counts (click)
     from distributed.cli.dask_worker import main
@@ -364,6 +414,7 @@ def test_every_executor_pilot_setting_reaches_the_pilots() -> None:
             "--context-pilot-memory", "12GB",
             "--context-pilot-walltime", "02:00:00",
             "--context-max-pilots", "5",
+            "--context-slots", "3",
         ]
     )  # fmt: skip
     settings = ExecutorPluginRegistry().get_plugin("context").get_settings(args)
@@ -375,3 +426,4 @@ def test_every_executor_pilot_setting_reaches_the_pilots() -> None:
     assert (options.queue, options.account, options.gpus, options.cores) == ("gpuq", "proj7", 2, 3)
     assert (options.memory, options.walltime) == ("12GB", "02:00:00")
     assert serve[serve.index("--max-pilots") + 1] == "5"
+    assert options.shape.slots == 3  # the servers' shape travels with the pilots

@@ -88,7 +88,7 @@ def _ports(scheduler_file: Path, plaintext: bool = False) -> tuple[int, list[int
     files = ClusterFiles(scheduler_file)
     info = files.read_info()
     assert info is not None
-    root = psutil.Process(int(info["pid"]))
+    root = psutil.Process(info.pid)
     listening = {
         conn.laddr.port
         for proc in [root, *root.children(recursive=True)]
@@ -306,7 +306,7 @@ def _unix_sockets(scheduler_file: Path) -> list[Path]:
     forkserver's, which forks a server for whoever connects), and their directories."""
     info = ClusterFiles(scheduler_file).read_info()
     assert info is not None
-    root = psutil.Process(int(info["pid"]))
+    root = psutil.Process(info.pid)
     paths = {
         Path(conn.laddr)
         for proc in [root, *root.children(recursive=True)]

@@ -6,22 +6,24 @@ pilots on batch systems.
 - :mod:`.hub`: the scheduler plugin, in the scheduler's process: the fleet's event
   hub, and the catalog's writer on a persistent cluster; :mod:`.roster`: gang
   pilots assembled there into servers that span nodes;
-- :mod:`.plan`: which servers a local cluster starts, and their Dask settings;
-  :mod:`.triples`: the fleet's shape (servers x slots x threads per slot);
+- :mod:`.plan`: which servers a local cluster starts, and their Dask settings (the
+  fleet's shape, servers x slots x threads per slot, is :mod:`..triples`);
 - :mod:`.nannies`: the servers' nanny (exit codes, orphans, held restarts);
   :mod:`.inject`: the preemption injector;
 - :mod:`.process`: the cluster process seen from the one that starts or stops it;
   :mod:`.upcommand`: ``snakemake-context up``, its flags and the start;
   :mod:`.files`: the scheduler, pid, log and catalog files of a local cluster;
+  :mod:`.info`: the cluster process's record of itself, in its pid file;
   :mod:`.credentials`: its TLS authority and certificate, and private files;
 - :mod:`.attach`: where a client attaches, checked in one line;
   :mod:`.connection`: the executor's connection (a client, and the embedded cluster
   if the run owns one);
-- pilots: :mod:`.pilots` (what dask-jobqueue submits, per batch system),
-  :mod:`.pilot_args` (their options, from ``up``'s command line or a run's settings),
-  :mod:`.pool` (the pool sized by the run's demand), :mod:`.batchstate` (a pilot's
-  end, as its batch system tells it) and :mod:`.sge` (Grid Engine's side: directives,
-  the ``qsub -w v`` check at start, ends as ``qacct`` tells them).
+- pilots: :mod:`.pilots` (what dask-jobqueue submits, the batch systems' own parts
+  in :mod:`..batch`), :mod:`.pilotcluster` (the pilots' dask-jobqueue cluster, each
+  new pilot of the kind the demand asks for), :mod:`.pilot_args` (their options, from
+  ``up``'s command line or a run's settings, as :mod:`..options` declares them) and
+  :mod:`.pool` (the pool sized by the run's demand; a pilot's end as its batch system
+  tells it).
 
 Imports the servers' plugin (to start servers), the catalog (the hub writes it) and
 the fleet's vocabulary; never the executor.

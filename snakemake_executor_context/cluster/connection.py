@@ -57,7 +57,8 @@ class ClusterConnection:
         "cluster certificates", ...), as its process recorded them; {} when attached."""
         if self.local is None:
             return {}
-        recorded = (self.local.files.read_info() or {}).get("steps") or {}
+        info = self.local.files.read_info()
+        recorded = info.steps if info else {}
         return {f"cluster {name}": float(at) for name, at in recorded.items()}
 
     def pool_kinds(self) -> list[dict[str, Any]]:
@@ -65,14 +66,18 @@ class ClusterConnection:
         if self.local is not None:
             from .pilots import PilotOptions
 
-            pilots = (self.local.files.read_info() or {}).get("pilots")
+            info = self.local.files.read_info()
+            pilots = info.pilots if info else None
             return PilotOptions.from_json(json.dumps(pilots)).kind_summaries() if pilots else []
         try:
             books = self.client.get_metadata(["snakemake-context", "pool"], default=None)
         except Exception as error:  # an older cluster: no pool
             logger.debug("no pool metadata: %r", error)
             return []
-        return list((books or {}).get("kinds") or [])
+        from ..fleet.pilotbook import PoolBooks
+
+        found = PoolBooks.from_wire(books)
+        return [dict(kind) for kind in found.kinds] if found is not None else []
 
     @classmethod
     def start_embedded(

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .. import paths
 from ..errors import UnsafePathError
 from ..fleet.keys import safe_name
-from ..processes import pid_alive
+from ..processes import kill_process_group, pid_alive
 from .credentials import FIX, Credentials, private_dir, write_private
+from .info import ClusterInfo
 
 __all__ = ["ClusterFiles", "identity", "kill_group", "tail"]
 
@@ -97,42 +97,45 @@ class ClusterFiles:
         such as ``../x`` names a file in the hold directory, not above it."""
         return self.hold_dir / safe_name(name)
 
-    def read_info(self) -> dict[str, Any] | None:
-        """The cluster process's record, or None if it is not (yet) written. A pid
-        file that is not this user's is refused (:class:`..errors.UnsafePathError`):
-        anyone who can write beside the scheduler file could forge one that names
-        any process of this user's."""
+    def read_info(self) -> ClusterInfo | None:
+        """The cluster process's record, or None if it is not (yet) written, or is not
+        one. A pid file that is not this user's is refused
+        (:class:`..errors.UnsafePathError`): anyone who can write beside the scheduler
+        file could forge one that names any process of this user's."""
         try:
             data = paths.read_trusted(self.pid_file, FIX)
-            return None if data is None else dict(json.loads(data))
-        except (OSError, ValueError, TypeError):
+            return None if data is None else ClusterInfo.from_wire(json.loads(data))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
 
-    def write_info(self, info: dict[str, Any]) -> None:
+    def write_info(self, info: ClusterInfo) -> None:
         """Write the cluster process's record (0600), with what identifies it."""
-        record = {**info, **identity(int(info["pid"]))}
-        write_private(self.pid_file, json.dumps(record, indent=1))
+        known = identity(info.pid)
+        record = replace(
+            info, start_ticks=known.get("start_ticks"), cmdline=tuple(known.get("cmdline", ()))
+        )
+        write_private(self.pid_file, json.dumps(record.to_wire(), indent=1))
 
     def running_pid(self) -> int | None:
         """The pid of the cluster process the record names, if that very process still
         runs: its start time and command line match the record (a stale file whose
         pid was reused by another process names nothing)."""
-        info = self.read_info() or {}
-        try:
-            pid = int(info["pid"])
-        except (KeyError, TypeError, ValueError):
+        info = self.read_info()
+        if info is None or not pid_alive(info.pid):
             return None
-        if not pid_alive(pid):
+        now = identity(info.pid)
+        if not now or (info.start_ticks, list(info.cmdline)) != (
+            now["start_ticks"],
+            now["cmdline"],
+        ):
             return None
-        now = identity(pid)
-        if not now or any(info.get(key) != value for key, value in now.items()):
-            return None
-        return pid
+        return info.pid
 
     def shortfall(self, running: set[str]) -> str | None:
         """'1 of 2 planned servers running (down: cpu1)' when fewer servers run than
         the cluster process planned (lost, and not back yet); None otherwise."""
-        planned = [str(s["name"]) for s in (self.read_info() or {}).get("servers", [])]
+        info = self.read_info()
+        planned = [server.name for server in info.servers] if info else []
         down = [name for name in planned if name not in running]
         if not down:
             return None
@@ -170,10 +173,7 @@ def kill_group(pid: int) -> None:
     (plain jobs run in process groups of their own inside it); nothing if gone."""
     import psutil
 
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_process_group(pid)
     for proc in psutil.process_iter():
         try:
             if os.getsid(proc.pid) == pid:

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from distributed.deploy.adaptive import Adaptive
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from ..batch.registry import batch_state
 from ..defaults import DEMAND_KEY, DEMAND_STALE_SECONDS
 from ..fleet import events as ev
-from ..fleet.pilotbook import PilotRecord, account
+from ..fleet.pilotbook import PilotRecord, PoolBooks
 from ..fleet.pool import (
     DemandWatch,
     PoolDemand,
@@ -29,9 +31,8 @@ from ..fleet.pool import (
     pilots_wanted,
     useful_pilots,
 )
-from .batchstate import batch_state
 
-__all__ = ["POOL_KEY", "DemandAdaptive", "demand_from_metadata", "kind_wanted"]
+__all__ = ["POOL_KEY", "DemandAdaptive", "demand_or_tasks", "kind_wanted"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,16 +48,11 @@ _STATE_PATIENCE = 60.0
 _EXIT_GRACE = 30.0
 
 
-def demand_from_metadata(published: Any, tasks_waiting: int) -> PoolDemand:
+def demand_or_tasks(published: PoolDemand | None, tasks_waiting: int) -> PoolDemand:
     """The pool's demand: what the executor published, else the scheduler's tasks
     (a run with ``placement=dask``, or none attached)."""
-    if isinstance(published, dict) and published:
-        return PoolDemand(
-            ready=int(published.get("ready", 0)),
-            remaining=int(published.get("remaining", 0)),
-            job_seconds=float(published.get("job_seconds", 0.0)),
-            load_seconds=float(published.get("load_seconds", 0.0)),
-        )
+    if published is not None:
+        return published
     return PoolDemand(ready=tasks_waiting, remaining=tasks_waiting)
 
 
@@ -68,7 +64,7 @@ class DemandAdaptive(Adaptive):
         cluster: Any,
         *,
         shape: PoolShape,
-        idle_timeout: float = 120.0,
+        idle_timeout: float,
         backend: str = "",
         kinds: list[dict[str, Any]] | None = None,
         **kwargs: Any,
@@ -91,7 +87,7 @@ class DemandAdaptive(Adaptive):
         self._departed: dict[str, tuple[Any, float]] = {}
         self._sampled = time.time()
         #: Each pilot's record as last sent to the catalog (a PilotBooked event).
-        self._booked: dict[str, dict[str, Any]] = {}
+        self._booked: dict[str, PilotRecord] = {}
         self._demand = DemandWatch(DEMAND_STALE_SECONDS)
         cluster.scheduler.add_plugin(_Registrations(self.registrations))
 
@@ -103,12 +99,12 @@ class DemandAdaptive(Adaptive):
     async def target(self) -> int:
         """The number of pilots the demand asks for."""
         scheduler = self._cluster.scheduler
-        published = scheduler.get_metadata(keys=DEMAND_KEY, default=None)
-        published = self._demand.current(published, time.time())
+        wire = scheduler.get_metadata(keys=DEMAND_KEY, default=None)
+        published = self._demand.current(PoolDemand.from_wire(wire), time.time())
         waiting = len(scheduler.unrunnable) + sum(
             len(ws.processing) for ws in scheduler.workers.values()
         )
-        wanted = pilots_wanted(demand_from_metadata(published, waiting), self.shape)
+        wanted = pilots_wanted(demand_or_tasks(published, waiting), self.shape)
         return min(wanted, growth_limit(self._useful(), self._unregistered(), self.shape))
 
     def _useful(self) -> int:
@@ -160,7 +156,7 @@ class DemandAdaptive(Adaptive):
             record = self.book.get(name)
             if record is None:
                 kind = name.split("-")[1] if name.startswith("pilot-") else ""
-                record = self.book[name] = PilotRecord(name=name, kind=kind, submitted=now)
+                record = self.book[name] = PilotRecord(name=name, pilot_kind=kind, submitted=now)
             record.job_id = record.job_id or str(getattr(job, "job_id", "") or "")
         for ws in cluster.scheduler.workers.values():
             record = self.book.get(str(ws.name))
@@ -193,14 +189,14 @@ class DemandAdaptive(Adaptive):
                 )
 
     def _publish(self) -> None:
-        books = {
-            "records": [record.to_wire() for record in self.book.values()],
-            "account": account(self.book.values(), time.time()),
-            "kinds": self.kinds,
-            "minimum": self.minimum,
-            "maximum": self.maximum,
-        }
-        self._cluster.scheduler.set_metadata(keys=POOL_KEY, value=books)
+        books = PoolBooks(
+            records=tuple(self.book.values()),
+            kinds=tuple(self.kinds),
+            minimum=self.shape.minimum,
+            maximum=self.shape.maximum,
+            at=time.time(),
+        )
+        self._cluster.scheduler.set_metadata(keys=POOL_KEY, value=books.to_wire())
         self._book()
 
     def _book(self) -> None:
@@ -208,12 +204,10 @@ class DemandAdaptive(Adaptive):
         busy seconds whole: a pilot at work is not sent again every second."""
         changed = []
         for record in self.book.values():
-            wire = record.to_wire()
-            wire["busy_seconds"] = float(int(wire["busy_seconds"]))
-            if self._booked.get(record.name) != wire:
-                self._booked[record.name] = wire
-                wire = dict(wire, pilot_kind=wire.pop("kind"))
-                changed.append(ev.PilotBooked(**wire))
+            booked = replace(record, busy_seconds=float(int(record.busy_seconds)))
+            if self._booked.get(record.name) != booked:
+                self._booked[record.name] = booked
+                changed.append(ev.PilotBooked.of(booked))
         scheduler = self._cluster.scheduler
         if changed and scheduler is not None:
             scheduler.log_event(ev.TOPIC, ev.encode(changed))
@@ -272,8 +266,10 @@ def kind_wanted(cluster: Any, kinds: list[Any]) -> int:
             held[index] += 1
     published = None
     if cluster.scheduler is not None:
-        published = cluster.scheduler.get_metadata(keys=DEMAND_KEY, default=None)
-    by_model = published.get("by_gpu_model", {}) if isinstance(published, dict) else {}
+        published = PoolDemand.from_wire(
+            cluster.scheduler.get_metadata(keys=DEMAND_KEY, default=None)
+        )
+    by_model = published.by_gpu_model if published is not None else {}
     wanted = [int(by_model.get(kind.gpu_type or "", 0)) for kind in kinds]
     return next_kind(wanted, held)
 

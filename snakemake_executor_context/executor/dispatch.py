@@ -36,7 +36,6 @@ from collections import Counter
 from collections.abc import Sequence
 from operator import attrgetter
 from statistics import mean
-from typing import Any
 
 from ..errors import ContextExecutorError, NoServerError
 from ..fleet import events as ev
@@ -44,6 +43,7 @@ from ..fleet.keys import attempt_key, attempt_log
 from ..fleet.losses import Budgets, loss_line, ran_there
 from ..fleet.pilotkinds import PilotKinds
 from ..fleet.placement import PlacementStep, choose_server
+from ..fleet.pool import PoolDemand
 from ..fleet.resources import explain_unrunnable
 from ..fleet.state import FleetState
 from .demand import Demand
@@ -189,7 +189,7 @@ class Dispatch:
         """Jobs waiting in the queue."""
         return len(self._queue)
 
-    def pool_demand(self) -> dict[str, Any]:
+    def pool_demand(self) -> PoolDemand:
         """What the run asks of a pool of pilots (:mod:`..cluster.pool` sizes itself
         from it, not from Dask's task count, which affinity placement keeps low): jobs
         ready (queued and running) and still to come, per GPU model too, and the
@@ -200,13 +200,13 @@ class Dispatch:
         to_come = self.demand.counts(t.identity for t in tickets if t.identity)
         jobs = [m.value for m in self.fleet.measure.job.values()]
         loads = [m.value for m in self.fleet.measure.load.values()]
-        return {
-            "ready": len(tickets),
-            "remaining": max(len(tickets), sum(to_come.values())),
-            "by_gpu_model": dict(by_model),
-            "job_seconds": mean(jobs) if jobs else 0.0,
-            "load_seconds": mean(loads) if loads else 0.0,
-        }
+        return PoolDemand(
+            ready=len(tickets),
+            remaining=max(len(tickets), sum(to_come.values())),
+            by_gpu_model=dict(by_model),
+            job_seconds=mean(jobs) if jobs else 0.0,
+            load_seconds=mean(loads) if loads else 0.0,
+        )
 
     # -- jobs ------------------------------------------------------------------------
 

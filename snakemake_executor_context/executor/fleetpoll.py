@@ -9,9 +9,11 @@ shutdown), and the shutdown withdraws it at once (:meth:`FleetPoll.withdraw`).""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..defaults import DEMAND_KEY
+from ..fleet.pool import WITHDRAWN
 from .dispatch import FLEET_CHECK_SECONDS, Dispatch
 from .vocabulary import ServersPolled, Stimulus, Tick
 
@@ -44,8 +46,8 @@ class FleetPoll:
             self._put(ServersPolled(self._connection.workers(), now))
             # Tell the cluster's pool of pilots, if any, what the run still asks of it.
             self._sequence += 1
-            demand = {**self._dispatch.pool_demand(), "sequence": self._sequence}
-            self._connection.client.set_metadata(DEMAND_KEY, demand)
+            demand = replace(self._dispatch.pool_demand(), sequence=self._sequence)
+            self._connection.client.set_metadata(DEMAND_KEY, demand.to_wire())
         except Exception as error:
             self._debug(f"Cannot list the cluster's workers: {error}")
         self._put(Tick(now))
@@ -56,6 +58,6 @@ class FleetPoll:
         if self._dispatch.scheduler_lost is not None:
             return
         try:
-            self._connection.client.set_metadata(DEMAND_KEY, {})
+            self._connection.client.set_metadata(DEMAND_KEY, dict(WITHDRAWN))
         except Exception as error:  # the scheduler closed first: nothing to withdraw from
             self._debug(f"Cannot withdraw the run's demand: {error}")

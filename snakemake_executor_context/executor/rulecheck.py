@@ -4,12 +4,13 @@ workflow's rules and settings. Each refusal names the rule, the context and the 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
 from ..contexts import ContextDeclaration, undeclared
 from ..errors import ContextDeclarationError, ContextExecutorError
+from ..options import executor_flag
 from ..snakemake_internals import (
     RuleResource,
     rule_action,
@@ -18,6 +19,9 @@ from ..snakemake_internals import (
     shadow_depth,
     software_directives,
 )
+
+if TYPE_CHECKING:
+    from ..cluster.info import PlannedServer
 
 __all__ = [
     "REQUIRED_SHARED_FS",
@@ -175,19 +179,19 @@ def check_pool_fits(rules: Iterable[Any], kinds: Sequence[Mapping[str, Any]]) ->
             )
 
 
-def check_fleet_fits(rules: Iterable[Any], servers: Sequence[Mapping[str, Any]]) -> None:
+def check_fleet_fits(rules: Iterable[Any], servers: Sequence[PlannedServer]) -> None:
     """Every rule fits one server of a fleet that will not grow (the embedded
     cluster's): one that fits none fails at start, naming the rule, what it asks, what
     the servers offer and the fix."""
     from ..fleet.resources import covers, describe_offer
 
-    offers = [(str(s.get("name", "?")), dict(s.get("resources") or {})) for s in servers]
+    offers = [(s.name, dict(s.resources)) for s in servers]
     described = "; ".join(f"{name} ({describe_offer(offer)})" for name, offer in offers)
     for rule, req, wanted in _asking(rules):
         if not any(covers(offer, wanted) for _, offer in offers):
             most = max((offer.get("gpu", 0) for _, offer in offers), default=0)
             more = (
-                f" --context-gpus-per-server {req.gpu} for servers of {req.gpu} GPUs,"
+                f" {executor_flag('gpus_per_server')} {req.gpu} for servers of {req.gpu} GPUs,"
                 if req.gpu > most
                 else ""
             )

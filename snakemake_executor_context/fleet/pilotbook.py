@@ -8,11 +8,11 @@ had work, when and how it ended (the batch system's own state where it can be re
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["BATCH_ENDINGS", "PilotRecord", "account", "describe_pool", "ending_of"]
+__all__ = ["BATCH_ENDINGS", "PilotRecord", "PoolBooks", "account", "ending_of"]
 
 #: What a batch system's final job state says about a pilot's end: "preempted" (an
 #: outside kill, counted against a job's preemption budget), "crashed", "retired" (it
@@ -46,7 +46,8 @@ class PilotRecord:
     """One pilot, from submission to its end."""
 
     name: str
-    kind: str = ""
+    #: The kind of pilot (its GPU type, or the batch system's name).
+    pilot_kind: str = ""
     job_id: str = ""
     submitted: float = 0.0
     registered: float | None = None
@@ -67,7 +68,13 @@ class PilotRecord:
 
     def to_wire(self) -> dict[str, Any]:
         """As a plain dict (scheduler metadata, JSON)."""
-        return asdict(self)
+        return {item.name: getattr(self, item.name) for item in fields(PilotRecord)}
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> PilotRecord:
+        """A record from :meth:`to_wire` (keys it does not know are left out)."""
+        names = {item.name for item in fields(PilotRecord)}
+        return cls(**{key: value for key, value in wire.items() if key in names})
 
 
 def account(records: Iterable[PilotRecord], now: float) -> dict[str, Any]:
@@ -93,14 +100,55 @@ def account(records: Iterable[PilotRecord], now: float) -> dict[str, Any]:
     }
 
 
-def describe_pool(books: dict[str, Any]) -> str:
-    """One line about a pool of pilots, from what the pool publishes."""
-    a = books.get("account") or {}
-    return (
-        f"pool: {a.get('running', 0)} pilot(s) running (min {books.get('minimum', 0)}, "
-        f"max {books.get('maximum', 0)}); submitted {a.get('submitted', 0)}, started "
-        f"{a.get('started', 0)}, preempted {a.get('preempted', 0)}, crashed "
-        f"{a.get('crashed', 0)}, retired {a.get('retired', 0)}; pilot-seconds "
-        f"{a.get('pilot_seconds', 0):.0f} (busy {a.get('busy_seconds', 0):.0f}, idle "
-        f"{a.get('idle_seconds', 0):.0f})"
-    )
+@dataclass(frozen=True)
+class PoolBooks:
+    """A pool's books as the pool publishes them in the scheduler's metadata
+    (:meth:`to_wire`) and ``status`` reads them (:meth:`from_wire`)."""
+
+    records: tuple[PilotRecord, ...] = ()
+    #: One summary per kind of pilot (its GPU type, GPUs, walltime...).
+    kinds: tuple[dict[str, Any], ...] = ()
+    minimum: int = 0
+    maximum: int = 0
+    #: When the pool wrote them (the account's "now" for pilots still running).
+    at: float = 0.0
+
+    @property
+    def account(self) -> dict[str, Any]:
+        """:func:`account` of the records at :attr:`at`."""
+        return account(self.records, self.at)
+
+    def to_wire(self) -> dict[str, Any]:
+        """As a plain dict (msgpack-able; the account included for ``status --json``)."""
+        return {
+            "records": [record.to_wire() for record in self.records],
+            "account": self.account,
+            "kinds": [dict(kind) for kind in self.kinds],
+            "minimum": self.minimum,
+            "maximum": self.maximum,
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_wire(cls, wire: object) -> PoolBooks | None:
+        """Books from :meth:`to_wire`; None where the cluster has no pool."""
+        if not isinstance(wire, Mapping) or not wire:
+            return None
+        return cls(
+            records=tuple(PilotRecord.from_wire(r) for r in wire.get("records") or ()),
+            kinds=tuple(dict(kind) for kind in wire.get("kinds") or ()),
+            minimum=int(wire.get("minimum", 0)),
+            maximum=int(wire.get("maximum", 0)),
+            at=float(wire.get("at", 0.0)),
+        )
+
+    def describe(self) -> str:
+        """One line about the pool."""
+        a = self.account
+        return (
+            f"pool: {a['running']} pilot(s) running (min {self.minimum}, max {self.maximum}); "
+            f"submitted {a['submitted']}, started {a['started']}, preempted {a['preempted']}, "
+            f"crashed {a['crashed']}, retired {a['retired']}; pilot-seconds "
+            f"{a['pilot_seconds']:.0f} (busy {a['busy_seconds']:.0f}, idle "
+            f"{a['idle_seconds']:.0f})"
+        )

@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from .gpus import GpuInfo
 from .pilotbook import PilotRecord
 from .resources import server_resources
 
 __all__ = [
+    "WITHDRAWN",
     "DemandWatch",
     "PoolDemand",
     "PoolShape",
     "growth_limit",
     "kind_resources",
     "next_kind",
+    "pilot_lifetime",
     "pilots_to_release",
     "pilots_wanted",
     "useful_pilots",
@@ -32,7 +36,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PoolDemand:
-    """The work a run still has for the pool's pilots."""
+    """The work a run still has for the pool's pilots: what the executor publishes in
+    the scheduler's metadata (:meth:`to_wire`) and a pool reads (:meth:`from_wire`)."""
 
     #: Jobs that could start now if a server were free.
     ready: int = 0
@@ -42,6 +47,46 @@ class PoolDemand:
     job_seconds: float = 0.0
     #: Seconds a new pilot spends loading its context before its first job (0: unknown).
     load_seconds: float = 0.0
+    #: Queued jobs per GPU model they ask for (only jobs that name one).
+    by_gpu_model: Mapping[str, int] = field(default_factory=dict)
+    #: The publication's number: it grows with each of a living run's checks
+    #: (:class:`DemandWatch`); None where nobody numbered it.
+    sequence: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """This demand as the scheduler's metadata holds it (msgpack-able)."""
+        wire: dict[str, Any] = {
+            "ready": self.ready,
+            "remaining": self.remaining,
+            "job_seconds": self.job_seconds,
+            "load_seconds": self.load_seconds,
+            "by_gpu_model": dict(self.by_gpu_model),
+        }
+        if self.sequence is not None:
+            wire["sequence"] = self.sequence
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: object) -> PoolDemand | None:
+        """A published demand (:meth:`to_wire`); None for none, or for a run's
+        withdrawal (:data:`WITHDRAWN`). A field of the wrong type raises ValueError
+        or TypeError: the publisher is this plugin, so that is a version mismatch."""
+        if not isinstance(wire, Mapping) or not wire:
+            return None
+        sequence = wire.get("sequence")
+        by_model = dict(wire.get("by_gpu_model") or {})
+        return cls(
+            ready=int(wire.get("ready", 0)),
+            remaining=int(wire.get("remaining", 0)),
+            job_seconds=float(wire.get("job_seconds", 0.0)),
+            load_seconds=float(wire.get("load_seconds", 0.0)),
+            by_gpu_model={str(model): int(count) for model, count in by_model.items()},
+            sequence=None if sequence is None else int(sequence),
+        )
+
+
+#: What a run publishes when it asks nothing more of a pool (at its end).
+WITHDRAWN: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass
@@ -53,17 +98,16 @@ class DemandWatch:
 
     stale_after: float
     #: The last sequence number seen, and when it was first seen (the pool's clock).
-    sequence: object = None
+    sequence: int | None = None
     since: float = 0.0
 
-    def current(self, published: object, now: float) -> object:
-        """``published``, or None where its sequence number is stale. A publication
-        without a number (withdrawn: ``{}``; or none) is returned as it is."""
-        sequence = published.get("sequence") if isinstance(published, dict) else None
-        if sequence is None:
+    def current(self, published: PoolDemand | None, now: float) -> PoolDemand | None:
+        """``published``, or None where its sequence number is stale. A demand without
+        a number is returned as it is."""
+        if published is None or published.sequence is None:
             return published
-        if sequence != self.sequence:
-            self.sequence, self.since = sequence, now
+        if published.sequence != self.sequence:
+            self.sequence, self.since = published.sequence, now
         elif now - self.since > self.stale_after:
             return None
         return published
@@ -162,3 +206,15 @@ def kind_resources(gpu_type: str | None, gpus: int, memory_bytes: int) -> dict[s
         ]
         return server_resources(memory_bytes, named)
     return server_resources(memory_bytes, stand_in_gpus=gpus)
+
+
+#: A pilot lives at least this long, whatever its walltime leaves after the margins:
+#: long enough to register and take a job.
+SHORTEST_LIFETIME = 20.0
+
+
+def pilot_lifetime(walltime_seconds: float, retire_margin: float, stagger: float) -> float:
+    """Seconds after its start at which a pilot retires (Dask's ``--lifetime``, which
+    then moves it by up to ``stagger`` either way): its walltime less the margin and the
+    stagger, so that even the latest retirement ends before the batch system kills it."""
+    return max(SHORTEST_LIFETIME, walltime_seconds - retire_margin - stagger)
