@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import select
@@ -13,30 +13,36 @@ from sqlalchemy.orm import Session, aliased
 
 from .models import RUN_INTERRUPTED, Attempt, Context, EventRecord, Job, Run, Server, ServerLoss
 
-__all__ = ["JobRow", "LossRow", "RunRow", "losses", "recent_jobs", "runs"]
+__all__ = ["JobRow", "LossRow", "RunRow", "RunSummary", "losses", "recent_jobs", "runs"]
 
 #: A run whose heartbeat is older than this (seconds) and that never ended is stale.
 STALE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
-class RunRow:
-    """A run and its totals."""
+class RunSummary:
+    """A run: its id, span, outcome and totals (the run report's row)."""
 
     run_id: str
-    workdir: str
-    host: str
-    cluster: str
     started: float
     finished: float | None
-    heartbeat: float | None
-    state: str
     ok: bool | None
     jobs_total: int | None
     jobs_ok: int
     jobs_failed: int
     items: int
     loads: int
+
+
+@dataclass(frozen=True)
+class RunRow(RunSummary):
+    """A run, its totals, where it ran and its state now."""
+
+    workdir: str
+    host: str
+    cluster: str
+    heartbeat: float | None
+    state: str
 
 
 def runs(session: Session, limit: int = 10, now: float | None = None) -> list[RunRow]:
@@ -68,20 +74,12 @@ def runs(session: Session, limit: int = 10, now: float | None = None) -> list[Ru
             state = "running"
         out.append(
             RunRow(
-                run_id=row.run_id,
+                **{item.name: getattr(row, item.name) for item in fields(RunSummary)},
                 workdir=row.workdir,
                 host=row.host,
                 cluster=row.cluster,
-                started=row.started,
-                finished=row.finished,
                 heartbeat=row.heartbeat,
                 state=state,
-                ok=row.ok,
-                jobs_total=row.jobs_total,
-                jobs_ok=row.jobs_ok,
-                jobs_failed=row.jobs_failed,
-                items=row.items,
-                loads=row.loads,
             )
         )
     return out

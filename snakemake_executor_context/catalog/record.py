@@ -20,6 +20,7 @@ from ..fleet import events as ev
 from ..fleet.keys import is_attempt_key
 from ..fleet.state import model_of
 from ..processes import pid_alive
+from ..terminal import format_bytes
 from .models import (
     RUN_INTERRUPTED,
     Attempt,
@@ -28,6 +29,7 @@ from .models import (
     EventRecord,
     ForwardBatch,
     Job,
+    JobOutput,
     Pilot,
     Placement,
     Run,
@@ -53,14 +55,21 @@ class _Lru(OrderedDict[K, int]):
         return value
 
 
-def _size(nbytes: int) -> str:
-    """Bytes as a note prints them ("538 MB")."""
-    size = float(nbytes)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000:
-            return f"{size:.0f} {unit}"
-        size /= 1000
-    return f"{size:.0f} TB"
+def _found_or_made(
+    session: Session, cache: _Lru[K], key: K, query: Any, make: Callable[[], Any]
+) -> int:
+    """The id of the row ``key`` names: from ``cache``, else from ``query``, else of the
+    row ``make`` returns, added and flushed (and ``cache`` remembers it)."""
+    found = cache.get(key)
+    if found is None:
+        found = session.scalar(query)
+        if found is None:
+            row = make()
+            session.add(row)
+            session.flush()
+            found = row.id
+        cache.put(key, found)
+    return found
 
 
 def mark_abandoned(
@@ -105,6 +114,8 @@ class Recorder:
         self._contexts: _Lru[str] = _Lru()
         self._attempts: _Lru[str] = _Lru()
         self._jobs: _Lru[tuple[int, str]] = _Lru()
+        #: Jobs whose outputs are recorded (by job id).
+        self._outputs: _Lru[int] = _Lru()
         self._handlers: dict[type[ev.Event], Callable[[Session, Any], None]] = {
             ev.RunStarted: self._run_started,
             ev.RunHeartbeat: self._run_heartbeat,
@@ -145,16 +156,10 @@ class Recorder:
     # -- lookups -------------------------------------------------------------------
 
     def _run(self, session: Session, run_id: str, at: float) -> int:
-        found = self._runs.get(run_id)
-        if found is None:
-            found = session.scalar(select(Run.id).where(Run.run_id == run_id))
-            if found is None:
-                row = Run(run_id=run_id, started=at, heartbeat=at)
-                session.add(row)
-                session.flush()
-                found = row.id
-            self._runs.put(run_id, found)
-        return found
+        query = select(Run.id).where(Run.run_id == run_id)
+        return _found_or_made(
+            session, self._runs, run_id, query, lambda: Run(run_id=run_id, started=at, heartbeat=at)
+        )
 
     def _server(self, session: Session, address: str, at: float) -> int:
         found = self._known_server(session, address)
@@ -180,16 +185,14 @@ class Recorder:
         return found
 
     def _context(self, session: Session, identity: str, at: float, name: str = "") -> int:
-        found = self._contexts.get(identity)
-        if found is None:
-            found = session.scalar(select(Context.id).where(Context.identity == identity))
-            if found is None:
-                row = Context(identity=identity, name=name, first_seen=at)
-                session.add(row)
-                session.flush()
-                found = row.id
-            self._contexts.put(identity, found)
-        return found
+        query = select(Context.id).where(Context.identity == identity)
+        return _found_or_made(
+            session,
+            self._contexts,
+            identity,
+            query,
+            lambda: Context(identity=identity, name=name, first_seen=at),
+        )
 
     def _attempt(self, session: Session, key: str) -> int | None:
         found = self._attempts.get(key)
@@ -249,13 +252,8 @@ class Recorder:
             )
         )
         jobs = f", {event.jobs_total} job(s) planned" if event.jobs_total is not None else ""
-        self._note(
-            session,
-            "run-started",
-            event.at,
-            f"run {event.run_id} started in {event.workdir}{jobs}",
-            run_pk=run_pk,
-        )
+        text = f"run {event.run_id} started in {event.workdir}{jobs}"
+        self._note(session, "run-started", event.at, text, run_pk=run_pk)
 
     def _run_heartbeat(self, session: Session, event: ev.RunHeartbeat) -> None:
         run_pk = self._run(session, event.run_id, event.at)
@@ -291,13 +289,8 @@ class Recorder:
             values["gpu_model"] = model_of(event.resources)
         session.execute(update(Server).where(Server.id == server_id).values(**values))
         if not known:
-            self._note(
-                session,
-                "server-joined",
-                event.at,
-                f"{event.name or event.address} joined ({event.address})",
-                server_id=server_id,
-            )
+            text = f"{event.name or event.address} joined ({event.address})"
+            self._note(session, "server-joined", event.at, text, server_id=server_id)
 
     def _server_described(self, session: Session, event: ev.ServerDescribed) -> None:
         server_id = self._server(session, event.address, event.at)
@@ -438,15 +431,30 @@ class Recorder:
         server_id = self._server(session, event.address, event.at)
         placement_id = self._open_placement(session, server_id, context_id)
         if placement_id is None:
-            session.add(
-                Placement(
-                    context_id=context_id,
-                    server_id=server_id,
-                    state="loading",
-                    loading_at=event.at,
-                    from_cache=event.from_cache,
-                )
+            self._set_placement(
+                session,
+                None,
+                context_id,
+                server_id,
+                state="loading",
+                loading_at=event.at,
+                from_cache=event.from_cache,
             )
+
+    def _set_placement(
+        self,
+        session: Session,
+        placement_id: int | None,
+        context_id: int,
+        server_id: int,
+        **values: Any,
+    ) -> None:
+        """Set ``values`` on placement ``placement_id``; without one, add a placement of
+        the context on the server with them."""
+        if placement_id is None:
+            session.add(Placement(context_id=context_id, server_id=server_id, **values))
+        else:
+            session.execute(update(Placement).where(Placement.id == placement_id).values(**values))
 
     def _context_ready(self, session: Session, event: ev.ContextReady) -> None:
         context_id = self._context(session, event.identity, event.at)
@@ -462,16 +470,8 @@ class Recorder:
             "peer_seconds": event.peer_seconds,
         }
         if placement_id is None:
-            session.add(
-                Placement(
-                    context_id=context_id,
-                    server_id=server_id,
-                    loading_at=event.at - event.load_seconds,
-                    **values,
-                )
-            )
-        else:
-            session.execute(update(Placement).where(Placement.id == placement_id).values(**values))
+            values["loading_at"] = event.at - event.load_seconds
+        self._set_placement(session, placement_id, context_id, server_id, **values)
         if event.bytes:
             session.execute(
                 update(Context).where(Context.id == context_id).values(bytes=event.bytes)
@@ -541,21 +541,10 @@ class Recorder:
         ]
         gang = json.dumps({"backend": event.backend, "members": members}, sort_keys=True)
         ranks = len(event.devices)
+        values: dict[str, Any] = {"ranks": ranks, "gang": gang}
         if placement_id is None:
-            session.add(
-                Placement(
-                    context_id=context_id,
-                    server_id=server_id,
-                    state="loading",
-                    loading_at=event.at,
-                    ranks=ranks,
-                    gang=gang,
-                )
-            )
-        else:
-            session.execute(
-                update(Placement).where(Placement.id == placement_id).values(ranks=ranks, gang=gang)
-            )
+            values.update(state="loading", loading_at=event.at)
+        self._set_placement(session, placement_id, context_id, server_id, **values)
         server = session.scalar(select(Server.name).where(Server.id == server_id))
         nodes = sorted(set(event.nodes))
         text = (
@@ -588,7 +577,7 @@ class Recorder:
         receiver = session.scalar(select(Server.name).where(Server.id == server_id))
         holder = session.scalar(select(Server.name).where(Server.id == peer_id)) if peer_id else ""
         name, to = context or event.identity[:10], receiver or event.address
-        got = f"{_size(event.bytes)} in {event.seconds:.1f} s"
+        got = f"{format_bytes(event.bytes)} in {event.seconds:.1f} s"
         if outcome == "ok":
             text = f"{name} fetched from {holder or event.peer} by {to}: {got}"
         elif event.peer:
@@ -636,6 +625,7 @@ class Recorder:
             context_id=context_id,
             submitted=event.submitted or event.at,
         )
+        self._job_outputs(session, job_id, event.outputs)
         target = self._server(session, event.target, event.at) if event.target else None
         values: dict[str, Any] = {
             "job_id": job_id,
@@ -650,6 +640,16 @@ class Recorder:
             self._new_attempt(session, event.key, server_id=target, **values)
         else:
             session.execute(update(Attempt).where(Attempt.id == attempt_id).values(**values))
+
+    def _job_outputs(self, session: Session, job_id: int, outputs: Iterable[str]) -> None:
+        """Record a job's outputs once (each attempt's event carries them again)."""
+        paths = sorted(set(outputs))
+        if not paths or self._outputs.get(job_id) is not None:
+            return
+        known = session.scalar(select(JobOutput.id).where(JobOutput.job_id == job_id).limit(1))
+        if known is None:
+            session.add_all(JobOutput(job_id=job_id, path=path) for path in paths)
+        self._outputs.put(job_id, job_id)
 
     def _job_started(self, session: Session, event: ev.JobStarted) -> None:
         server_id = self._server(session, event.address, event.at)
@@ -729,6 +729,7 @@ class Recorder:
     def _job_reported(self, session: Session, event: ev.JobReported) -> None:
         run_pk = self._run(session, event.run_id, event.at)
         job_id = self._job(session, run_pk, str(event.jobid), rule=event.rule, submitted=event.at)
+        self._job_outputs(session, job_id, event.outputs)
         previous = session.scalar(select(Job.outcome).where(Job.id == job_id))
         attempt_id = self._attempt(session, event.key)
         if attempt_id is not None:

@@ -5,13 +5,14 @@ the window, so that the report reads the catalog alone."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy import Integer, cast, func, or_, select
 from sqlalchemy.orm import Session
 
 from ..fleet.pilotbook import PilotRecord, account
+from .history import RunSummary
 from .ledger import Window
 from .models import Attempt, ForwardBatch, Job, Pilot, Run, Server
 
@@ -26,35 +27,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class RunSummary:
-    """A run in the window: its id, span, outcome and totals."""
-
-    run_id: str
-    started: float
-    finished: float | None
-    ok: bool | None
-    jobs_total: int | None
-    jobs_ok: int
-    jobs_failed: int
-    items: int
-    loads: int
-
-
 def run_summaries(session: Session, window: Window) -> list[RunSummary]:
     """The runs that overlap the window, oldest first."""
     query = (
-        select(
-            Run.run_id,
-            Run.started,
-            Run.finished,
-            Run.ok,
-            Run.jobs_total,
-            Run.jobs_ok,
-            Run.jobs_failed,
-            Run.items,
-            Run.loads,
-        )
+        select(*(getattr(Run, item.name) for item in fields(RunSummary)))
         .where(Run.started <= window.end)
         .where(or_(Run.finished.is_(None), Run.finished >= window.start))
         .order_by(Run.started)
@@ -149,7 +125,7 @@ def pool_books(session: Session, window: Window) -> dict[str, Any] | None:
     records = [
         PilotRecord(
             name=p.name,
-            kind=p.kind,
+            pilot_kind=p.kind,
             job_id=p.job_id,
             submitted=p.submitted,
             registered=p.registered,
