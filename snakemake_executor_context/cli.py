@@ -24,13 +24,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .defaults import (
     DEFAULT_CATALOG,
     DEFAULT_SCHEDULER_FILE,
 )
 from .errors import ContextExecutorError
+
+if TYPE_CHECKING:
+    from .server.inventory import ServerInventory
 
 __all__ = ["main"]
 
@@ -269,7 +272,12 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"servers": inventories or {}, "pool": pool, "catalog": catalog, **report},
+                {
+                    "servers": {a: inv.to_wire() for a, inv in (inventories or {}).items()},
+                    "pool": pool,
+                    "catalog": catalog,
+                    **report,
+                },
                 indent=1,
                 default=str,
             )
@@ -278,10 +286,16 @@ def _status(args: argparse.Namespace) -> int:
     from .terminal import format_bytes, shown, shown_values
 
     # Names and paths the cluster reports may quote a workflow's values: shown escaped.
-    inventories, pool = shown_values(inventories), shown_values(pool)
+    pool = shown_values(pool)
     if inventories is not None:
+        from .server.inventory import ServerInventory
+
+        inventories = {
+            shown(address): ServerInventory.from_wire(shown_values(inv.to_wire()))
+            for address, inv in inventories.items()
+        }
         print(f"{len(inventories)} server(s) running at {shown(args.scheduler_file)}:")
-        names = {inv["server"]["name"] for inv in inventories.values()}
+        names = {inv.server.name for inv in inventories.values()}
         if short := ClusterFiles(Path(args.scheduler_file)).shortfall(names):
             print(f"  WARNING: {short}")
         if pool:  # pilots of a batch system
@@ -294,12 +308,12 @@ def _status(args: argparse.Namespace) -> int:
             print("  " + line)
         for address, inventory in sorted(inventories.items()):
             print("  " + _describe(address, inventory))
-            limits = inventory.get("slots", {}).get("limits", {})
-            for context in inventory["contexts"]:
-                at_once = limits.get(context["identity"])
+            limits = inventory.slots.limits
+            for context in inventory.contexts:
+                at_once = limits.get(context.identity)
                 print(
-                    f"      {'/'.join(context['names'])}: {format_bytes(context['bytes'])}, "
-                    f"loaded in {context['load_seconds']:.1f} s, {context['hits']} reuse(s)"
+                    f"      {'/'.join(context.names)}: {format_bytes(context.bytes)}, "
+                    f"loaded in {context.load_seconds:.1f} s, {context.hits} reuse(s)"
                     + (f", up to {at_once} job(s) at once" if at_once else "")
                 )
     if report:
@@ -309,7 +323,9 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _live(scheduler_file: Path) -> tuple[dict[str, Any] | None, str | None, Any]:
+def _live(
+    scheduler_file: Path,
+) -> tuple[dict[str, ServerInventory] | None, str | None, Any]:
     """The running cluster's inventories, the catalog it writes and its pool's books
     (None each when no cluster runs)."""
     from .cluster.connection import ClusterConnection
@@ -348,16 +364,15 @@ def _default_catalog(scheduler_file: Path) -> str | None:
     return None
 
 
-def _slot_lines(inventories: dict[str, Any]) -> list[str]:
+def _slot_lines(inventories: dict[str, ServerInventory]) -> list[str]:
     """Busy and free slots per GPU model ("the shape": servers x slots)."""
     by_model: dict[str, list[int]] = {}
     for inventory in inventories.values():
-        gpu = inventory.get("gpu")
-        slots = inventory.get("slots", {})
-        row = by_model.setdefault(gpu["name"] if gpu else "CPU", [0, 0, 0])
+        gpu = inventory.gpu
+        row = by_model.setdefault(gpu.name if gpu else "CPU", [0, 0, 0])
         row[0] += 1
-        row[1] += int(slots.get("slots", 1))
-        row[2] += len(slots.get("running", inventory.get("running", ())))
+        row[1] += inventory.slots.slots
+        row[2] += len(inventory.slots.running)
     return [
         f"{model}: {servers} server(s) x {total // max(1, servers)} slot(s): {busy} busy, "
         f"{max(0, total - busy)} free"
@@ -365,18 +380,16 @@ def _slot_lines(inventories: dict[str, Any]) -> list[str]:
     ]
 
 
-def _describe(address: str, inventory: dict[str, Any]) -> str:
-    server = inventory["server"]
-    gpu = inventory.get("gpu")
-    kind = gpu["name"] if gpu else "CPU"
-    slots = inventory.get("slots", {})
-    busy = len(slots.get("running", inventory.get("running", ())))
+def _describe(address: str, inventory: ServerInventory) -> str:
+    server, slots, counts = inventory.server, inventory.slots, inventory.counts
+    kind = inventory.gpu.name if inventory.gpu else "CPU"
+    busy = len(slots.running)
     return (
-        f"{server['name']} {address} ({kind}, pid {server['pid']}): "
-        f"{busy}/{slots.get('slots', 1)} slot(s) busy, {len(slots.get('waiting', ()))} "
-        f"waiting; {inventory['jobs']} job(s), "
-        f"{inventory['loads']} load(s), {inventory['evictions']} eviction(s), "
-        f"{len(inventory['contexts'])} context(s) loaded"
+        f"{server.name} {address} ({kind}, pid {server.pid}): "
+        f"{busy}/{slots.slots} slot(s) busy, {len(slots.waiting)} "
+        f"waiting; {counts.jobs} job(s), "
+        f"{counts.loads} load(s), {counts.evictions} eviction(s), "
+        f"{len(inventory.contexts)} context(s) loaded"
     )
 
 

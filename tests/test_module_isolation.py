@@ -7,7 +7,8 @@ import sys
 import textwrap
 
 from snakemake_executor_context.contexts import make_declaration
-from snakemake_executor_context.server.cache import ContextCache, ServerStats
+from snakemake_executor_context.server.cache import ContextCache
+from snakemake_executor_context.server.inventory import ServerStats
 from snakemake_executor_context.server.isolation import fresh_modules
 
 LOADER = textwrap.dedent("""
@@ -166,7 +167,8 @@ TEMPLATE_JOB = textwrap.dedent("""
     import os, sys
     from pathlib import Path
     from snakemake_executor_context.contexts import make_declaration
-    from snakemake_executor_context.server.cache import ContextCache, ServerStats
+    from snakemake_executor_context.server.cache import ContextCache
+    from snakemake_executor_context.server.inventory import ServerStats
     from snakemake_executor_context.server.output import job_output
 
     workdir, log_path, kept = sys.argv[1:4]

@@ -76,3 +76,31 @@ def test_the_cluster_processs_record_reads_back_whole(tmp_path) -> None:
     assert replace(read, start_ticks=None, cmdline=()) == info
     files.pid_file.write_text(json.dumps({"address": "no pid"}))
     assert files.read_info() is None
+
+
+def test_a_servers_inventory_reads_back_whole_and_keeps_its_summary_keys() -> None:
+    """What a server answers `status` and a run's summary: the same record back, its
+    counts at the top level of the wire form (the summary's `loads`, `evictions`)."""
+    from snakemake_executor_context.fleet.gpus import GpuInfo
+    from snakemake_executor_context.fleet.outcome import ServerIdentity
+    from snakemake_executor_context.server.inventory import (
+        HeldContext,
+        ServerInventory,
+        ServerStats,
+        SlotState,
+    )
+
+    inventory = ServerInventory(
+        server=ServerIdentity("server-0", "node1", 1234, "tls://10.0.0.1:40000"),
+        gpu=GpuInfo(index=0, uuid="GPU-1", name="NVIDIA H200", memory_bytes=141 * 10**9),
+        memory_bytes=64 * 10**9,
+        memory_budget=50 * 10**9,
+        bytes_loaded=10**9,
+        contexts=(HeldContext("abc", ("llm",), "loader.py:load", 10**9, 2.5, 7, 1),),
+        running=("noop-1-a1-x.0",),
+        slots=SlotState(2, ("noop-1-a1-x.0",), (), {"abc": 2}, {"abc": 10**8}),
+        counts=ServerStats(loads=1, jobs=8, evictions=0, evicted=[]),
+    )
+    wire = _through_msgpack(inventory.to_wire())
+    assert isinstance(wire, dict) and (wire["loads"], wire["jobs"]) == (1, 8)
+    assert ServerInventory.from_wire(wire) == inventory

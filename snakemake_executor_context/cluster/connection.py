@@ -19,6 +19,8 @@ from .process import LocalClusterProcess
 if TYPE_CHECKING:
     from distributed import Client
 
+    from ..server.inventory import ServerInventory
+
 __all__ = ["CALL_TIMEOUT", "ClusterConnection"]
 
 #: Seconds a call to the scheduler or the servers may take before it is given up
@@ -227,8 +229,10 @@ class ClusterConnection:
                 "restart the servers (snakemake-context down; snakemake-context up)."
             )
 
-    def inventories(self, timeout: float = 10.0) -> dict[str, Any]:
-        """Every server's inventory, by address (servers that fail are left out)."""
+    def inventories(self, timeout: float = 10.0) -> dict[str, ServerInventory]:
+        """Every server's inventory, by address (servers that fail, or answer with
+        something else, are left out)."""
+        from ..server.inventory import ServerInventory
         from ..server.plugin import server_inventory
 
         try:
@@ -236,7 +240,13 @@ class ClusterConnection:
         except Exception as error:
             logger.debug("no inventories from the servers: %r", error)
             return {}
-        return {addr: inv for addr, inv in result.items() if isinstance(inv, dict)}
+        found = {}
+        for address, wire in result.items():
+            try:
+                found[address] = ServerInventory.from_wire(wire)
+            except (KeyError, TypeError, ValueError, AttributeError) as error:
+                logger.debug("%s: no inventory (%r)", address, error)
+        return found
 
     def run(self, function: Any, *args: Any, timeout: float = CALL_TIMEOUT) -> dict[str, Any]:
         """``Client.run`` on every server (errors returned, not raised), given up after

@@ -95,7 +95,7 @@ def write_summary(
         "started": started,
         "finished": time.time(),
         "cluster": connection.description,
-        "servers": dict(inventories),
+        "servers": {address: inv.to_wire() for address, inv in inventories.items()},
         "server_use": use,
         "jobs": list(jobs),
         "loads_on_lost_servers": lost_loads,
@@ -103,7 +103,7 @@ def write_summary(
     }
     path = paths.output_directory(Path(workdir) / CONTEXT_DIR / "runs") / f"{run_id}.json"
     paths.write_output(path, json.dumps(summary, indent=1, default=str))
-    loads = sum(inv.get("loads", 0) for inv in inventories.values()) + lost_loads
+    loads = sum(inv.counts.loads for inv in inventories.values()) + lost_loads
     context_jobs = sum(1 for job in jobs if job.get("loaded") or job.get("reused"))
     if context_jobs:
         lost = f", {lost_loads} of them on servers lost meanwhile" if lost_loads else ""

@@ -8,7 +8,8 @@
   they ask: :mod:`.drain` (SIGTERM), :mod:`.blackhole`
   (CUDA-fatal errors), :mod:`.limits` (runtime and memory cap), with
   :mod:`.memwatch` sampling the memory;
-- :mod:`.cache`: the loaded contexts, their budget and eviction; :mod:`.templates`:
+- :mod:`.cache`: the loaded contexts, their budget and eviction; :mod:`.inventory`: what
+  a server says of itself when asked (its typed record); :mod:`.templates`:
   a context's template around each load (the cache probe, the check that moves a
   damaged entry aside, its events); :mod:`.loadturns`: turns to load from a shared
   source;

@@ -24,6 +24,7 @@ from ..fleet.eviction import Held, to_evict
 from ..gang import GangOptions
 from ..jobhooks import LoadRecord
 from .config import resolve_budget
+from .inventory import HeldContext, ServerStats
 from .leftovers import context_processes, end_context_processes
 from .loadturns import LoadTurns
 from .templates import checked_load, probe
@@ -32,7 +33,6 @@ __all__ = [
     "ContextCache",
     "JobTrace",
     "LoadedContext",
-    "ServerStats",
     "probe",
     "resolve_budget",
 ]
@@ -75,24 +75,6 @@ class JobTrace:
     evicted: list[str] = field(default_factory=list)
     conversions: int = 0
     reload_seconds: float | None = None
-
-
-@dataclass
-class ServerStats:
-    """Counters a server reports in its inventory."""
-
-    loads: int = 0
-    load_seconds: float = 0.0
-    hits: int = 0
-    evictions: int = 0
-    conversions: int = 0
-    jobs: int = 0
-    jobs_failed: int = 0
-    jobs_cancelled: int = 0
-    load_failures: int = 0
-    #: Jobs that failed with CUDA out of memory (the allocator's cache was freed).
-    cuda_ooms: int = 0
-    evicted: list[str] = field(default_factory=list)
 
 
 class ContextCache:
@@ -371,24 +353,24 @@ class ContextCache:
         with self._lock:
             return sum(entry.nbytes for entry in self._contexts.values())
 
-    def inventory(self) -> list[dict[str, Any]]:
+    def inventory(self) -> tuple[HeldContext, ...]:
         """Every loaded context: identity, names, loader, bytes, load time, hits, pins."""
         with self._lock:
-            return [
-                {
-                    "identity": e.identity,
-                    "names": sorted(e.names),
-                    "loader": e.loader,
-                    "bytes": e.nbytes,
-                    "load_seconds": round(e.load_seconds, 3),
-                    "hits": e.hits,
-                    "pins": e.pins,
-                    "conversions": e.conversions,
-                    "loaded_at": e.loaded_at,
-                    "last_used": e.last_used,
-                }
+            return tuple(
+                HeldContext(
+                    identity=e.identity,
+                    names=tuple(sorted(e.names)),
+                    loader=e.loader,
+                    bytes=e.nbytes,
+                    load_seconds=round(e.load_seconds, 3),
+                    hits=e.hits,
+                    pins=e.pins,
+                    conversions=e.conversions,
+                    loaded_at=e.loaded_at,
+                    last_used=e.last_used,
+                )
                 for e in self._contexts.values()
-            ]
+            )
 
 
 def free_gpu_cache() -> None:

@@ -15,8 +15,9 @@ from ..fleet import events as ev
 from ..fleet.outcome import Outcome, ServerIdentity
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
 from .blackhole import gpu_failure
-from .cache import ContextCache, ServerStats, free_gpu_cache
+from .cache import ContextCache, free_gpu_cache
 from .contextjob import run_context
+from .inventory import ServerStats
 from .leftovers import JobSpans
 from .limits import STOP_GRACE_SECONDS, ServerLimits, broken_limit, memory_message
 from .memwatch import process_tree_rss

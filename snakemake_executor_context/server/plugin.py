@@ -76,8 +76,8 @@ def probe_caches(declarations: list[ContextDeclaration]) -> list[str]:
 
 
 def server_inventory() -> dict[str, Any]:
-    """This server's inventory."""
-    return ContextServer.current().inventory()
+    """This server's inventory (:meth:`~.inventory.ServerInventory.to_wire`)."""
+    return ContextServer.current().inventory().to_wire()
 
 
 def server_versions() -> dict[str, str]:

@@ -19,12 +19,12 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from ..defaults import NODE_VARIABLE
 from ..fleet import events as ev
-from ..fleet.gpus import stands_in
+from ..fleet.gpus import GpuInfo, stands_in
 from ..fleet.losses import LossKind, classify
 from ..fleet.outcome import ServerIdentity
 from ..fleet.state import CPU_MODEL, model_of
@@ -33,9 +33,10 @@ from ..gang.devices import device_list
 from ..gang.start import RemoteDevice
 from ..triples import Shape
 from .blackhole import RECYCLE_GRACE
-from .cache import ContextCache, ServerStats, free_gpu_cache, resolve_budget
+from .cache import ContextCache, free_gpu_cache, resolve_budget
 from .config import ServerConfig
 from .drain import DRAINED_EXIT, plan_drain
+from .inventory import ServerInventory, ServerStats, SlotState, fields_of
 from .jobs import ServerJobs
 from .limits import ServerLimits
 from .loadturns import LoadTurns
@@ -373,21 +374,21 @@ class ContextServer:
         worker = self._worker
         return worker is not None and key in worker.state.tasks
 
-    def inventory(self) -> dict[str, Any]:
+    def inventory(self) -> ServerInventory:
         """Contexts, load seconds, bytes, hits, evictions, conversions and jobs."""
         loaded = self.cache.inventory()
-        running = list(self.jobs.running())
-        return {
-            "server": asdict(self.identity),
-            "gpu": self.config.gpu,
-            "memory_bytes": self.memory_bytes,
-            "memory_budget": self.budget,
-            "bytes_loaded": sum(item["bytes"] for item in loaded),
-            "contexts": loaded,
-            "running": running,
-            "slots": self.slots.snapshot(),
-            **asdict(self.stats),
-        }
+        gpu = self.config.gpu
+        return ServerInventory(
+            server=self.identity,
+            gpu=GpuInfo(**gpu) if gpu else None,
+            memory_bytes=self.memory_bytes,
+            memory_budget=self.budget,
+            bytes_loaded=sum(context.bytes for context in loaded),
+            contexts=loaded,
+            running=tuple(self.jobs.running()),
+            slots=fields_of(SlotState, self.slots.snapshot()),
+            counts=replace(self.stats, evicted=list(self.stats.evicted)),
+        )
 
 
 def _total_memory() -> int:
