@@ -178,27 +178,9 @@ def test_no_package_cycle():
     assert not cycles, f"packages in a cycle: {cycles} (edges {sorted(edges)})"
 
 
-def test_no_module_over_400_lines():
-    exempt = {
-        f"{ROOT}.catalog.record",  # one handler per event kind
-        f"{ROOT}.fleet.events",  # one dataclass per event kind: the wire vocabulary
-        # One state machine: its transitions read together, as in distributed's
-        # worker_state_machine; what it holds and its story are modules of their own.
-        f"{ROOT}.executor.dispatch",
-        f"{ROOT}.snakemake_internals",  # one accessor per Snakemake internal, in one place
-    }
-    long = {
-        name: n
-        for name, path in SOURCES.items()
-        if name not in exempt and (n := len(path.read_text().splitlines())) > 400
-    }
-    assert not long, long
-
-
 def test_the_snakemake_adapter_is_thin():
     """The RemoteExecutor subclass (no base class of this project) stays an adapter."""
     path = SOURCES[f"{ROOT}.executor.adapter"]
-    assert len(path.read_text().splitlines()) <= 250
     tree = ast.parse(path.read_text())
     (executor,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Executor"]
     assert [ast.unparse(base) for base in executor.bases] == ["RemoteExecutor"]

@@ -20,7 +20,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from ..fleet.keys import job_key_of, new_run_id
 from ..jobspec import remove_outputs
 from ..snakemake_internals import cancel_scheduler_timers, thin_selections
-from . import announce, startup
+from . import announce, results, startup
 from . import vocabulary as v
 from .fleetpoll import FleetPoll
 from .jobbuild import SpecBuilder, output_specs
@@ -156,7 +156,7 @@ class Executor(RemoteExecutor):
                     stimulus = ended
                     if entry is not None:
                         self._summary.append(entry)
-                    for lost in startup.scheduler_lost_first(self.dispatch, self.connection, ended):
+                    for lost in results.scheduler_lost_first(self.dispatch, self.connection, ended):
                         self._execute(self.dispatch.handle(lost))
                 self._execute(self.dispatch.handle(stimulus))
 

@@ -1,20 +1,30 @@
 """What an attempt's Dask future says, as the dispatch machine's
-:class:`~.vocabulary.AttemptEnded`: its result, or why there is none."""
+:class:`~.vocabulary.AttemptEnded`: its result, or why there is none (the scheduler's
+death, told first when that is why Dask cancelled it)."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..jobspec import JobResult
 from ..terminal import printable
 from .summary import summary_entry
-from .vocabulary import AttemptEnded, JobTicket
+from .vocabulary import AttemptEnded, JobTicket, SchedulerLost, Stimulus
 
-__all__ = ["RESULT_TIMEOUT", "attempt_ended"]
+if TYPE_CHECKING:
+    from ..cluster.connection import ClusterConnection
+    from .dispatch import Dispatch
+
+__all__ = ["RESULT_TIMEOUT", "attempt_ended", "scheduler_lost_first"]
 
 #: Seconds a finished task's result may take to arrive (its server may die meanwhile).
 RESULT_TIMEOUT = 30.0
+#: Seconds a cancelled future waits for the embedded cluster's process to be seen
+#: ended: Dask cancels the futures as the scheduler's connection closes, and the
+#: killed process is reaped a moment later (under load, CI saw the cancellations
+#: handled first).
+SCHEDULER_GONE_PATIENCE = 2.0
 
 
 def attempt_ended(
@@ -44,6 +54,21 @@ def attempt_ended(
         reported=time.time(),
     )
     return ended, entry
+
+
+def scheduler_lost_first(
+    dispatch: Dispatch, connection: ClusterConnection, ended: AttemptEnded
+) -> list[Stimulus]:
+    """Before an attempt that Dask cancelled (dispatch cancels none that way): the
+    scheduler's death, if that is why, so that the job fails as the scheduler's
+    loss in one line rather than as a cancellation."""
+    if dispatch.scheduler_lost is not None or not ended.dask_cancelled:
+        return []
+    why = connection.scheduler_gone_within(SCHEDULER_GONE_PATIENCE)
+    if why is None:
+        return []
+    connection.abandon_client()
+    return [SchedulerLost(why, ended.now)]
 
 
 def _ended(key: str, future: Any, title: str) -> tuple[AttemptEnded | None, JobResult | None]:

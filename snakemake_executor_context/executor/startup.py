@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import paths
-from ..cluster.triples import Shape
 from ..contexts import ContextDeclaration, declarations_from_config
 from ..defaults import (
     CONTEXT_DIR,
     LEASE_GRACE_SECONDS,
+    MEMORY_CAP_VARIABLE,
     NO_TLS_VARIABLE,
+    RECYCLE_VARIABLE,
     SERVER_LEASE_SECONDS,
 )
 from ..errors import ContextExecutorError
@@ -35,6 +36,7 @@ from ..snakemake_internals import (
     workflow_config,
     workflow_rules,
 )
+from ..triples import Shape
 from .dispatch import Dispatch
 from .rulecheck import (
     check_context_rules,
@@ -44,23 +46,18 @@ from .rulecheck import (
     constant_resource,
 )
 from .settings import ExecutorSettings
-from .vocabulary import AttemptEnded, SchedulerLost, Stimulus, StopQueued
+from .vocabulary import SchedulerLost, Stimulus, StopQueued
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
     from .localjobs import LocalJobs, NoLocalJobs
-
-#: Seconds a cancelled future waits for the embedded cluster's process to be seen
-#: ended: Dask cancels the futures as the scheduler's connection closes, and the
-#: killed process is reaped a moment later (under load, CI saw the cancellations
-#: handled first).
-SCHEDULER_GONE_PATIENCE = 2.0
 
 __all__ = [
     "checked_declarations",
     "connect",
     "dispatch_options",
     "export_local_dir",
+    "export_server_limits",
     "local_plain_jobs",
     "log_dask_to_file",
     "make_dispatch",
@@ -68,7 +65,6 @@ __all__ = [
     "process_started",
     "rules_to_run",
     "run_stimuli",
-    "scheduler_lost_first",
     "wait_for_server",
 ]
 
@@ -100,18 +96,7 @@ def checked_declarations(workflow: Any) -> dict[str, ContextDeclaration]:
 
 def shape_of(settings: ExecutorSettings) -> Shape:
     """The servers' shape and batching defaults the settings ask for."""
-    return Shape(
-        settings.slots,
-        settings.threads_per_slot,
-        settings.batch_max,
-        settings.batch_wait,
-        settings.peer_transfers,
-        settings.peer_mbps,
-        settings.own_caches or "",
-        settings.gpus_per_server,
-        settings.gang_timeout,
-        settings.model_cache_size,
-    )
+    return Shape.from_args(settings)
 
 
 def connect(
@@ -148,8 +133,6 @@ def _connect(
             credentials=Path(settings.credentials) if settings.credentials else None,
             allow_plaintext=bool(settings.allow_plaintext),
         )
-    from .serverlimits import export_server_limits
-
     export_server_limits(settings)
     tls = os.environ.get(NO_TLS_VARIABLE, "") != "1"
     if not tls:
@@ -173,6 +156,15 @@ def export_local_dir(settings: ExecutorSettings) -> None:
         os.environ[LOCAL_DIR_VARIABLE] = str(Path(settings.local_dir).expanduser().absolute())
 
 
+def export_server_limits(settings: ExecutorSettings) -> None:
+    """--context-memory-cap and --context-recycle-after-leaks (checked with the other
+    settings): set for the embedded cluster's servers, through the variables a user
+    exports for `snakemake-context up`."""
+    if settings.memory_cap is not None:
+        os.environ[MEMORY_CAP_VARIABLE] = settings.memory_cap
+    os.environ[RECYCLE_VARIABLE] = str(int(settings.recycle_after_leaks))
+
+
 def dispatch_options(
     settings: ExecutorSettings, workflow: Any, connection: ClusterConnection, warn: Any
 ) -> dict[str, Any]:
@@ -194,7 +186,7 @@ def dispatch_options(
         "wait_for_server": settings.wait_for_server,
         "placement": settings.placement,
         "budgets": budgets,
-        "planned": len((info or {}).get("servers", [])),
+        "planned": len(info.servers) if info else 0,
         "lease_wait": SERVER_LEASE_SECONDS + LEASE_GRACE_SECONDS,
     }
 
@@ -260,21 +252,6 @@ def run_stimuli(
     return found
 
 
-def scheduler_lost_first(
-    dispatch: Dispatch, connection: ClusterConnection, ended: AttemptEnded
-) -> list[Stimulus]:
-    """Before an attempt that Dask cancelled (dispatch cancels none that way): the
-    scheduler's death, if that is why, so that the job fails as the scheduler's
-    loss in one line rather than as a cancellation."""
-    if dispatch.scheduler_lost is not None or not ended.dask_cancelled:
-        return []
-    why = connection.scheduler_gone_within(SCHEDULER_GONE_PATIENCE)
-    if why is None:
-        return []
-    connection.abandon_client()
-    return [SchedulerLost(why, ended.now)]
-
-
 def rules_to_run(workflow: Any) -> list[Any]:
     """The rules of the jobs this run will run (every rule of the workflow when the
     DAG cannot tell): a rule the targets do not need is never checked against servers."""
@@ -293,10 +270,10 @@ def wait_for_server(settings: ExecutorSettings, connection: ClusterConnection, r
     try:
         if not kinds:
             info = connection.local.files.read_info() if connection.local else None
-            if connection.embedded and info and info.get("servers"):
+            if connection.embedded and info and info.servers:
                 # The embedded cluster's servers are all there is: a rule none can run
                 # fails now, not as each of its jobs' error after a wait.
-                check_fleet_fits(rules, info["servers"])
+                check_fleet_fits(rules, info.servers)
             return settings.wait_for_server
         check_pool_fits(rules, kinds)
     except ContextExecutorError as error:  # one line: the plugin's frames say nothing
