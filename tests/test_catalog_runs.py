@@ -128,8 +128,12 @@ def test_two_contexts_on_two_servers_with_room_for_one_each_load_twice(workflow)
     ).check()
     (summary,) = run.summaries()
     inventories = summary["servers"].values()
-    assert sum(inv["loads"] for inv in inventories) == 2, inventories
-    assert sum(inv["evictions"] for inv in inventories) == 0
+    each = [
+        (inv["server"]["name"], inv["loads"], inv["evicted"], inv["load_failures"])
+        for inv in inventories
+    ]
+    assert sum(inv["loads"] for inv in inventories) == 2, (each, summary["jobs"])
+    assert sum(inv["evictions"] for inv in inventories) == 0, each
     per_server = {}
     for pid, name in _servers_of(workdir).values():
         per_server.setdefault(pid, set()).add(name)

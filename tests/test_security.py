@@ -100,12 +100,12 @@ def _ports(scheduler_file: Path, plaintext: bool = False) -> tuple[int, list[int
     )
     try:
         workers = target.client.scheduler_info(n_workers=-1)["workers"]
-        dask_addresses = [info["address"], *workers, *(w["nanny"] for w in workers.values())]
+        dask_addresses = [info.address, *workers, *(w["nanny"] for w in workers.values())]
     finally:
         target.client.close()
     dask_ports = sorted(int(address.rsplit(":", 1)[1]) for address in dask_addresses)
     assert len(dask_ports) == 5 and set(dask_ports) <= listening, (dask_ports, listening)
-    scheduler_port = int(info["address"].rsplit(":", 1)[1])
+    scheduler_port = int(info.address.rsplit(":", 1)[1])
     return scheduler_port, dask_ports, sorted(listening - set(dask_ports))
 
 
