@@ -104,10 +104,13 @@ class CatalogBuilder:
         memory_budget: int | None = None,
         allocated_at: float | None = None,
         gpus: int = 1,
+        group: str = "",
+        partition: str = "",
+        pool: str = "",
     ) -> str:
         """A server joins (with a GPU named as NVML names it, or ``gpu=None`` for a
-        CPU server; ``allocated_at``: a pilot's batch job started then). Returns its
-        address."""
+        CPU server; ``allocated_at``: a pilot's batch job started then; ``group``,
+        ``partition``, ``pool``: where its survival is counted). Returns its address."""
         index = next(self._counter)
         address = f"tcp://10.0.0.{index}:{40000 + index}"
         resources: dict[str, float] = {"gpu": gpus, "mem_mb": memory_bytes // 1_000_000}
@@ -147,6 +150,9 @@ class CatalogBuilder:
                 memory_budget=budget,
                 gpu=record,
                 allocated_at=allocated_at,
+                group=group,
+                partition=partition,
+                pool=pool,
             )
         )
         self._servers[address] = {"name": name, "model": model if gpu else "cpu"}

@@ -46,7 +46,7 @@ __all__ = [
 #: bumped with every change to the tables below. Releases before the migrations
 #: read it from ``catalog_meta`` and refuse any other; releases since upgrade an
 #: older catalog in place when they write to it.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 class Base(DeclarativeBase):
@@ -126,6 +126,14 @@ class Server(Base):
     draining_at: Mapped[float | None] = mapped_column(Float)
     #: A pilot's: when its batch job started (the batch system charges from then).
     allocated_at: Mapped[float | None] = mapped_column(Float)
+    #: Where its survival is counted (:func:`...fleet.survival.survival_group`): a
+    #: pilot's partition (batch queue) and pool (kind of pilot), its cluster's label.
+    partition: Mapped[str | None] = mapped_column(String(256))
+    pool: Mapped[str | None] = mapped_column(String(256))
+    group_label: Mapped[str | None] = mapped_column(String(256))
+    #: What ended it (:class:`...fleet.losses.LossKind`: a preemption or crash is a
+    #: death, a close censors its life); None while it lives, or recorded before v8.
+    ended_by: Mapped[str | None] = mapped_column(String(16))
 
 
 class Context(Base):

@@ -308,6 +308,13 @@ class Recorder:
             values["memory_bytes"] = event.memory_bytes
         if event.allocated_at:
             values["allocated_at"] = event.allocated_at
+        for column, value in (
+            ("partition", event.partition),
+            ("pool", event.pool),
+            ("group_label", event.group),
+        ):
+            if value:
+                values[column] = value
         if gpu:
             values.update(
                 gpu_index=gpu.get("index"),
@@ -343,7 +350,7 @@ class Recorder:
         session.execute(
             update(Server)
             .where(Server.id == server_id)
-            .values(left=event.at, left_reason=event.reason)
+            .values(left=event.at, left_reason=event.reason, ended_by=str(event.cause().kind))
         )
         session.execute(
             update(Placement)

@@ -1,5 +1,6 @@
-"""What a run's placement starts from: the catalog's history of job and load times
-(read once, when a run starts or a persistent cluster's hub opens its catalog)."""
+"""What a run's placement starts from: the catalog's history of job and load times,
+and of servers' lives (read once, when a run starts or a persistent cluster's hub opens
+its catalog)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from ..fleet.losses import LossKind
+from ..fleet.survival import Life, survival_group
 from .models import Attempt, Context, Job, Placement, Server, Transfer
 
-__all__ = ["job_seconds", "placement_measurements"]
+__all__ = ["HISTORY_LIVES", "job_seconds", "placement_measurements", "survival_history"]
+
+#: Ended lives read for the survival estimates: the newest this many.
+HISTORY_LIVES = 5000
 
 
 def job_seconds() -> Any:
@@ -68,3 +74,37 @@ def placement_measurements(session: Session) -> dict[str, Any]:
         "transfer": {i: [float(v), int(c)] for i, v, c in rates if v is not None},
         "bytes": {identity: int(size) for identity, size in sizes},
     }
+
+
+def survival_history(session: Session, *, before: float | None = None) -> dict[str, Any]:
+    """The ended lives of the catalog's servers (the newest :data:`HISTORY_LIVES`, and
+    only those that ended before ``before`` when given), as
+    :meth:`~..fleet.survival.SurvivalBook.merge_wire` takes them: a preemption or a
+    crash is a death, a close censors. Servers recorded before schema 8 (no
+    ``ended_by``) are left out: whether they were lost is not known."""
+    query = (
+        select(
+            Server.joined,
+            Server.left,
+            Server.ended_by,
+            Server.group_label,
+            Server.partition,
+            Server.pool,
+            Server.gpu_model,
+        )
+        .where(Server.left.is_not(None), Server.ended_by.is_not(None))
+        .order_by(Server.left.desc())
+        .limit(HISTORY_LIVES)
+    )
+    if before is not None:
+        query = query.where(Server.left < before)
+    lives = [
+        Life(
+            max(0.0, float(left) - float(joined)),
+            ended_by != LossKind.CLOSED,
+            survival_group(group or "", partition or "", pool or ""),
+            model or "",
+        ).to_wire()
+        for joined, left, ended_by, group, partition, pool, model in session.execute(query)
+    ]
+    return {"lives": lives}

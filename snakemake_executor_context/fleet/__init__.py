@@ -19,6 +19,8 @@ servers and the catalog all import it, and it imports none of them.
   :mod:`.index`: the candidates per wanted resources and the servers by free slots,
   so that placement does not scan every server;
 - :mod:`.placement`: the placement policy, as pure functions of that view;
+- :mod:`.survival`: how long a server is likely to live (Kaplan-Meier over the lives
+  seen, per group), which placement and the pool may weigh;
 - :mod:`.pool` and :mod:`.pilotbook`: how many pilots a pool holds, and its books;
   :mod:`.pilotkinds`: what each kind of pilot can run, once one has registered;
 - :mod:`.loads`: the kinds of context load (conversion, local cache, source, peer);

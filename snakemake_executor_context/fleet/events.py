@@ -151,6 +151,12 @@ class ServerDescribed(Event):
     #: A pilot's: when its batch job started, as its job script saw it (None: not a
     #: pilot, or not known).
     allocated_at: float | None = None
+    #: Where its survival is counted (:func:`.survival.survival_group`): the label its
+    #: cluster gave its servers (``--server-group``), a pilot's partition (its batch
+    #: queue) and pool (its kind of pilot); '' where none is known.
+    group: str = ""
+    partition: str = ""
+    pool: str = ""
 
 
 @dataclass(kw_only=True)

@@ -32,10 +32,12 @@ from .events import (
     ServerLeft,
 )
 from .index import FleetIndex
+from .losses import LossKind
 from .measure import Measurements
 from .outcome import Outcome
 from .resources import GPU
 from .servers import CPU_MODEL, ContextState, Placed, ServerState, model_of
+from .survival import SurvivalBook, survival_group
 
 __all__ = ["CPU_MODEL", "ContextState", "FleetState", "Placed", "ServerState", "model_of"]
 
@@ -60,6 +62,10 @@ class FleetState:
         self.unshareable: set[str] = set()
         #: Whether servers fetch a missing template from a peer that holds it.
         self.peer_transfers = True
+        #: Servers' lives (the catalog's history and this run's) and whether placement
+        #: weighs them (``--context-survival-placement``).
+        self.survival = SurvivalBook()
+        self.survival_placement = False
         self._left: OrderedDict[str, None] = OrderedDict()
 
     # -- servers -------------------------------------------------------------------
@@ -133,15 +139,18 @@ class FleetState:
         learns about its own from their results (see :mod:`..executor.dispatch`).
         """
         if isinstance(event, ServerJoined):
-            self.add_server(
+            joined = self.add_server(
                 event.address, name=event.name, resources=event.resources, slots=event.slots
             )
+            if event.address in self.servers:
+                self.survival.joined(event.address, event.at, gpu_model=joined.gpu_model)
         elif isinstance(event, ServerDescribed):
             self.describe_server(event)
         elif isinstance(event, GangAssembled):
             self.assemble(event)
         elif isinstance(event, ServerLeft):
             self.remove_server(event.address)
+            self.survival.left(event.address, event.at, died=event.cause().kind != LossKind.CLOSED)
         elif isinstance(event, ContextLoading):
             self.set_context(event.address, event.identity, ContextState.LOADING, event.at)
             server = self.servers.get(event.address)
@@ -207,6 +216,8 @@ class FleetState:
         described.gpu = event.gpu
         described.gpu_model = model_of(described.resources, event.gpu)
         described.budget = int(event.memory_budget) or None
+        group = survival_group(event.group, event.partition, event.pool)
+        self.survival.described(event.address, group, described.gpu_model)
         if described.retires_at != event.retires_at:
             described.retires_at = event.retires_at
             self.index.forget()
@@ -369,6 +380,7 @@ class FleetState:
                 for s in self.servers.values()
             ],
             "measure": self.measure.to_wire(),
+            "survival": self.survival.to_wire(),
         }
 
     def load_wire(self, data: Mapping[str, Any]) -> None:
@@ -397,3 +409,4 @@ class FleetState:
                 server.contexts[identity].last_used = float(last_used)
         self.index.forget()  # the servers' nodes and gangs, set above
         self.measure.merge_wire(data.get("measure", {}))
+        self.survival.merge_wire(data.get("survival") or {})

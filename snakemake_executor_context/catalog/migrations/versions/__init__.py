@@ -13,5 +13,6 @@ and its ``down_revision`` the one before.
   ``placements.gang``);
 - :mod:`.v0006_damaged_entries`: the model-cache entries servers found damaged and
   moved aside (the ``damaged_entries`` table);
-- :mod:`.v0007_job_outputs`: each job's output files (the ``job_outputs`` table).
+- :mod:`.v0007_job_outputs`: each job's output files (the ``job_outputs`` table);
+- :mod:`.v0008_server_lives`: each server's partition, pool and group, and what ended it.
 """
