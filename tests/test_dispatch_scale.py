@@ -102,7 +102,7 @@ def _scanning(view, wanted, identity, remaining, demand, now):
     cold = [s for s in free if s.address not in holders]
     if not cold:
         return Decision(None, PlacementStep.BUSY, "no free slot")
-    best, step = placement._best_cold(view, cold, identity)
+    best, step = placement._best_cold(view, cold, identity, now)
     if not warm:
         return Decision(best.address, step)
     if placement.cold_start_load(view, identity, best, warm, remaining, demand or {}):

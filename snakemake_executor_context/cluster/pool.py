@@ -31,6 +31,7 @@ from ..fleet.pool import (
     pilots_wanted,
     useful_pilots,
 )
+from .hub import PLUGIN_NAME as HUB_NAME
 
 __all__ = ["POOL_KEY", "DemandAdaptive", "demand_or_tasks", "kind_wanted"]
 
@@ -256,8 +257,10 @@ class DemandAdaptive(Adaptive):
 
 def kind_wanted(cluster: Any, kinds: list[Any]) -> int:
     """Which kind of pilot to submit next: the GPU type with the most ready jobs per
-    pilot of that type (as published by the executor), else the kind with fewest."""
-    from ..fleet.pool import next_kind
+    pilot of that type (as published by the executor); where the run weighs survival,
+    the kind whose pilots live longer by the hub's estimates; else the kind with fewest."""
+    from ..fleet.pool import kind_survival, next_kind
+    from ..fleet.survival import survival_group
 
     held = [0] * len(kinds)
     for name in cluster.worker_spec:
@@ -271,7 +274,16 @@ def kind_wanted(cluster: Any, kinds: list[Any]) -> int:
         )
     by_model = published.by_gpu_model if published is not None else {}
     wanted = [int(by_model.get(kind.gpu_type or "", 0)) for kind in kinds]
-    return next_kind(wanted, held)
+    hub = cluster.scheduler.plugins.get(HUB_NAME) if cluster.scheduler is not None else None
+    survival = None
+    if hub is not None:
+        groups = [
+            (survival_group(k.group, k.queue or "", k.gpu_type or "pilot"), k.gpu_type or "")
+            for k in kinds
+        ]
+        with hub.lock:
+            survival = kind_survival(published, hub.view.survival, groups, time.time())
+    return next_kind(wanted, held, survival)
 
 
 class _Registrations(SchedulerPlugin):

@@ -106,11 +106,13 @@ class Dispatch:
         planned: int = 0,
         lease_wait: float = 0.0,
         pool: PilotKinds | None = None,
+        survival_placement: bool = False,
     ) -> None:
         self.run_id, self.embedded, self.placement = run_id, embedded, placement
         self.wait_for_server, self.budgets = wait_for_server, budgets or Budgets()
         self.planned, self.lease_wait = planned, lease_wait
         self.fleet = fleet if fleet is not None else FleetState()
+        self.fleet.survival_placement = survival_placement
         #: What each kind of pilot of a pool can run; why the scheduler is gone.
         self.pool = pool
         self.scheduler_lost: str | None = None
@@ -206,6 +208,7 @@ class Dispatch:
             by_gpu_model=dict(by_model),
             job_seconds=mean(jobs) if jobs else 0.0,
             load_seconds=mean(loads) if loads else 0.0,
+            survival=self.fleet.survival_placement,
         )
 
     # -- jobs ------------------------------------------------------------------------

@@ -20,6 +20,16 @@ kind of load the server would do (from its local cache, or converting). Times no
 measured yet are bounded from below by what is running (a job's elapsed time, a
 load's), so a long first job does not keep an idle server idle, and nothing is
 evicted on a guess.
+
+With survival placement on (``FleetState.survival_placement``,
+``--context-survival-placement``), each server's estimated survival
+(:mod:`.survival`) weighs in, in three places: among cold servers, the one likeliest to
+live through the load and a job goes first (servers at least :data:`.survival.LIKELY`
+to do so are alike); a load's cost is divided by that chance (the expected cost of a
+load that may have to be done again elsewhere), so a server likely to be lost first
+waits for a warm slot instead; among warm servers, a job goes to one likely to live
+through it before one that is not. Off, or with no lives seen (the prior is the same
+for every server), placement is as above.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from enum import StrEnum
 
 from .eviction import Held, to_evict
 from .state import ContextState, FleetState, ServerState
+from .survival import LIKELY, UNMEASURED_SPAN
 
 __all__ = [
     "COLD_START_JOBS",
@@ -42,6 +53,7 @@ __all__ = [
     "context_slots",
     "expected_wait",
     "load_cost",
+    "survival_chance",
     "victims",
 ]
 
@@ -69,6 +81,8 @@ class PlacementStep(StrEnum):
     """A job without a context, on the free server holding fewest contexts."""
     LOAD = "load"
     """A cold server: waiting for a warm slot would take longer than the load."""
+    LIVELIEST = "liveliest"
+    """A cold server: the likeliest to live through the load and a job (survival)."""
     COLD_START = "cold-start"
     """A cold server, nothing measured yet: enough jobs to come for one more holder."""
     QUEUED = "queued"
@@ -186,10 +200,12 @@ def _choose(
     if warm_free:
         measure = view.measure
 
-        def warm_key(s: ServerState) -> tuple[bool, float, int, str]:
+        def warm_key(s: ServerState) -> tuple[bool, float, float, int, str]:
             seconds = measure.job_seconds(identity, s.gpu_model)
+            lives = survival_chance(view, s, seconds or 0.0, now) if seconds else 1.0
             return (
                 s.contexts[identity].state != ContextState.READY,
+                -lives,
                 math.inf if seconds is None else seconds,
                 s.busy,
                 s.address,
@@ -199,12 +215,13 @@ def _choose(
     cold = [s for s in free if s.address not in holders]
     if not cold:
         return Decision(None, PlacementStep.BUSY, "no free slot")
-    best, step = _best_cold(view, cold, identity)
+    best, step = _best_cold(view, cold, identity, now)
     # In the candidates' order: expected_wait's mean adds their times in it.
     warm = [servers[a] for a in found.fewest if a in holders and a not in retired]
     if not warm:
         return Decision(best.address, step)
-    if cold_start_load(view, identity, best, warm, remaining, demand or {}):
+    lives = survival_chance(view, best, _load_and_job(view, identity, best), now)
+    if cold_start_load(view, identity, best, warm, remaining, demand or {}) and lives >= 0.5:
         return Decision(
             best.address,
             PlacementStep.COLD_START,
@@ -214,11 +231,18 @@ def _choose(
     cost = load_cost(view, identity, best, demand or {}, now=now)
     if wait <= 0:
         return Decision(None, PlacementStep.UNMEASURED, "no job time measured or elapsed yet")
+    chance = f", {lives:.0%} it lives through it" if lives < 1.0 else ""
+    if lives < 1.0:
+        cost = cost / lives if lives > 0 else math.inf
     if wait > cost:
         return Decision(
-            best.address, PlacementStep.LOAD, f"warm slot in {wait:.1f} s > load {cost:.1f} s"
+            best.address,
+            PlacementStep.LOAD,
+            f"warm slot in {wait:.1f} s > load {cost:.1f} s{chance}",
         )
-    return Decision(None, PlacementStep.WAIT, f"warm slot in {wait:.1f} s <= load {cost:.1f} s")
+    return Decision(
+        None, PlacementStep.WAIT, f"warm slot in {wait:.1f} s <= load {cost:.1f} s{chance}"
+    )
 
 
 def cold_start_load(
@@ -264,13 +288,23 @@ def _retires_first(view: FleetState, server: ServerState, identity: str | None, 
 
 
 def _best_cold(
-    view: FleetState, cold: Sequence[ServerState], identity: str
+    view: FleetState, cold: Sequence[ServerState], identity: str, now: float
 ) -> tuple[ServerState, PlacementStep]:
-    """The cold server to load on: one whose cache holds the weights, then the
-    fastest by measured time for this context on its GPU model, then any (fewest
-    contexts to evict first)."""
+    """The cold server to load on: one whose cache holds the weights, then (survival
+    placement on) the likeliest to live through the load and a job, then the fastest by
+    measured time for this context on its GPU model, then any (fewest contexts to
+    evict first)."""
     cached = [s for s in cold if identity in s.cached]
     pool, step = (cached, PlacementStep.CACHED) if cached else (list(cold), PlacementStep.ANY)
+    if view.survival_placement and len(pool) > 1:
+        lives = {
+            s.address: survival_chance(view, s, _load_and_job(view, identity, s), now) for s in pool
+        }
+        likeliest = max(lives.values())
+        longest = [s for s in pool if lives[s.address] >= likeliest]
+        if len(longest) < len(pool) and step == PlacementStep.ANY:
+            step = PlacementStep.LIVELIEST
+        pool = longest
     measure = view.measure
     speeds = {s.gpu_model: measure.job_seconds(identity, s.gpu_model) for s in pool}
     known = {model: seconds for model, seconds in speeds.items() if seconds is not None}
@@ -398,3 +432,28 @@ def victims(server: ServerState, identity: str, nbytes: int | None) -> list[str]
     if not nbytes or server.budget is None or any(item.nbytes <= 0 for item in held):
         return [item.identity for item in sorted(held, key=lambda i: (i.last_used, i.identity))]
     return to_evict(held, nbytes, server.budget)
+
+
+def survival_chance(view: FleetState, server: ServerState, span: float, now: float) -> float:
+    """The chance ``server`` lives ``span`` seconds more, as placement weighs it: 1
+    with survival placement off, and at least :data:`~.survival.LIKELY` counts as 1
+    (servers that likely are alike). A pilot's retirement before then makes it 0
+    only where survival placement is on (off, :func:`_retires_first` keeps jobs off
+    it)."""
+    if not view.survival_placement or span <= 0:
+        return 1.0
+    chance = view.survival.survives(server.address, span, now=now, retires_at=server.retires_at)
+    return 1.0 if chance >= LIKELY else chance
+
+
+def _load_and_job(view: FleetState, identity: str, server: ServerState) -> float:
+    """Seconds a load of ``identity`` on ``server`` and one of its jobs take there, as
+    measured; :data:`UNMEASURED_SPAN` while neither is."""
+    measure = view.measure
+    load = measure.load_seconds(
+        identity, server.gpu_model, server.address, cached=identity in server.cached
+    )
+    job = measure.job_seconds(identity, server.gpu_model)
+    if load is None and job is None:
+        return UNMEASURED_SPAN
+    return (load or 0.0) + (job or 0.0)

@@ -18,6 +18,7 @@ from typing import Any
 from .gpus import GpuInfo
 from .pilotbook import PilotRecord
 from .resources import server_resources
+from .survival import LIKELY, UNMEASURED_SPAN, SurvivalBook
 
 __all__ = [
     "WITHDRAWN",
@@ -26,6 +27,7 @@ __all__ = [
     "PoolShape",
     "growth_limit",
     "kind_resources",
+    "kind_survival",
     "next_kind",
     "pilot_lifetime",
     "pilots_to_release",
@@ -52,6 +54,9 @@ class PoolDemand:
     #: The publication's number: it grows with each of a living run's checks
     #: (:class:`DemandWatch`); None where nobody numbered it.
     sequence: int | None = None
+    #: Whether the run weighs servers' survival (``--context-survival-placement``):
+    #: then the pool prefers the kinds of pilot that live longer (:func:`kind_survival`).
+    survival: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         """This demand as the scheduler's metadata holds it (msgpack-able)."""
@@ -64,6 +69,8 @@ class PoolDemand:
         }
         if self.sequence is not None:
             wire["sequence"] = self.sequence
+        if self.survival:
+            wire["survival"] = True
         return wire
 
     @classmethod
@@ -82,6 +89,7 @@ class PoolDemand:
             load_seconds=float(wire.get("load_seconds", 0.0)),
             by_gpu_model={str(model): int(count) for model, count in by_model.items()},
             sequence=None if sequence is None else int(sequence),
+            survival=bool(wire.get("survival", False)),
         )
 
 
@@ -185,15 +193,39 @@ def pilots_to_release(
     return [name for _, name in idle[:spare]]
 
 
-def next_kind(ready_per_kind: Sequence[int], held_per_kind: Sequence[int]) -> int:
+def next_kind(
+    ready_per_kind: Sequence[int],
+    held_per_kind: Sequence[int],
+    survival: Sequence[float] | None = None,
+) -> int:
     """The kind of pilot to add: the most ready jobs per pilot already held of that kind
-    (jobs that need that GPU type), ties and no demand going to the kind held least."""
+    (jobs that need that GPU type); then, given ``survival`` (per kind, the chance a new
+    pilot of it lives through a load and its work: :meth:`.survival.SurvivalBook.new_server`;
+    kinds at least :data:`.survival.LIKELY` alike), the longer-lived; then the kind held
+    least."""
 
-    def score(index: int) -> tuple[float, int, int]:
+    def score(index: int) -> tuple[float, float, int, int]:
         ready, held = ready_per_kind[index], held_per_kind[index]
-        return (ready / (held + 1), -held, -index)
+        lives = min(LIKELY, survival[index]) if survival is not None else 1.0
+        return (ready / (held + 1), lives, -held, -index)
 
     return max(range(len(held_per_kind)), key=score)
+
+
+def kind_survival(
+    demand: PoolDemand | None,
+    book: SurvivalBook,
+    kinds: Sequence[tuple[str, str]],
+    now: float,
+) -> list[float] | None:
+    """Per kind of pilot (its survival group and GPU model), the chance a new pilot of
+    it lives through a load and a job (the demand's measured times, else
+    :data:`.survival.UNMEASURED_SPAN`), for :func:`next_kind`; None where the run does
+    not weigh survival."""
+    if demand is None or not demand.survival:
+        return None
+    span = demand.load_seconds + demand.job_seconds or UNMEASURED_SPAN
+    return [book.new_server(group, gpu_model, span, now=now) for group, gpu_model in kinds]
 
 
 def kind_resources(gpu_type: str | None, gpus: int, memory_bytes: int) -> dict[str, float]:
