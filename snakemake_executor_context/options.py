@@ -18,6 +18,7 @@ front end showing it, and never types a default: :meth:`Option.help_for` adds it
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,6 +38,7 @@ from .allowed import (
 )
 from .batch.registry import BACKENDS
 from .defaults import DEFAULT_MEMORY_BUDGET, GANG_TIMEOUT_SECONDS, MODEL_CACHE_VARIABLE
+from .errors import SettingError
 
 __all__ = [
     "EXECUTOR_PREFIX",
@@ -49,6 +51,8 @@ __all__ = [
     "executor_flag",
     "option",
     "options_of",
+    "server_group_counted",
+    "server_group_labels",
     "setting_default",
     "table_field",
     "up_flag",
@@ -90,6 +94,40 @@ def _shown_default(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
+
+
+# -- the server group's value -------------------------------------------------------
+
+_LABEL = re.compile(r"[A-Za-z0-9_.-]+")
+_GROUP_FORM = (
+    "one label (short) or LABEL:N,LABEL:N,... with labels of letters, digits, '_', '.' "
+    "and '-', and N a whole number of servers, at least 1"
+)
+
+
+def _group_parts(spec: str) -> list[tuple[str, int | None]] | str:
+    """The labels of a ``server_group`` value and their counts (None: no count), or
+    what is wrong with it."""
+    parts: list[tuple[str, int | None]] = []
+    for part in spec.split(","):
+        label, colon, count = part.strip().partition(":")
+        if not _LABEL.fullmatch(label):
+            return f"{label!r} is not a label: {_GROUP_FORM}"
+        if not colon:
+            parts.append((label, None))
+        elif re.fullmatch("[0-9]+", count.strip()) and int(count) >= 1:
+            parts.append((label, int(count)))
+        else:
+            return f"{part.strip()!r} is not LABEL:N: {_GROUP_FORM}"
+    if len(parts) > 1 and any(count is None for _, count in parts):
+        return f"several labels need a count each: {_GROUP_FORM}"
+    return parts
+
+
+def _group_form(flag: str, spec: str) -> str | None:
+    """The ``form`` of ``server_group``: what is wrong with a value (None: nothing)."""
+    found = _group_parts(spec)
+    return found if isinstance(found, str) else None
 
 
 _POOL = ("backend",)
@@ -199,6 +237,19 @@ _DECLARED = (
         "Seconds a collective of a context that spans several processes (ranks=k) may "
         "take before it fails: a rank that died or hangs never leaves the others blocked "
         "longer.",
+    ),
+    Option(
+        "server_group",
+        Allowed(TEXT, form=_group_form),
+        "",
+        "A label for the servers this cluster starts, the group their survival is "
+        "estimated in: servers of one group are expected to live alike (one partition, "
+        "one kind of node), and a server's estimate comes from its group's lives seen "
+        "(`snakemake-context inject --group LABEL` kills only that group's servers). One "
+        "label for every server ('short'), or for the servers a cluster on this machine "
+        "plans, LABEL:N,LABEL:N,... (the first N servers the first label, the next the "
+        "second...; the counts add up to the servers). Letters, digits, '_', '.' and '-'. "
+        "Pilots without it are grouped by their queue and GPU type.",
     ),
     Option(
         "backend",
@@ -390,6 +441,35 @@ _DECLARED = (
 )
 #: Every option, by name.
 OPTIONS: dict[str, Option] = {declared.name: declared for declared in _DECLARED}
+
+
+def server_group_counted(spec: str) -> bool:
+    """Whether a (checked) ``server_group`` value gives labels by counts of servers."""
+    found = _group_parts(spec) if spec else []
+    return isinstance(found, list) and any(count is not None for _, count in found)
+
+
+def server_group_labels(spec: str, planned: int) -> list[str]:
+    """The label of each of the ``planned`` servers a cluster starts, in order, from a
+    ``server_group`` value ('' for each without one); SettingError (naming the option)
+    for a malformed value, or counts that do not add up to ``planned``."""
+    flags = f"{up_flag('server_group')} ({executor_flag('server_group')})"
+    if not spec:
+        return [""] * planned
+    found = _group_parts(spec)
+    if isinstance(found, str):
+        raise SettingError(f"{flags} {spec!r} is not allowed: {found}.")
+    if not server_group_counted(spec):
+        return [found[0][0]] * planned
+    total = sum(count or 0 for _, count in found)
+    if total != planned:
+        raise SettingError(
+            f"{flags} {spec!r} is not allowed: its counts add up to {total} servers, but "
+            f"this cluster plans {planned} (one per GPU; without GPUs, {up_flag('servers')}, "
+            f"{executor_flag('servers')}). "
+            f"Fix: counts that add up to {planned}, or one label for every server."
+        )
+    return [label for label, count in found for _ in range(count or 0)]
 
 
 def option(name: str) -> Option:

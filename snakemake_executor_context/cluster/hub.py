@@ -88,7 +88,7 @@ class FleetHub(SchedulerPlugin):
         scheduler.handlers[PEER_RATES_HANDLER] = self.rates
         if self.catalog:
             try:
-                from ..catalog.seed import placement_measurements
+                from ..catalog.seed import placement_measurements, survival_history
                 from ..catalog.writer import open_writer
 
                 self.writer = open_writer(
@@ -100,6 +100,7 @@ class FleetHub(SchedulerPlugin):
                 store = self.writer.store
                 with store.session() as session:
                     self.view.measure.merge_wire(placement_measurements(session))
+                    self.view.survival.merge_wire(survival_history(session))
                 logger.info("context catalog: %s", store.location.describe())
             except Exception as error:
                 self.error = str(error)

@@ -1,14 +1,15 @@
 """A preemption injector, for experiments and tests: ``snakemake-context inject``.
 
-It kills servers of a local cluster (one this project started, on this machine):
+It kills servers of a local cluster (one this project started, on this machine), or
+with ``--group`` only those of one survival group (:mod:`..fleet.survival`):
 one every ``--every`` seconds (SIGKILL or SIGTERM; the target chosen by a seeded
 random generator, or in turn with ``--alternate``), its restart held back
 ``--replace-after`` seconds; or, with ``--fraction``, that share of the fleet at once,
 held back ``--hold`` seconds. Before each kill it announces it to the scheduler
 (:class:`~..fleet.events.ServerKillInjected`), so the loss is classified as injected
 and the catalog marks it so; a held restart is a file the server's nanny reads
-(:mod:`.nannies`). Its own log (JSON lines: time, server, pid, signal, whether the
-server was running a job) is the reference a test compares the catalog with.
+(:mod:`.nannies`). Its own log (JSON lines: time, server, its group, pid, signal,
+whether the server was running a job) is the reference a test compares the catalog with.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import random
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,11 @@ from .. import paths
 from ..errors import ClusterError
 from ..fleet import events as ev
 from ..server.pgroups import GroupRecord, nanny_pid
+from ..server.server import survival_group_here
 from .credentials import FIX, private_dir, write_private
 from .files import ClusterFiles
 
-__all__ = ["add_parser", "choose_targets", "inject"]
+__all__ = ["add_parser", "choose_targets", "inject", "servers_of_group"]
 
 
 def add_parser(commands: Any) -> None:
@@ -65,6 +68,13 @@ def add_parser(commands: Any) -> None:
     sub.add_argument("--duration", type=float, default=0.0, help="stop after this many s")
     sub.add_argument("--first-after", type=float, default=None, help="first kill (default: T)")
     sub.add_argument("--log", type=Path, default=None, help="JSON-lines log of the kills")
+    sub.add_argument(
+        "--group",
+        default=None,
+        help="kill only servers of this survival group (their --server-group label, or a "
+        "pilot's queue/GPU type); injectors of different groups and --every kill each "
+        "group at its own rate",
+    )
     sub.set_defaults(func=inject)
 
 
@@ -80,6 +90,23 @@ def choose_targets(
     if alternate:
         return [ordered[turn % len(ordered)]]
     return [rng.choice(ordered)]
+
+
+def servers_of_group(
+    groups: Mapping[str, str], group: str, *, seen: set[str], complete: bool
+) -> list[str]:
+    """The servers (names, of ``groups``: each server's group) of ``group``. ``seen``
+    gathers the groups seen so far; a group never seen once the whole fleet answered
+    (``complete``) is a ClusterError naming the groups there are (a group's servers
+    all down at once, after one was seen, is no error: none is killed then)."""
+    seen.update(groups.values())
+    if group not in seen and complete:
+        named = ", ".join(repr(found) for found in sorted(seen)) or "none"
+        raise ClusterError(
+            f"inject --group {group!r}: no server of that group; the servers' groups are "
+            f"{named} ('': no label). Fix: a group of those (--server-group labels them)."
+        )
+    return sorted(name for name, found in groups.items() if found == group)
 
 
 def inject(args: argparse.Namespace) -> int:
@@ -98,6 +125,9 @@ def inject(args: argparse.Namespace) -> int:
     # The cluster's own credentials (X.tls/ beside X.json): every port requires them.
     target = resolve_target(address=None, scheduler_file=files.scheduler_file)
     client = Client(target.address, security=target.security, timeout=30, set_as_default=False)
+    info = files.read_info()
+    planned = max(1, len(info.servers) if info else 0)
+    seen: set[str] = set()
     kills = turn = 0
     try:
         next_kill = started + (args.first_after if args.first_after is not None else args.every)
@@ -113,8 +143,18 @@ def inject(args: argparse.Namespace) -> int:
             except Exception:  # the cluster is gone: nothing left to kill
                 break
             by_name = {str(w.get("name")): (addr, w) for addr, w in workers.items()}
+            found = client.run(survival_group_here, on_error="return")
+            groups = {
+                name: found[address]
+                for name, (address, _) in by_name.items()
+                if isinstance(found.get(address), str)
+            }
+            candidates = list(by_name)
+            if args.group is not None:
+                complete = len(groups) >= planned
+                candidates = servers_of_group(groups, args.group, seen=seen, complete=complete)
             names = choose_targets(
-                list(by_name), rng, fraction=args.fraction, turn=turn, alternate=args.alternate
+                candidates, rng, fraction=args.fraction, turn=turn, alternate=args.alternate
             )
             turn += 1
             pids = client.run(os.getpid, on_error="return")
@@ -124,6 +164,7 @@ def inject(args: argparse.Namespace) -> int:
                 pid = pids.get(address)
                 nanny = nannies.get(address)
                 record = _kill(client, files, name, address, pid, nanny, signum, down)
+                record["group"] = groups.get(name, "")
                 kills += 1
                 if log is not None:
                     log.write(json.dumps(record) + "\n")

@@ -9,13 +9,22 @@ import argparse
 from typing import Any
 
 from ..batch.registry import batch_system
-from ..options import OPTIONS, PILOT, add_option, executor_flag, options_of, up_flag
+from ..options import (
+    OPTIONS,
+    PILOT,
+    add_option,
+    executor_flag,
+    options_of,
+    server_group_counted,
+    up_flag,
+)
 from ..triples import Shape
 from .pilots import PilotOptions, jobqueue_arguments
 
 __all__ = [
     "add_pilot_arguments",
     "check_gang_pool",
+    "check_pilot_group",
     "pilot_command_args",
     "pilot_settings_args",
     "serve_arguments",
@@ -66,8 +75,10 @@ def pilot_command_args(args: Any) -> list[str]:
         loads_per_source=args.pilot_loads_per_source,
         lifetime_stagger=args.pilot_lifetime_stagger,
         shape=Shape.from_args(args),
+        group=args.server_group or "",
     )
     check_gang_pool(options.nodes, args.min_pilots, args.max_pilots)
+    check_pilot_group(options.group)
     return serve_arguments(options, args.min_pilots, args.max_pilots, args.pilot_idle_timeout)
 
 
@@ -82,6 +93,21 @@ def check_gang_pool(nodes: int, minimum: int, maximum: int) -> None:
             f"{up_flag('pilot_nodes')} {nodes} ({executor_flag('pilot_nodes')}) needs a fixed "
             f"pool of whole servers: {lowest} ({minimum}) equal to {highest} ({maximum}), a "
             f"multiple of {nodes}. Fix: {lowest} {nodes} {highest} {nodes}."
+        )
+
+
+def check_pilot_group(spec: str) -> None:
+    """Pilots come and go one batch job at a time: a label counted out to the servers
+    a cluster plans at its start (LABEL:N,...) has no servers to count."""
+    if server_group_counted(spec):
+        from ..errors import SettingError
+
+        flag = up_flag("server_group")
+        raise SettingError(
+            f"{flag} {spec!r} ({executor_flag('server_group')}) is not allowed with a pool "
+            "of pilots: counts give labels to the servers a cluster on this machine "
+            f"starts, and pilots come and go. Fix: one label for every pilot ({flag} "
+            f"LABEL), or none (each pilot is grouped by its queue and GPU type)."
         )
 
 

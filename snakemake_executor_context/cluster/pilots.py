@@ -99,6 +99,9 @@ class PilotOptions:
     #: slot, batching defaults, template sharing and gang timeout.
     shape: Shape = field(default_factory=Shape)
     extra: dict[str, str] = field(default_factory=dict)
+    #: The label of the pilots' survival group (``server_group``; '': their queue
+    #: and kind are).
+    group: str = ""
 
     @property
     def gpu_type(self) -> str | None:
@@ -145,6 +148,10 @@ class PilotOptions:
             lifetime_stagger=self.lifetime_stagger,
             gang_nodes=self.nodes,
             gang_kind=self.gpu_type or "",
+            group=self.group,
+            partition=self.queue or "",
+            # The kind's label, as PilotKinds names it.
+            pool=self.gpu_type or "pilot",
         )
 
     def to_json(self) -> str:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
-from ..options import add_option
+from ..errors import SettingError
+from ..options import add_option, server_group_labels
 from ..processes import become_subreaper, process_tree, stop_processes
 from ..triples import Shape
 from .credentials import Credentials
@@ -63,6 +64,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scheduler-file", type=Path, required=True)
     add_option(parser, "servers")
     add_option(parser, "memory_budget")
+    add_option(parser, "server_group")
     parser.add_argument("--idle-timeout", type=float, default=0.0)
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
@@ -126,6 +128,11 @@ def serve(argv: Sequence[str] | None = None) -> int:
             shape.gpus_per_server,
         )
     )
+    try:
+        labels = server_group_labels(args.server_group, len(plans))
+    except SettingError as error:  # one line in the log its starter shows
+        logging.error("%s", error)
+        return 2
     scheduler_options: dict[str, Any] = {
         # Dask always serves HTTP (metrics); a random loopback port avoids clashes.
         "host": args.host,
@@ -164,12 +171,13 @@ def serve(argv: Sequence[str] | None = None) -> int:
                             shape=shape,
                             memory_bytes=plan.memory_bytes,
                             warm_zygote=not args.parent_pid,
+                            group=label,
                         )
                     ),
                 ),
             },
         }
-        for plan in plans
+        for plan, label in zip(plans, labels, strict=True)
     }
     if not args.pilots:
         # Its servers' orphans come here when a server dies, not to init: their

@@ -48,6 +48,7 @@ def add_up_command(commands: Any, scheduler_file: Callable[[Any], None]) -> None
         "URL, or 'none' (default: the scheduler file with the suffix .db)",
     )
     Shape.add_arguments(up)
+    add_option(up, "server_group")
     add_pilot_arguments(up)
 
     up.set_defaults(func=_up)
@@ -92,7 +93,11 @@ def _up(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         idle_timeout=args.idle_timeout,
         catalog=catalog,
-        extra_args=[*shape.serve_args(), *pilot_command_args(args)],
+        extra_args=[
+            *shape.serve_args(),
+            *[up_flag("server_group"), args.server_group],
+            *pilot_command_args(args),
+        ],
         own_directory=args.scheduler_file.resolve() == DEFAULT_SCHEDULER_FILE.resolve(),
         timeout_setting="--timeout",
     )

@@ -121,7 +121,7 @@ class Recording:
             return None
         writer = None
         try:
-            from ..catalog.seed import placement_measurements
+            from ..catalog.seed import placement_measurements, survival_history
             from ..catalog.writer import open_writer
             from ..cluster.credentials import private_dir
 
@@ -140,6 +140,7 @@ class Recording:
                 _make_private(Path(where.snapshot or where.path or private))
             with writer.store.session() as session:
                 fleet.measure.merge_wire(placement_measurements(session))
+                fleet.survival.merge_wire(survival_history(session))
         except Exception as error:
             if writer is not None:
                 writer.close(timeout=0.1)
@@ -178,13 +179,18 @@ class Recording:
                     resources=server.resources,
                 )
             )
-            if server.budget is not None or server.gpu is not None:
+            # Its survival group as the hub's book has it (label, or partition/pool
+            # joined): the catalog's history groups its life the same way.
+            live = fleet.survival.alive.get(server.address)
+            group = live.group if live is not None else ""
+            if server.budget is not None or server.gpu is not None or group:
                 self.emit(
                     ev.ServerDescribed(
                         address=server.address,
                         name=server.name,
                         memory_budget=server.budget or 0,
                         gpu=server.gpu,
+                        group=group,
                     )
                 )
 

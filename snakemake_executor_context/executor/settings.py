@@ -251,6 +251,21 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
     # The embedded cluster's: pilots own --context-pilot-gpus.
     gpus_per_server: int = table_field("gpus_per_server", conflicts=("backend", *ATTACH_SETTINGS))
     gang_timeout: float = table_field("gang_timeout")
+    # An attached cluster's servers carry the labels it gave them.
+    server_group: str = table_field("server_group", conflicts=ATTACH_SETTINGS)
+    survival_placement: bool = _checked(
+        False,
+        Allowed(FLAG),
+        {
+            "help": "Placement weighs each server's estimated survival (from the lives "
+            "of its group's servers in the catalog and in this run, see "
+            "--context-server-group): a load goes to a server likely to live through "
+            "the load and the jobs it would run, a job longer than a server's expected "
+            "remaining life goes to a longer-lived one, and a pool of pilots prefers "
+            "the kinds whose pilots live longer. Off: servers are told apart only by "
+            "their walltime.",
+        },
+    )
     report: bool = _checked(
         False,
         Allowed(FLAG),

@@ -23,6 +23,7 @@ from ..defaults import (
 )
 from ..errors import ContextExecutorError
 from ..fleet.pilotkinds import PilotKinds
+from ..options import up_flag
 from ..snakemake_internals import (
     check_snakemake,
     graceful_shutdown_requested,
@@ -142,7 +143,11 @@ def _connect(
         servers=settings.servers,
         memory_budget=settings.memory_budget,
         timeout=max(settings.connect_timeout, 60.0),
-        extra_args=[*shape_of(settings).serve_args(), *pool],
+        extra_args=[
+            *shape_of(settings).serve_args(),
+            *[up_flag("server_group"), settings.server_group or ""],
+            *pool,
+        ],
         tls=tls,
     )
 
@@ -169,7 +174,8 @@ def dispatch_options(
     settings: ExecutorSettings, workflow: Any, connection: ClusterConnection, warn: Any
 ) -> dict[str, Any]:
     """The dispatch machine's loss settings: the budgets, the servers planned (the
-    embedded cluster's), how long a job lost with an unconfirmed server waits."""
+    embedded cluster's), how long a job lost with an unconfirmed server waits; and
+    whether placement weighs the servers' survival."""
     from ..fleet.losses import Budgets
 
     budgets = Budgets.resolve(
@@ -188,6 +194,7 @@ def dispatch_options(
         "budgets": budgets,
         "planned": len(info.servers) if info else 0,
         "lease_wait": SERVER_LEASE_SECONDS + LEASE_GRACE_SECONDS,
+        "survival_placement": bool(settings.survival_placement),
     }
 
 

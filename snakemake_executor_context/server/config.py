@@ -56,6 +56,12 @@ class ServerConfig:
     #: Servers that may load one context from its shared source at once, fleet-wide
     #: (0: no limit; pilots only, see :mod:`.loadturns`).
     loads_per_source: int = 0
+    #: Where its survival is counted (:func:`~..fleet.survival.survival_group`): the
+    #: label its cluster gave it (``server_group``), a pilot's partition (its batch
+    #: queue) and pool (its kind of pilot: its GPU type, or 'pilot'); '' if none.
+    group: str = ""
+    partition: str = ""
+    pool: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,11 @@ class PilotServerSettings:
     #: Pilots that form one server (1: its own), and their kind (only alike ones do).
     gang_nodes: int
     gang_kind: str
+    #: The label, partition and pool its survival is counted under (see
+    #: :class:`ServerConfig`).
+    group: str = ""
+    partition: str = ""
+    pool: str = ""
 
     def to_wire(self) -> str:
         """These settings as the JSON text of the job script's variable."""
@@ -109,6 +120,9 @@ class PilotServerSettings:
             retires_at=time.time() + lifetime - self.lifetime_stagger if lifetime else None,
             allocated_at=allocated_at,
             loads_per_source=self.loads_per_source,
+            group=self.group,
+            partition=self.partition,
+            pool=self.pool,
         )
 
 

@@ -28,6 +28,7 @@ from ..fleet.gpus import GpuInfo, stands_in
 from ..fleet.losses import LossKind, classify
 from ..fleet.outcome import ServerIdentity
 from ..fleet.state import CPU_MODEL, model_of
+from ..fleet.survival import survival_group
 from ..gang import GangOptions, RankLoss
 from ..gang.devices import device_list
 from ..gang.start import RemoteDevice
@@ -47,7 +48,7 @@ from .peers.receiver import PeerFetch
 from .pgroups import GroupRecord
 from .slots.serverslots import ServerSlots
 
-__all__ = ["ContextServer"]
+__all__ = ["ContextServer", "survival_group_here"]
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +211,9 @@ class ContextServer:
             gpu=self.config.gpu,
             retires_at=self.config.retires_at,
             allocated_at=self.config.allocated_at,
+            group=self.config.group,
+            partition=self.config.partition,
+            pool=self.config.pool,
         )
 
     def announce(self) -> None:
@@ -389,6 +393,17 @@ class ContextServer:
             slots=fields_of(SlotState, self.slots.snapshot()),
             counts=replace(self.stats, evicted=list(self.stats.evicted)),
         )
+
+
+def survival_group_here() -> str:
+    """The survival group (:func:`~..fleet.survival.survival_group`) of this process's
+    server, '' where it has none or no server runs here (the injector's ``--group``
+    asks each worker with it)."""
+    server = ContextServer._current
+    if server is None:
+        return ""
+    config = server.config
+    return survival_group(config.group, config.partition, config.pool)
 
 
 def _total_memory() -> int:
