@@ -10,7 +10,8 @@ machine and the fleet's policy, nothing imports it but the command line):
   order), with :mod:`.hosting` (its attempts, contexts, turns at a shared source, and
   what it needs of its simulation); :mod:`.shared`: a capacity shared by its users
   (a filesystem's bandwidth, a GPU's slots); :mod:`.pilots`: a pool of pilots sized
-  by the real pool policy; :mod:`.preempt`: preemptions by rate or trace;
+  by the real pool policy; :mod:`.preempt`: preemptions by rate, trace or the end
+  of a server's life, drawn from its partition's hazard (:mod:`.hazard`);
   :mod:`.clock`: simulated time;
 - :mod:`.model`: what a simulation is told (times, fleet, pool, preemption,
   options), with :mod:`.defaults` (the plugin's defaults, read from its option

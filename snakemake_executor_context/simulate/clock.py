@@ -1,7 +1,8 @@
 """Simulated time: a queue of timed calls, run in order, deterministically.
 
 Ties are broken by the order the calls were scheduled, and every random draw of a
-simulation comes from one seeded generator: the same seed gives the same run.
+simulation comes from one seeded generator (a server's life from its own, seeded by
+the run's seed and its address: :mod:`.preempt`): the same seed gives the same run.
 """
 
 from __future__ import annotations

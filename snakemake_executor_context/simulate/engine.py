@@ -86,6 +86,7 @@ class Simulation:
             wait_for_server=math.inf if fleet.pool else WAIT_FOR_SERVER,
             budgets=options.budgets,
             planned=0 if fleet.pool else fleet.size,
+            survival_placement=options.survival,
         )
         self.release = Release(
             self,
@@ -102,7 +103,7 @@ class Simulation:
         self._incarnations: Counter[str] = Counter()
         self._host_disk: set[str] = set()
         self.pool = SimPool(self, fleet.pool, fleet.kinds) if fleet.pool else None
-        self.preempter = Preempter(self, self.preemption)
+        self.preempter = Preempter(self, self.preemption, seed=options.seed)
         self.published = PoolDemand()
         self.events: list[tuple[float, str, str]] = []
         self.cpu = 0.0
@@ -166,9 +167,15 @@ class Simulation:
         )
         self.emit(
             ev.ServerDescribed(
-                at=now, address=address, name=name, memory_budget=kind.budget, retires_at=retires_at
+                at=now,
+                address=address,
+                name=name,
+                memory_budget=kind.budget,
+                retires_at=retires_at,
+                group=kind.where,
             )
         )
+        self.preempter.joined(server)
         return server
 
     def emit(self, event: ev.Event) -> None:
@@ -314,7 +321,7 @@ class Simulation:
         else:
             for kind in self.fleet.kinds:
                 for n in range(kind.count):
-                    name = f"{kind.gpu_model}-{n}" if kind.gpu_model != CPU_MODEL else f"cpu{n}"
+                    name = f"{kind.where}-{n}" if kind.gpu_model != CPU_MODEL else f"cpu{n}"
                     self.clock.at(self.fleet.join_at, self.add_server, kind, name, None)
         # A fixed fleet is up before Snakemake's first job (the executor starts or
         # attaches to its cluster first); a pool grows while jobs wait.

@@ -13,6 +13,7 @@ from ..allowed import FLAG, NUMBER, TEXT, WHOLE, WORDS, Allowed, add_argument, f
 from ..options import option
 from .bounds import BYTES, MAX_SERVERS, SPAN, pair_form, parse_counts, parse_gpus, parse_rates
 from .defaults import LOADS_PER_SOURCE, MIN_PILOTS, PEER_TRANSFERS, PILOT_WALLTIME, SLOTS
+from .hazard import parse_lifetimes
 from .model import PoolSpec
 
 __all__ = ["add_flags"]
@@ -29,6 +30,10 @@ def _gpus(flag: str, text: str) -> None:
 
 def _rates(flag: str, text: str) -> None:
     parse_rates(text)
+
+
+def _lifetimes(flag: str, text: str) -> None:
+    parse_lifetimes(text, flag)
 
 
 def _counts(flag: str, text: str) -> None:
@@ -137,12 +142,20 @@ def _fleet(group: Any) -> None:
     )  # fmt: skip
     add_argument(
         group, "--preempt-signal",
-        Allowed(TEXT, choices=("KILL", "TERM"), needs=("preempt", "preempt_trace")),
+        Allowed(TEXT, choices=("KILL", "TERM"), needs=("preempt", "preempt_trace", "lifetimes")),
         default="KILL",
     )  # fmt: skip
     add_argument(
         group, "--preempt-trace", Allowed(TEXT, optional=True), type=Path,
         help="JSON lines of {at, server}: the injector's log",
+    )  # fmt: skip
+    add_argument(
+        group, "--lifetimes", Allowed(TEXT, optional=True, form=_lifetimes),
+        metavar="PARTITION=SPEC[,...]",
+        help="each server's life drawn when it joins, preempted at its end: exp:MEAN, "
+        "weibull:SHAPE:SCALE or bathtub:EARLY_MEAN:EARLY_END:MID_MEAN:LATE_START:LATE_MEAN "
+        "(seconds, or with s, min or h) per partition (a GPU model here; * or a bare SPEC: "
+        "every other), like a10=exp:2min,titanx=exp:30min",
     )  # fmt: skip
 
 
@@ -192,6 +205,11 @@ def _run(group: Any) -> None:
         default=0, help="Snakemake's --jobs (default: twice the slots)",
     )  # fmt: skip
     add_argument(group, "--seed", Allowed(WHOLE, least=0, most=2**63 - 1), default=1)
+    add_argument(
+        group, "--survival", Allowed(FLAG), action="store_true",
+        help="placement and the pool weigh how long servers are likely to live (the "
+        "plugin's --context-survival-placement)",
+    )  # fmt: skip
     add_argument(
         group, "--counts", Allowed(TEXT, form=_counts), default="",
         help=f"GPU counts for the table, each 1 to {MAX_SERVERS} (default: 1/2, 1, 2, 4 "

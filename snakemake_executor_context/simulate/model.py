@@ -21,6 +21,7 @@ from .defaults import (
     RETIRE_MARGIN,
     SLOTS,
 )
+from .hazard import Hazard
 
 __all__ = [
     "ANY_MODEL",
@@ -210,11 +211,14 @@ class Fleet:
 
 @dataclass
 class Preemption:
-    """Servers taken away: at a rate per partition (``*``: the whole fleet), or by a
-    trace of (seconds from the start, server name or partition)."""
+    """Servers taken away: at a rate per partition (``*``: the whole fleet), by a
+    trace of (seconds from the start, server name or partition), or at the end of
+    each server's life, drawn from its partition's hazard (:mod:`.hazard`) when it
+    joins (``*``: the partitions not named)."""
 
     rates: dict[str, float] = field(default_factory=dict)
     trace: list[tuple[float, str]] = field(default_factory=list)
+    lifetimes: dict[str, Hazard] = field(default_factory=dict)
     #: KILL: the server dies with its jobs; TERM: it drains for ``grace`` seconds.
     signal: str = "KILL"
     grace: float = DRAIN_GRACE_SECONDS
@@ -222,7 +226,8 @@ class Preemption:
     @property
     def any(self) -> bool:
         """Whether anything is preempted."""
-        return bool(self.trace) or any(rate > 0 for rate in self.rates.values())
+        rated = any(rate > 0 for rate in self.rates.values())
+        return bool(self.trace) or bool(self.lifetimes) or rated
 
 
 @dataclass
@@ -256,3 +261,6 @@ class Options:
     limit: float = 30 * 86400.0
     #: Keep the event log (the determinism test compares it).
     log: bool = True
+    #: Placement and the pool weigh how long servers are likely to live
+    #: (``--context-survival-placement``: :mod:`..fleet.survival`).
+    survival: bool = False

@@ -34,6 +34,7 @@ from .workload import Workload, from_spec
 __all__ = [
     "ASSUMED",
     "CLUSTER",
+    "FITTED",
     "PAPER",
     "RQ4_POOLS",
     "STATED",
@@ -158,6 +159,11 @@ class Params:
         return JobTimes(item={("infer", ANY_MODEL): self.claim_seconds}, slowdown=slow)
 
 
+#: What :func:`fit` gave on 2026-12-04 (docs/simulator.md), for a bench that does not
+#: refit (a fit is some fifty simulations at the paper's size).
+FITTED = Params(claim_seconds=0.285, init_seconds=29.7, source_seconds=70.0)
+
+
 def workload(params: Params, claims: int = STATED.claims) -> Workload:
     """FEVER's claims in tasks of ``claims_per_task``, one context (the model)."""
     made = from_spec(
@@ -223,10 +229,14 @@ def run(
     peer: bool = False,
     claims: int = STATED.claims,
     seed: int = 1,
+    survival: bool = False,
+    limit: float = Options.limit,
 ) -> SimResult:
     """One simulated run of the paper's workload; Snakemake's --jobs is the fleet's
     GPU count (an assumption: twice that keeps more jobs queued in the executor,
-    which costs its dispatch machine CPU at this size, see docs/simulator.md)."""
+    which costs its dispatch machine CPU at this size, see docs/simulator.md).
+    ``survival``: survival placement on; ``limit``: stop after so many simulated
+    seconds (a window's claims need no more)."""
     fleet = fleet or rq1_fleet()
     jobs = fleet.pool.maximum if fleet.pool else sum(kind.count for kind in fleet.kinds)
     options = Options(
@@ -235,6 +245,8 @@ def run(
         log=False,
         jobs=jobs,
         snakemake_job_seconds=ASSUMED.snakemake_job_seconds,
+        survival=survival,
+        limit=limit,
     )
     return Simulation(
         workload(params, claims),

@@ -9,14 +9,22 @@ model), and releases those :func:`~..fleet.pool.pilots_to_release` names. A pilo
 waits in the batch queue, starts its server, registers, and retires before its
 walltime (Dask's ``--lifetime``, staggered); the pool's books are the real
 :class:`~..fleet.pilotbook.PilotRecord`.
+
+With survival placement on (:attr:`.model.Options.survival`), the pool tells
+:func:`~..fleet.pool.next_kind` the chance a new pilot of each kind lives through
+the work it would get: the fleet's survival estimate for the kind's partition
+(:meth:`~..fleet.survival.SurvivalBook.new_server`) over the longest measured load
+and job of the contexts with work to come (:data:`UNMEASURED_SPAN` while none is
+measured).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from ..executor.dispatch import Dispatch
 from ..fleet.pilotbook import PilotRecord, account
 from ..fleet.pool import (
     PoolDemand,
@@ -32,13 +40,18 @@ from .clock import Clock
 from .model import PoolSpec, ServerKind
 from .servers import SimServer
 
-__all__ = ["SimPool"]
+__all__ = ["UNMEASURED_SPAN", "SimPool"]
+
+#: Seconds a new pilot is asked to live through while no load or job is measured
+#: (a load and a few jobs).
+UNMEASURED_SPAN = 600.0
 
 
 class _Host(Protocol):
     clock: Clock
     rng: random.Random
     published: PoolDemand
+    dispatch: Dispatch
 
     def add_server(self, kind: ServerKind, name: str, retires_at: float | None) -> SimServer: ...
 
@@ -118,9 +131,10 @@ class SimPool:
         if not open_kinds:
             return None
         wanted = [int(by_model.get(self.kinds[i].gpu_model, 0)) for i in open_kinds]
-        index = open_kinds[next_kind(wanted, [held[i] for i in open_kinds])]
+        survival = self._survival([self.kinds[i] for i in open_kinds])
+        index = open_kinds[next_kind(wanted, [held[i] for i in open_kinds], survival=survival)]
         kind, now = self.kinds[index], self.host.clock.now
-        name = f"pilot-{kind.gpu_model}-{self._count}"
+        name = f"pilot-{kind.where}-{self._count}"
         self._count += 1
         self.records[name] = PilotRecord(name=name, pilot_kind=kind.gpu_model, submitted=now)
         self.kind_of[name] = index
@@ -129,6 +143,36 @@ class SimPool:
             wait = self.host.rng.expovariate(1.0 / wait)
         self.host.clock.after(wait, self._allocated, name)
         return name
+
+    def _survival(self, kinds: Sequence[ServerKind]) -> list[float] | None:
+        """Per kind, the chance a new pilot lives through a load and its work (None:
+        survival placement is off)."""
+        fleet = self.host.dispatch.fleet
+        if not fleet.survival_placement:
+            return None
+        now = self.host.clock.now
+        return [
+            fleet.survival.new_server(kind.where, kind.gpu_model, self._span(kind), now=now)
+            for kind in kinds
+        ]
+
+    def _span(self, kind: ServerKind) -> float:
+        """The longest measured load plus job, on the kind's GPU model (else any), of
+        the contexts with work to come."""
+        dispatch = self.host.dispatch
+        measure = dispatch.fleet.measure
+        spans = []
+        for identity, count in dispatch.demand.counts(()).items():
+            if count <= 0:
+                continue
+            load = measure.load_seconds(identity, kind.gpu_model)
+            job = measure.job_seconds(identity, kind.gpu_model)
+            if job is None:
+                jobs = [m.value for (ident, _), m in measure.job.items() if ident == identity]
+                job = max(jobs) if jobs else None
+            if load is not None or job is not None:
+                spans.append((load or 0.0) + (job or 0.0))
+        return max(spans) if spans else UNMEASURED_SPAN
 
     def _allocated(self, name: str) -> None:
         if self.records[name].ended is not None or name in self.allocated:

@@ -1,11 +1,19 @@
 """Simulated preemptions: a rate per partition (a Poisson process, as the paper's
-"one GPU preempted per minute") or a trace (the injector's log of a real run).
+"one GPU preempted per minute"), a trace (the injector's log of a real run), or the
+end of each server's life (its partition's hazard, :mod:`.hazard`).
 
 Each preemption picks a running server of its partition with the run's seeded
 generator and kills it (announced, as the injector does, so the loss is classified
 a preemption and charged to the preemption budget), or with ``TERM`` lets it drain
 for the grace period (:meth:`.servers.SimServer.drain`). A trace's lines are read by
 :func:`trace_from`.
+
+A server's life is drawn when it joins (a fixed fleet's, a restarted one, a pilot)
+from a generator of its own, seeded by the run's seed and its address (its name and
+incarnation): two runs with the same seed that differ in a policy give the same
+server the same draw, so the policy, not the luck of the draw, tells them apart. It
+is preempted as above when its life ends, if that incarnation is still running and
+not draining.
 """
 
 from __future__ import annotations
@@ -77,10 +85,10 @@ class _Host(Protocol):
 
 
 class Preempter:
-    """Takes servers away at the spec's rates and times."""
+    """Takes servers away at the spec's rates and times, and at their lives' ends."""
 
-    def __init__(self, host: _Host, spec: Preemption) -> None:
-        self.host, self.spec = host, spec
+    def __init__(self, host: _Host, spec: Preemption, seed: int = 0) -> None:
+        self.host, self.spec, self.seed = host, spec, seed
         self.count = 0
 
     def start(self) -> None:
@@ -107,12 +115,28 @@ class Preempter:
             key=lambda s: s.name,
         )
         if servers:
-            server = self.host.rng.choice(servers)
-            self.count += 1
-            self.host.note("preempted", f"{server.name} ({self.spec.signal})")
-            if self.spec.signal.upper() == "TERM":
-                server.drain(self.spec.grace)
-            else:
-                server.leave(self.host.clock.now, exit_code=-9, injected=9)
+            self._take(self.host.rng.choice(servers), "")
         if rate is not None:
             self._next(target, rate)
+
+    def _take(self, server: SimServer, why: str) -> None:
+        self.count += 1
+        self.host.note("preempted", f"{server.name} ({self.spec.signal}{why})")
+        if self.spec.signal.upper() == "TERM":
+            server.drain(self.spec.grace)
+        else:
+            server.leave(self.host.clock.now, exit_code=-9, injected=9)
+
+    def joined(self, server: SimServer) -> None:
+        """A server joined: draw its life from its partition's hazard (else ``*``'s;
+        none: it lives on) and preempt it when its life ends."""
+        lifetimes = self.spec.lifetimes
+        hazard = lifetimes.get(server.kind.where) or lifetimes.get("*")
+        if hazard is None:
+            return
+        life = hazard.draw(random.Random(f"{self.seed} {server.address}"))
+        self.host.clock.after(life, self._end_of_life, server)
+
+    def _end_of_life(self, server: SimServer) -> None:
+        if self.host.active() and server.alive and server.draining is None:
+            self._take(server, ", end of its life")

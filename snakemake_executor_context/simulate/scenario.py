@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import ContextExecutorError, SettingError
 from ..fleet.loads import LoadKind
 from .bounds import MAX_SERVERS, parse_counts, parse_gpus, parse_pairs, parse_rates, read_pairs
+from .hazard import parse_lifetimes
 from .measured import MeasuredRun, measured_contexts, read_run, times_from
 from .model import ANY_MODEL, Fleet, JobTimes, Options, PoolSpec, Preemption, Storage
 from .preempt import trace_from
@@ -128,6 +129,7 @@ def build(args: argparse.Namespace) -> tuple[Scenario, list[int]]:
         rates=parse_rates(args.preempt or ""),
         signal=args.preempt_signal,
         trace=_trace(args.preempt_trace, run),
+        lifetimes=parse_lifetimes(args.lifetimes) if args.lifetimes else {},
     )
     missing = missing_times(workload, times, kinds, args.mode)
     if missing:
@@ -151,7 +153,9 @@ def build(args: argparse.Namespace) -> tuple[Scenario, list[int]]:
             loads_per_source=args.loads_per_source,
         )
     storage = Storage(shared_bandwidth=args.shared_bandwidth * 1e9 / 8, peer=args.peer)
-    options = Options(jobs=args.jobs, mode=args.mode, seed=args.seed, log=False)
+    options = Options(
+        jobs=args.jobs, mode=args.mode, seed=args.seed, log=False, survival=args.survival
+    )
     scenario = Scenario(workload, times, Fleet(kinds, pool=pool), storage, preemption, options)
     totals = parse_counts(args.counts)
     if totals is None:
