@@ -12,10 +12,9 @@ walltime (Dask's ``--lifetime``, staggered); the pool's books are the real
 
 With survival placement on (:attr:`.model.Options.survival`), the pool tells
 :func:`~..fleet.pool.next_kind` the chance a new pilot of each kind lives through
-the work it would get: the fleet's survival estimate for the kind's partition
-(:meth:`~..fleet.survival.SurvivalBook.new_server`) over the longest measured load
-and job of the contexts with work to come (:data:`UNMEASURED_SPAN` while none is
-measured).
+a load and a job, as the real pool does (:func:`~..fleet.pool.kind_survival`: the
+fleet's survival estimate for the kind's partition over the published demand's
+measured load and job times).
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from ..fleet.pool import (
     PoolDemand,
     PoolShape,
     growth_limit,
+    kind_survival,
     next_kind,
     pilot_lifetime,
     pilots_to_release,
@@ -40,11 +40,7 @@ from .clock import Clock
 from .model import PoolSpec, ServerKind
 from .servers import SimServer
 
-__all__ = ["UNMEASURED_SPAN", "SimPool"]
-
-#: Seconds a new pilot is asked to live through while no load or job is measured
-#: (a load and a few jobs).
-UNMEASURED_SPAN = 600.0
+__all__ = ["SimPool"]
 
 
 class _Host(Protocol):
@@ -145,34 +141,12 @@ class SimPool:
         return name
 
     def _survival(self, kinds: Sequence[ServerKind]) -> list[float] | None:
-        """Per kind, the chance a new pilot lives through a load and its work (None:
-        survival placement is off)."""
-        fleet = self.host.dispatch.fleet
-        if not fleet.survival_placement:
-            return None
-        now = self.host.clock.now
-        return [
-            fleet.survival.new_server(kind.where, kind.gpu_model, self._span(kind), now=now)
-            for kind in kinds
-        ]
-
-    def _span(self, kind: ServerKind) -> float:
-        """The longest measured load plus job, on the kind's GPU model (else any), of
-        the contexts with work to come."""
-        dispatch = self.host.dispatch
-        measure = dispatch.fleet.measure
-        spans = []
-        for identity, count in dispatch.demand.counts(()).items():
-            if count <= 0:
-                continue
-            load = measure.load_seconds(identity, kind.gpu_model)
-            job = measure.job_seconds(identity, kind.gpu_model)
-            if job is None:
-                jobs = [m.value for (ident, _), m in measure.job.items() if ident == identity]
-                job = max(jobs) if jobs else None
-            if load is not None or job is not None:
-                spans.append((load or 0.0) + (job or 0.0))
-        return max(spans) if spans else UNMEASURED_SPAN
+        """Per kind, the chance a new pilot lives through a load and its work, as the
+        real pool asks it (:func:`~..fleet.pool.kind_survival`; None: the run does not
+        weigh survival)."""
+        groups = [(kind.where, kind.gpu_model) for kind in kinds]
+        book = self.host.dispatch.fleet.survival
+        return kind_survival(self.host.published, book, groups, self.host.clock.now)
 
     def _allocated(self, name: str) -> None:
         if self.records[name].ended is not None or name in self.allocated:
