@@ -306,8 +306,11 @@ def _status(args: argparse.Namespace) -> int:
                 print("  " + books.describe())
         for line in _slot_lines(inventories):
             print("  " + line)
+        # Each server's expected life left, from the catalog's lives (none: no catalog).
+        life = {row["address"]: row["text"] for row in shown_values(report.get("lives", []))}
         for address, inventory in sorted(inventories.items()):
-            print("  " + _describe(address, inventory))
+            left = f"; life left {life[address]}" if address in life else ""
+            print("  " + _describe(address, inventory) + left)
             limits = inventory.slots.limits
             for context in inventory.contexts:
                 at_once = limits.get(context.identity)

@@ -182,7 +182,7 @@ def test_export_rows_and_columns_as_documented(catalog) -> None:
     ]
     assert sum(float(r["gpu_seconds"]) for r in rows) == pytest.approx(38 + 2 * 50)
     data = json.loads(export_json(ledger))
-    assert set(data) == {"window", "buckets", "columns", "rows"}
+    assert set(data) == {"window", "buckets", "columns", "rows", "lives"}
     assert list(data["buckets"]) == [b.value for b in Bucket]
     assert data["rows"][0].keys() == EXPORT_COLUMNS.keys()
 

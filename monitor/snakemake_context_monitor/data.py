@@ -175,7 +175,7 @@ class CatalogSource:
         if self.derived.reader is not reader:
             self.derived = Derived(reader, limit=TIMELINE)
         derived = self.derived
-        derived.update(result)
+        derived.update(result, now)
         since, until, label = derived.since(dict(WINDOWS)[window], now), now, window
         live = any(run.state in ("running", "stale") for run in reader.runs)
         if reader.runs and not live and window != "all":

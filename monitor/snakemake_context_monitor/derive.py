@@ -6,7 +6,11 @@ the servers and placements whose attempts changed. A read in which nothing chang
 every list, the same objects, and the views can tell by identity that nothing is to be
 done. The
 throughput series and the progress depend on the time and are cheap: bisections in
-sorted finish times.
+sorted finish times. Each live server's expected remaining life depends on the time
+too: it is estimated as of the last multiple of
+:data:`~snakemake_executor_context.catalog.lives.REFRESH_SECONDS` (the same whenever
+the monitor started), again after a change to the fleet and when the next multiple
+comes (then only the rows whose estimate reads otherwise change).
 """
 
 from __future__ import annotations
@@ -15,6 +19,12 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from snakemake_executor_context.catalog.lives import (
+    REFRESH_SECONDS,
+    LifeLeft,
+    LiveServer,
+    lives_left,
+)
 from snakemake_executor_context.catalog.monitor_queries import (
     MonitorReader,
     ReadResult,
@@ -52,28 +62,50 @@ class Derived:
         self._held: dict[int, list[str]] = {}
         self._servers: dict[int, ServerRow] = {}
         self._placements: dict[tuple[int, int], PlacementRow] = {}
+        #: Live servers' expected remaining lives by address, and when estimated.
+        self._lives: dict[str, LifeLeft] = {}
+        self._lives_at: float | None = None
+        self._lives_from: tuple[object, frozenset[LiveServer]] | None = None
 
-    def update(self, result: ReadResult) -> None:
+    def update(self, result: ReadResult, now: float | None = None) -> None:
         """Rebuild what the last read changed: every list after a change to the fleet,
-        else only the rows of the servers and placements whose attempts changed."""
+        else only the rows of the servers and placements whose attempts changed (and
+        of those whose expected life reads otherwise, when it is due again at ``now``;
+        None: no estimates)."""
         reader = self.reader
+        as_of = None if now is None else now - now % REFRESH_SECONDS
+        due = as_of is not None and as_of != self._lives_at
         if result.fleet_changed or self._first:
             live = sorted(
                 (s for s in reader.servers.values() if s.left is None),
                 key=lambda s: (s.gpu_model, s.name),
             )
+            if as_of is not None:
+                self._lives = self._estimate(live, as_of)
             self.fleet = _fleet(reader, live)
             self.contexts = _contexts(reader, live)
             self.timeline, self.loss_totals = _timeline(reader, self.limit)
             self._held = _held(reader)
             busy = _busy(reader)
-            self._servers = {s.id: _server(reader, s, busy, self._held) for s in live}
+            self._servers = {s.id: _server(reader, s, busy, self._held, self._lives) for s in live}
             self._placements = _placements(reader, live)
-        elif result.jobs_changed:
+        elif result.jobs_changed or due:
+            touched = self._servers.keys() & result.servers
+            if due and as_of is not None:
+                live = [reader.servers[server] for server in self._servers]
+                lives = self._estimate(live, as_of)
+                touched |= {
+                    server
+                    for server, row in self._servers.items()
+                    if _life_text(lives.get(row.address)) != _life_text(row.life)
+                }
+                self._lives = lives
+                if not touched and not result.jobs_changed:
+                    return
             busy = _busy(reader)
-            for server in self._servers.keys() & result.servers:
+            for server in touched:
                 record = reader.servers[server]
-                self._servers[server] = _server(reader, record, busy, self._held)
+                self._servers[server] = _server(reader, record, busy, self._held, self._lives)
             for pair in self._placements.keys() & result.pairs:
                 row = self._placements[pair]
                 self._placements[pair] = replace(row, jobs_warm=reader.warm.get(pair, 0))
@@ -83,6 +115,20 @@ class Derived:
         self.placements = list(self._placements.values())
         self.throughput = _throughput(reader)
         self._first = False
+
+    def _estimate(self, live: list[ServerRecord], as_of: float) -> dict[str, LifeLeft]:
+        """The live servers' expected remaining lives as of ``as_of``, by address: made
+        again only when the time, the ended lives or the live servers are others (a
+        change to the fleet is most often a placement's)."""
+        servers = frozenset(
+            LiveServer.of(s.address, s.joined, s.group_label, s.partition, s.pool, s.gpu_model)
+            for s in live
+        )
+        history = self.reader.survival
+        if as_of == self._lives_at and self._lives_from == (history, servers):
+            return self._lives
+        self._lives_at, self._lives_from = as_of, (history, servers)
+        return lives_left(self.reader.survival, servers, now=as_of)
 
     def series(self, since: float, until: float, buckets: int) -> list[Series]:
         """Successful attempts finished in [since, until], bucketed, overall (``all``,
@@ -148,11 +194,17 @@ def _busy(reader: MonitorReader) -> dict[int | None, int]:
     return busy
 
 
+def _life_text(life: LifeLeft | None) -> str | None:
+    """An estimate as the views show it (two that read alike need no new row)."""
+    return None if life is None else life.text()
+
+
 def _server(
     reader: MonitorReader,
     s: ServerRecord,
     busy: dict[int | None, int],
     held: dict[int, list[str]],
+    lives: dict[str, LifeLeft],
 ) -> ServerRow:
     ok, failed, items = reader.done.get(s.id, (0, 0, 0))
     return ServerRow(
@@ -172,6 +224,7 @@ def _server(
         joined=s.joined,
         busy_seconds=reader.busy_seconds.get(s.id, 0.0),
         last_end=reader.last_end.get(s.id),
+        life=lives.get(s.address),
     )
 
 

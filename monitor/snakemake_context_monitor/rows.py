@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from snakemake_executor_context.catalog.lives import LifeLeft
 from snakemake_executor_context.catalog.queries import RunRow
 
 __all__ = ["LossTotals", "PlacementRow", "Progress", "Series", "ServerRow", "TimelineRow"]
@@ -30,6 +31,8 @@ class ServerRow:
     #: Seconds its finished jobs ran (loads included), and when the last one ended.
     busy_seconds: float = 0.0
     last_end: float | None = None
+    #: Its expected remaining life (None: not estimated).
+    life: LifeLeft | None = None
 
     def idle_seconds(self, now: float) -> float:
         """Seconds since it joined that no finished job ran (running ones aside)."""

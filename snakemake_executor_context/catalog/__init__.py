@@ -24,7 +24,10 @@ Modules (import them directly; this package imports nothing heavy):
   processes held now, which both show too), :mod:`.story` (the story of one job:
   ``snakemake-context story`` and the monitor's server page), :mod:`.ledger` (where
   every GPU-second went: the report and its export), :mod:`.ledger_live` (the same,
-  live, for the monitor) and :mod:`.report_queries` (the rest of the report).
+  live, for the monitor), :mod:`.report_queries` (the rest of the report) and
+  :mod:`.lives` (servers' lives: each live server's expected life left, which
+  ``status`` and the monitor show, and a run's lives against the prediction, in the
+  report).
 
 Who writes: with the embedded cluster (and on a Dask cluster this plugin did not
 start), the executor process; on a cluster started by ``snakemake-context up``, the

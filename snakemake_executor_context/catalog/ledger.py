@@ -5,7 +5,9 @@ went (``snakemake-context report``, its CSV and JSON export, the monitor's view)
 loads, contexts held, drains and pilots' batch allocations, and accounts each server
 with :func:`~..fleet.ledger.account` (every second in one bucket,
 :class:`~..fleet.buckets.Bucket`). :class:`Ledger` sums the segments by server, GPU
-model, context, rule and run; :data:`EXPORT_COLUMNS` are the export's columns.
+model, context, rule and run; :data:`EXPORT_COLUMNS` are the export's columns. The
+report adds, per survival group, how long the window's servers lived against what
+the history before it predicted (:func:`.lives.group_lives`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ..fleet.ledger import (
     load_stretches,
 )
 from ..fleet.loads import load_parts
+from .lives import GroupLives
 from .models import Attempt, Context, Job, Pilot, Placement, Run, Server
 
 __all__ = [
@@ -101,6 +104,9 @@ class Ledger:
 
     window: Window
     servers: list[ServerAccount] = field(default_factory=list)
+    #: Per survival group, the window's servers' lives against the prediction (the
+    #: report's: :func:`.lives.group_lives`; empty where nobody asked).
+    lives: list[GroupLives] = field(default_factory=list)
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """The export's rows: one per server x bucket x rule (and context and run)."""
@@ -388,7 +394,8 @@ def export_csv(rows: Iterable[dict[str, Any]]) -> str:
 
 
 def export_json(ledger: Ledger) -> str:
-    """The export as JSON: the window, the buckets' meanings, the columns' and the rows."""
+    """The export as JSON: the window, the buckets' meanings, the columns' and the rows,
+    and the servers' lives per survival group, predicted against actual."""
     return json.dumps(
         {
             "window": {
@@ -399,6 +406,7 @@ def export_json(ledger: Ledger) -> str:
             "buckets": {b.value: BUCKET_HELP[b] for b in Bucket},
             "columns": EXPORT_COLUMNS,
             "rows": list(ledger.rows()),
+            "lives": [row.to_wire() for row in ledger.lives],
         },
         indent=1,
     )

@@ -8,7 +8,9 @@ are watermarks) or that may have changed: attempts not finished yet, and the ser
 recorder makes to a server or a placement notes such an event, except a server's
 description, so a server not described yet is read again until it is. A read in which
 nothing changed is a handful of indexed queries that return nothing, whatever the
-catalog's size. The monitor derives what its views show from the mirror.
+catalog's size. The servers' ended lives, from which the monitor estimates how long
+each live server will live (:mod:`.lives`), are read again only when a server ended.
+The monitor derives what its views show from the mirror.
 
 With several writers (PostgreSQL), a transaction may commit a lower id after a higher
 one was read: such gaps below a watermark are asked for again for a while.
@@ -28,6 +30,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from .models import Attempt, Context, EventRecord, Job, Placement, Run, Server, ServerLoss
 from .queries import JobRow, RunRow, recent_jobs, runs
+from .seed import survival_history
 from .store import CatalogStore, check_schema, resolve_location
 
 __all__ = [
@@ -65,6 +68,10 @@ class ServerRecord(NamedTuple):
     left: float | None
     left_reason: str | None
     pid: int | None
+    #: Where its survival is counted (:meth:`.lives.LiveServer.of`).
+    group_label: str | None = None
+    partition: str | None = None
+    pool: str | None = None
 
 
 class PlacementRecord(NamedTuple):
@@ -224,6 +231,10 @@ class MonitorReader:
         self.run_pks: dict[str, int] = {}
         #: The latest job attempts, newest first (read again when attempts changed).
         self.recent_jobs: list[JobRow] = []
+        #: The servers' ended lives (:func:`~.seed.survival_history`), read again when
+        #: a server has ended since.
+        self.survival: dict[str, Any] = {}
+        self._survival_read = False
         self._servers_touched: set[int | None] = set()
         self._pairs_touched: set[tuple[int | None, int | None]] = set()
         self._ids = {name: _Ids() for name in ("server", "placement", "context", "loss")}
@@ -279,6 +290,13 @@ class MonitorReader:
             )
         ).all()
         changed = 0
+        ended = any(
+            row.left is not None and getattr(self.servers.get(row.id), "left", None) is None
+            for row in servers
+        )
+        if ended or not self._survival_read:
+            self.survival = survival_history(session)
+            self._survival_read = True
         remodel = any(
             row.id in self.by_server and self.servers[row.id].gpu_model != row.gpu_model
             for row in servers

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from ..terminal import format_bytes, shown, shown_values
+from .lives import rough_duration
 
 __all__ = ["format_overview"]
 
@@ -61,6 +62,14 @@ def format_overview(catalog: str, report: dict[str, Any]) -> str:
             f" ({kind}{'; ' + ', '.join(extra) if extra else ''})"
             f"{': ' + names if names else ''}; {row['left']} left, {row['lost']} lost"
         )
+    if report.get("lives"):
+        lines += ["", "Servers alive, expected life left (from the lives the catalog saw):"]
+        for row in report["lives"]:
+            group = f"group {row['group']}, " if row["group"] else ""
+            lines.append(
+                f"  {row['name']} {row['address']} ({group}{row['gpu_model']}), "
+                f"{rough_duration(row['age'])} old: {row['text']}"
+            )
     lines += ["", "Contexts:"]
     fetched = {row["identity"]: row for row in report.get("transfers", [])}
     for row in report["contexts"]:

@@ -1,7 +1,8 @@
 """What ``snakemake-context status`` asks a catalog (read-only). Split by reader:
 placement's start is :mod:`.seed`, runs, losses and jobs (also the monitor's) are
 :mod:`.history`, and the terminal monitor's own reader, which reads only what changed
-since its last poll, is :mod:`.monitor_queries`.
+since its last poll, is :mod:`.monitor_queries`; each live server's expected life left
+is :mod:`.lives`'s.
 
 Each function takes an open session and returns plain dataclasses; :func:`overview`
 gathers what ``status`` prints. Nothing here writes.
@@ -10,6 +11,7 @@ gathers what ``status`` prints. Nothing here writes.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,6 +21,7 @@ from sqlalchemy.orm import Session
 from ..fleet.loads import LoadKind, load_parts
 from .gangs import GangRow, gangs
 from .history import JobRow, LossRow, RunRow, losses, recent_jobs, runs
+from .lives import catalog_lives_left
 from .models import (
     Attempt,
     Context,
@@ -360,8 +363,10 @@ def recent_events(session: Session, limit: int = 20) -> list[tuple[float, str, s
     ]
 
 
-def overview(session: Session, *, limit: int = 10) -> dict[str, Any]:
-    """Everything ``snakemake-context status --json`` prints from the catalog."""
+def overview(session: Session, *, limit: int = 10, now: float | None = None) -> dict[str, Any]:
+    """Everything ``snakemake-context status --json`` prints from the catalog (the
+    live servers' expected lives left as of ``now``, default the time now)."""
+    now = time.time() if now is None else now
     return {
         "fleet": [asdict(row) for row in fleet(session)],
         "contexts": [asdict(row) for row in contexts(session)],
@@ -376,4 +381,16 @@ def overview(session: Session, *, limit: int = 10) -> dict[str, Any]:
             for at, kind, text in recent_events(session, 2 * limit)
         ],
         "counts": asdict(counts(session)),
+        "lives": [
+            {
+                "address": server.address,
+                "name": server.name,
+                "group": server.group,
+                "gpu_model": server.gpu_model,
+                "age": max(0.0, now - server.joined),
+                **asdict(life),
+                "text": life.text(),
+            }
+            for server, life in catalog_lives_left(session, now=now)
+        ],
     }

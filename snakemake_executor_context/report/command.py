@@ -114,6 +114,7 @@ def read_report(
     checks where the report goes first)."""
     from ..catalog import report_queries as q
     from ..catalog.ledger import read_ledger, window_of
+    from ..catalog.lives import group_lives
     from ..catalog.store import open_reader
     from .page import ReportData, compare_page, report_page
 
@@ -125,6 +126,7 @@ def read_report(
                 return ledgers[0], lambda: compare_page(catalog, ledgers)
             window = window_of(session, run=run, since=since)
             ledger = read_ledger(session, window)
+            ledger.lives = group_lives(session, window.start, window.end)
             runs = q.run_summaries(session, window)
             data = ReportData(
                 catalog=catalog,
@@ -204,8 +206,10 @@ def write_report(page: str, output: Path | None, workdir: Path, name: str) -> Pa
 
 
 def report_command(args: argparse.Namespace, catalog: str) -> int:
-    """Write the report (and the exports asked for); print where, and its headline."""
+    """Write the report (and the exports asked for); print where, and the servers'
+    lives per survival group, predicted against actual."""
     from ..catalog.ledger import export_csv, export_json
+    from ..catalog.lives import lives_text
 
     since = parse_since(args.since) if args.since else None
     named = [(args.output, "-o"), (args.csv, "--csv"), (args.json, "--json")]
@@ -221,4 +225,6 @@ def report_command(args: argparse.Namespace, catalog: str) -> int:
         print(f"CSV: {shown(paths.write_output(args.csv, export_csv(ledger.rows())))}")
     if args.json:
         print(f"JSON: {shown(paths.write_output(args.json, export_json(ledger)))}")
+    for line in lives_text(ledger.lives):
+        print(shown(line))
     return 0

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog.ledger import Ledger
+from ..catalog.lives import GroupLives, rough_duration
 from ..catalog.report_queries import RunSummary
 from ..fleet.buckets import BUCKET_HELP, Bucket
 from .charts import batch_figure, fleet_figure, stacked_figure, throughput_figure
@@ -176,6 +177,8 @@ def report_page(data: ReportData) -> str:
     parts.append(("html", _placements(data.placements)))
     if data.pool is not None:
         parts.append(("html", "<h2>The pool's books</h2>" + _pool(data.pool)))
+    if ledger.lives:
+        parts.append(("html", "<h2>Server lives: predicted and actual</h2>" + _lives(ledger.lives)))
     for key, label in (("rule", "rule"), ("context", "context"), ("run", "run")):
         parts.append(
             ("html", f"<h2>GPU-seconds by {label}</h2>" + _breakdown(ledger.by(key), label))
@@ -207,6 +210,44 @@ def _pool(books: Mapping[str, Any]) -> str:
         for k in ("pilot_seconds", "busy_seconds", "idle_seconds")
     ]
     return _table(["pilots", ""], rows)
+
+
+def _lives(rows: Sequence[GroupLives]) -> str:
+    """Per survival group: the prediction from the lives that ended before the window,
+    and what the window's servers did."""
+    header = [
+        "group",
+        "predicted mean",
+        "predicted median",
+        "from",
+        "servers",
+        "died",
+        "mean life",
+        "outlived the median",
+    ]
+    body = [
+        (
+            html.escape(row.group),
+            rough_duration(row.predicted_mean),
+            rough_duration(row.predicted_median),
+            html.escape(row.source if row.source == "prior" else f"{row.source}, {row.history}"),
+            row.servers,
+            row.deaths,
+            (
+                rough_duration(row.actual_mean)
+                if row.actual_mean is not None
+                else f"none died (up to {rough_duration(row.longest)})"
+            ),
+            "not watched so long" if row.past_median is None else f"{100 * row.past_median:.0f}%",
+        )
+        for row in rows
+    ]
+    note = (
+        '<p class="muted">A death is a preemption or a crash; a server closed, or alive at '
+        "the window's end, is censored. Mean lives are Kaplan-Meier; the prediction says "
+        "half the servers outlive its median.</p>"
+    )
+    return _table(header, body) + note
 
 
 def _servers(ledger: Ledger) -> str:

@@ -27,12 +27,15 @@ MODEL_COLUMNS = [
 ]
 SERVER_COLUMNS = [
     ("name", "server", 10),
-    ("model", "GPU model", 12),
+    ("model", "model", 8),
     ("busy", "busy", 4),
-    ("contexts", "contexts", 10),
-    ("jobs", "jobs", 6),
-    ("failed", "failed", 6),
-    ("items", "items", 7),
+    ("contexts", "contexts", 7),
+    ("jobs", "jobs", 5),
+    ("failed", "fail", 4),
+    ("items", "items", 6),
+    # Its expected remaining life ('prior': no lives seen to tell; whose lives the
+    # estimate comes from is on its page).
+    ("life", "life left", 9),
     # When an idle server's last job ended: an idle server at a glance (its busy and
     # idle seconds are on its page).
     ("idle", "idle", 8),
@@ -92,12 +95,13 @@ def _model_rows(snapshot: Snapshot) -> Rows:
 def _server_cells(s: ServerRow) -> Cells:
     return (
         clip_name(s.name, 10),
-        clip(s.gpu_model, 12),
+        clip(s.gpu_model, 8),
         f"{s.busy}/{s.slots}",
-        clip(", ".join(s.contexts) or "-", 10),
+        clip(", ".join(s.contexts) or "-", 7),
         str(s.jobs_ok),
         str(s.jobs_failed),
         str(s.items),
+        s.life.short() if s.life is not None else "-",
         _idle_since(s),
     )
 

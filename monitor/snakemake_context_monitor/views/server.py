@@ -48,7 +48,9 @@ def page(snapshot: Snapshot, memo: Memo, address: str) -> ViewModel:
         f"{server.compute_capability or '-'}; {server.busy}/{server.slots} slots busy; "
         f"{server.jobs_ok} jobs done, {server.jobs_failed} failed, {server.items} items; "
         f"joined {clock(server.joined)}; busy {duration(server.busy_seconds)}, idle "
-        f"{duration(server.idle_seconds(snapshot.fetched_at))} since. Esc: back."
+        f"{duration(server.idle_seconds(snapshot.fetched_at))} since"
+        + (f"; expected life left {server.life.text()}" if server.life is not None else "")
+        + ". Esc: back."
     )
     contexts = memo.rows(
         "server-contexts",
