@@ -234,10 +234,16 @@ def test_up_with_a_bad_setting_is_one_line(tmp_path, args, parts):
 FREE_TEXT = {
     "scheduler_file": "a path, read when attaching (test_truncated_scheduler_file_is_one_line)",
     "agnostic": "a switch with no combination to refuse",
+    "survival_placement": "a switch with no combination to refuse",
     "report": "a switch; a ledger that cannot be written is a warning, never a failed run",
 }
 #: A value that the further check (``form``) of a setting refuses; others: "localhost".
-FORM_BAD = {"local_dir": "/nonexistent/dir", "own_caches": "/proc/nope", "catalog": ""}
+FORM_BAD = {
+    "local_dir": "/nonexistent/dir",
+    "own_caches": "/proc/nope",
+    "catalog": "",
+    "server_group": "short:0",
+}
 
 
 def _bad_values(setting, flag_of) -> list[list[str]]:
