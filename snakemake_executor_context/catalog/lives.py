@@ -29,7 +29,7 @@ from ..fleet.survival import (
     survival_group,
 )
 from .models import Server
-from .seed import survival_history
+from .seed import LIFE_COLUMNS, survival_history
 
 __all__ = [
     "REFRESH_SECONDS",
@@ -229,15 +229,9 @@ def group_lives(session: Session, start: float, end: float) -> list[GroupLives]:
     book.merge_wire(survival_history(session, before=start))
     lives: dict[str, list[Life]] = {}
     for joined, left, ended_by, label, partition, pool, model in session.execute(
-        select(
-            Server.joined,
-            Server.left,
-            Server.ended_by,
-            Server.group_label,
-            Server.partition,
-            Server.pool,
-            Server.gpu_model,
-        ).where(Server.joined <= end, or_(Server.left.is_(None), Server.left >= start))
+        select(*LIFE_COLUMNS).where(
+            Server.joined <= end, or_(Server.left.is_(None), Server.left >= start)
+        )
     ):
         ended = left is not None and left <= end
         if ended and ended_by is None:

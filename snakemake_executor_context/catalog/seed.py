@@ -13,7 +13,13 @@ from ..fleet.losses import LossKind
 from ..fleet.survival import Life, survival_group
 from .models import Attempt, Context, Job, Placement, Server, Transfer
 
-__all__ = ["HISTORY_LIVES", "job_seconds", "placement_measurements", "survival_history"]
+__all__ = [
+    "HISTORY_LIVES",
+    "LIFE_COLUMNS",
+    "job_seconds",
+    "placement_measurements",
+    "survival_history",
+]
 
 #: Ended lives read for the survival estimates: the newest this many.
 HISTORY_LIVES = 5000
@@ -76,6 +82,19 @@ def placement_measurements(session: Session) -> dict[str, Any]:
     }
 
 
+#: What a server's life is read from: joined, left, what ended it, its group label,
+#: partition and pool, and its GPU model.
+LIFE_COLUMNS = (
+    Server.joined,
+    Server.left,
+    Server.ended_by,
+    Server.group_label,
+    Server.partition,
+    Server.pool,
+    Server.gpu_model,
+)
+
+
 def survival_history(session: Session, *, before: float | None = None) -> dict[str, Any]:
     """The ended lives of the catalog's servers (the newest :data:`HISTORY_LIVES`, and
     only those that ended before ``before`` when given), as
@@ -83,15 +102,7 @@ def survival_history(session: Session, *, before: float | None = None) -> dict[s
     crash is a death, a close censors. Servers recorded before schema 8 (no
     ``ended_by``) are left out: whether they were lost is not known."""
     query = (
-        select(
-            Server.joined,
-            Server.left,
-            Server.ended_by,
-            Server.group_label,
-            Server.partition,
-            Server.pool,
-            Server.gpu_model,
-        )
+        select(*LIFE_COLUMNS)
         .where(Server.left.is_not(None), Server.ended_by.is_not(None))
         .order_by(Server.left.desc())
         .limit(HISTORY_LIVES)

@@ -32,37 +32,10 @@ from pathlib import Path
 from typing import Any
 
 BIN = Path(sys.executable).parent
-SNAKEFILE = """
-from snakemake_executor_context import declare_context
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The same synthetic workflow as the RQ3 bench (a sleeping loader, sleeping jobs).
+from rq3 import LOADER, SCRIPT, SNAKEFILE  # noqa: E402
 
-declare_context(config, "model", "loader.py:load", seconds=float(config["reload"]))
-
-rule all:
-    input: expand("out/{i}.txt", i=range(int(config["count"])))
-
-rule score:
-    output: "out/{i}.txt"
-    params: seconds=float(config["job"]), claims=int(config["claims"])
-    resources: context="model", gpu=1
-    script: "score.py"
-"""
-LOADER = """
-import time
-
-def load(seconds):
-    time.sleep(seconds)
-    return {"weights": True}
-"""
-SCRIPT = """
-import time
-from snakemake_executor_context import load_context, report_items
-
-load_context(snakemake)
-time.sleep(snakemake.params.seconds)
-with open(snakemake.output[0], "w") as out:
-    out.write(snakemake.wildcards.i + "\\n")
-report_items(snakemake.params.claims)
-"""
 CATALOG = Path(".snakemake/context/catalog.db")
 
 
