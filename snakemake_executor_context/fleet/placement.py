@@ -220,7 +220,7 @@ def _choose(
     warm = [servers[a] for a in found.fewest if a in holders and a not in retired]
     if not warm:
         return Decision(best.address, step)
-    lives = survival_chance(view, best, _load_and_job(view, identity, best), now)
+    lives = _survives_load(view, identity, best, now)
     if cold_start_load(view, identity, best, warm, remaining, demand or {}) and lives >= 0.5:
         return Decision(
             best.address,
@@ -297,9 +297,7 @@ def _best_cold(
     cached = [s for s in cold if identity in s.cached]
     pool, step = (cached, PlacementStep.CACHED) if cached else (list(cold), PlacementStep.ANY)
     if view.survival_placement and len(pool) > 1:
-        lives = {
-            s.address: survival_chance(view, s, _load_and_job(view, identity, s), now) for s in pool
-        }
+        lives = {s.address: _survives_load(view, identity, s, now) for s in pool}
         likeliest = max(lives.values())
         longest = [s for s in pool if lives[s.address] >= likeliest]
         if len(longest) < len(pool) and step == PlacementStep.ANY:
@@ -444,6 +442,14 @@ def survival_chance(view: FleetState, server: ServerState, span: float, now: flo
         return 1.0
     chance = view.survival.survives(server.address, span, now=now, retires_at=server.retires_at)
     return 1.0 if chance >= LIKELY else chance
+
+
+def _survives_load(view: FleetState, identity: str, server: ServerState, now: float) -> float:
+    """:func:`survival_chance` of ``server`` over a load of ``identity`` and one of its
+    jobs there (1 at once with survival placement off: nothing measured is read)."""
+    if not view.survival_placement:
+        return 1.0
+    return survival_chance(view, server, _load_and_job(view, identity, server), now)
 
 
 def _load_and_job(view: FleetState, identity: str, server: ServerState) -> float:

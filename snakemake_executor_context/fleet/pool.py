@@ -224,7 +224,7 @@ def kind_survival(
     not weigh survival."""
     if demand is None or not demand.survival:
         return None
-    span = demand.load_seconds + demand.job_seconds or UNMEASURED_SPAN
+    span = (demand.load_seconds + demand.job_seconds) or UNMEASURED_SPAN
     return [book.new_server(group, gpu_model, span, now=now) for group, gpu_model in kinds]
 
 
