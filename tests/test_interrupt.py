@@ -1,4 +1,5 @@
-"""Ctrl-C: Snakemake exits promptly and cleanly, and leaves nothing behind.
+"""Ctrl-C and SIGTERM: Snakemake exits promptly and cleanly, leaves nothing behind,
+and a plain rerun finishes the workflow.
 
 Each test sets the disposition its signal relies on: the snakemake it starts gets
 SIGINT's default action back (a test run may itself start with SIGINT ignored, as a
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -22,7 +24,7 @@ import psutil
 import pytest
 from sqlalchemy import text
 
-from .conftest import BIN, HEADER, TOY_LOADER, busy_loops
+from .conftest import BIN, HEADER, TOY_LOADER, busy_loops, context_run
 
 pytestmark = pytest.mark.slow
 
@@ -33,13 +35,16 @@ def _default_sigint() -> None:
 
 
 @contextlib.contextmanager
-def _snakemake(args: list[str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
+def _snakemake(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
     """Snakemake leading its own process group (like a terminal's foreground job),
     with SIGINT's default disposition; on the way out, it and everything it started
     (the embedded cluster runs in a session of its own) are killed if still there."""
     process = subprocess.Popen(
         [str(BIN / "snakemake"), *args],
         cwd=cwd,
+        env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -356,3 +361,76 @@ def test_ctrl_c_under_load(make_workflow):
             loop.wait()
     seconds = ", ".join(f"{t:.1f}" for t in took)
     print(f"{CTRL_C_RUNS} runs under load: exited {seconds} s after SIGINT")
+
+
+#: The test scheduler plugin (tests/plugins): Snakemake's greedy selector, slow, with a
+#: file that exists while it selects.
+PLUGINS = Path(__file__).parent / "plugins"
+MANY_JOBS = 2000
+MANY_NOOPS = HEADER + textwrap.dedent(f"""
+    rule all:
+        input: expand("out/{{i}}.txt", i=range({MANY_JOBS}))
+
+    rule one:
+        output: "out/{{i}}.txt"
+        resources: context="toy"
+        script: "one.py"
+""")
+ONE_LINE = """
+with open(snakemake.output[0], "w") as f:
+    f.write("1")
+"""
+
+
+@pytest.mark.parametrize("when", ["selecting", "between selections"])
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_at_two_thousand_jobs_stops_the_run_and_a_plain_rerun_finishes(
+    make_workflow, how, when
+):
+    """2,000 ready context jobs, the signal sent once 100 outputs exist: inside one of
+    Snakemake's job selections, or between two (the slowpick scheduler says which).
+    Snakemake exits within 15 s, nothing the run started is left, the catalog records
+    the run interrupted and an outcome for every attempt, and a plain rerun (no
+    --rerun-incomplete) writes every output.
+
+    Before the fix, one try of each case inside a selection failed: SIGTERM hung for
+    ever (Snakemake's handler waits on the scheduler's lock, which the main thread
+    holds while it selects: 5 of 6 tries at random moments, every try inside a
+    selection), and after SIGINT the rerun stopped on IncompleteFilesException
+    (outputs of jobs finished on their servers, never finished by Snakemake: 3 of 3)."""
+    workdir = make_workflow({"Snakefile": MANY_NOOPS, "loader.py": TOY_LOADER, "one.py": ONE_LINE})
+    selecting = workdir / "selecting"
+    path = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))
+    env = {"PYTHONPATH": path, "SLOWPICK_MARK": str(selecting)}
+    args = ["--executor", "context", "--jobs", "8", "--context-servers", "2"]
+    out = workdir / "out"
+    with _snakemake([*args, "--scheduler", "slowpick"], workdir, env) as process:
+        deadline = time.monotonic() + 120
+        while not out.is_dir() or sum(1 for _ in out.iterdir()) < 100:
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "100 outputs did not come"
+            time.sleep(0.05)
+        while selecting.exists() != (when == "selecting"):
+            assert time.monotonic() < deadline, f"no moment {when}"
+            time.sleep(0.002)
+        started_by_run = _descendants(process)
+        signalled = time.monotonic()
+        process.send_signal(how)
+        output, _ = process.communicate(timeout=60)
+        took = time.monotonic() - signalled
+
+    print(f"{how.name} {when}: exited {took:.1f} s after it")
+    assert took < 15, output[-3000:]
+    assert process.returncode != 0, output[-3000:]  # stopped before the end
+    _, alive = psutil.wait_procs(started_by_run, timeout=5)
+    assert not alive, alive
+    catalog = sqlite3.connect(workdir / ".snakemake/context/catalog.db")
+    with contextlib.closing(catalog):
+        noted = catalog.execute("select count(*) from events where kind = 'run-interrupted'")
+        assert noted.fetchall() == [(1,)], output[-3000:]
+        unended = catalog.execute("select key from attempts where outcome is null").fetchall()
+        assert not unended, unended
+    rerun = context_run(workdir, "--jobs", "8", "--context-servers", "2", timeout=300)
+    assert rerun.returncode == 0, rerun.output[-3000:]
+    written = {path.name for path in out.iterdir()}
+    assert written == {f"{i}.txt" for i in range(MANY_JOBS)}

@@ -170,7 +170,9 @@ class ClusterConnection:
         deadline = time.monotonic() + patience
         while True:
             why = self.scheduler_gone()
-            if why is not None or self.local is None or self.client.status == "running":
+            connected = self.client.status == "running"
+            # Closed: this run stopped the cluster itself (Ctrl-C); nothing died.
+            if why is not None or self.closed or self.local is None or connected:
                 return why
             if time.monotonic() >= deadline:
                 return None

@@ -19,7 +19,12 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from ..fleet.keys import job_key_of, new_run_id
 from ..jobspec import remove_outputs
-from ..snakemake_internals import cancel_scheduler_timers, thin_selections
+from ..snakemake_internals import (
+    cancel_scheduler_timers,
+    graceful_stop_off_the_main_thread,
+    thin_selections,
+    told_not_finished,
+)
 from . import announce, results, startup
 from . import vocabulary as v
 from .fleetpoll import FleetPoll
@@ -57,6 +62,7 @@ class Executor(RemoteExecutor):
 
     def __post_init__(self) -> None:
         workflow = self.workflow
+        graceful_stop_off_the_main_thread()  # before the scheduler binds SIGTERM to it
         steps = StartSteps(startup.process_started())
         self.declarations = startup.checked_declarations(workflow)
         steps.mark("checks")
@@ -137,7 +143,7 @@ class Executor(RemoteExecutor):
             if not info.aux.get("reported"):
                 yield info
 
-    def _handle_inbox(self, first: list[v.Stimulus] | None = None, tell_all: bool = False) -> None:
+    def _handle_inbox(self, first: list[v.Stimulus] | None = None, telling: bool = True) -> None:
         with self._handling:
             for early in first or ():
                 self._execute(self.dispatch.handle(early))
@@ -145,7 +151,8 @@ class Executor(RemoteExecutor):
                 try:
                     stimulus = self._inbox.get_nowait()
                 except queue.Empty:
-                    self._tell_held(everything=tell_all)
+                    if telling:
+                        self._tell_held()
                     return
                 if isinstance(stimulus, str):
                     job = self._jobs.get(job_key_of(stimulus))
@@ -225,13 +232,19 @@ class Executor(RemoteExecutor):
     # -- cancel and shutdown -------------------------------------------------------------
 
     def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]) -> None:
-        """Ctrl-C: drop queued jobs, stop running ones, remove unreported jobs' outputs."""
-        with self._handling:  # not active_jobs: Snakemake empties it while checking them
-            outputs = [output_specs(job.info.job) for job in self._jobs.values()]
+        """Ctrl-C: drop queued jobs, stop running ones, and remove the outputs of
+        every job Snakemake will not finish: those in flight, and those that ended
+        on their servers but were not yet told (held) or not yet finished by
+        Snakemake's scheduler, which stops here (their outputs stay marked
+        incomplete: a plain rerun would refuse them)."""
         self._inbox.put(v.CancelAll(time.time()))
-        self._handle_inbox(tell_all=True)
+        self._handle_inbox(telling=False)
+        with self._handling:  # not active_jobs: Snakemake empties it while checking them
+            jobs = [job.info.job for job in self._jobs.values()]
+            jobs += [info.job for info in self._held.take()]
+        jobs += told_not_finished(self.workflow)
         self.local_jobs.stop()
-        remove_outputs(spec for specs in outputs for spec in specs)
+        remove_outputs(spec for job in jobs for spec in output_specs(job))
 
     def shutdown(self) -> None:
         """Stop the status loop, summarise the servers, stop an embedded cluster."""

@@ -126,6 +126,8 @@ class Dispatch:
         self._seq = self.failures = 0
         #: The run was cancelled (Ctrl-C) or told to stop (SIGTERM).
         self.interrupted = False
+        #: Why no job starts any more (Snakemake stops after its running jobs).
+        self.stopping: str | None = None
         #: Every decision about a job, with its stimulus (:meth:`story`).
         self.log = StoryLog()
         self._stimuli, self._stimulus, self._now = 0, "", 0.0
@@ -222,6 +224,11 @@ class Dispatch:
         if self.scheduler_lost is not None:
             message = f"{ticket.title}: not run: the cluster's scheduler died."
             self._report_error(ticket, message, ev.JobOutcome.FAILED, out)
+            return
+        if self.stopping is not None:  # handed by a selection the stop overtook
+            self._tell(ticket, "cancelled", self.stopping)
+            message = f"{ticket.title}: not started: {self.stopping}."
+            self._report_error(ticket, message, ev.JobOutcome.CANCELLED, out)
             return
         self._seq += 1
         job = self._jobs[ticket.key] = QueuedJob(ticket, self._seq)
@@ -576,8 +583,10 @@ class Dispatch:
 
     def _stop_queued(self, why: str, out: list[Command]) -> None:
         """Snakemake stops after its running jobs (SIGTERM): the queued ones, which no
-        server has started, end now; the attempts in flight finish."""
+        server has started, end now, as does any job handed later; the attempts in
+        flight finish."""
         self.interrupted = True
+        self.stopping = why
         for job in self._queue:
             job.cancelled = True
             self._tell(job.ticket, "cancelled", why)

@@ -57,9 +57,13 @@ class HeldReports(Generic[T]):
         taken out; ``handed`` and ``queued`` as :func:`tell_now` counts them."""
         held_for = now - self._since
         if everything or tell_now(held=len(self), handed=handed, queued=queued, held_for=held_for):
-            told, self._held = self._held, []
-            return told
+            return self.take()
         return []
+
+    def take(self) -> list[T]:
+        """Every held report, taken out (told now, or never: the run is cancelled)."""
+        taken, self._held = self._held, []
+        return taken
 
     def pause(self, interval: float) -> float:
         """How long the status loop may sleep: ``interval``, or less while a report is

@@ -253,7 +253,7 @@ def run_stimuli(
         if why is not None:
             connection.abandon_client()
             found.append(SchedulerLost(why, now))
-    if dispatch.queued and graceful_shutdown_requested(workflow):
+    if dispatch.stopping is None and graceful_shutdown_requested(workflow):
         why = "Snakemake was asked to stop (SIGTERM) and only waits for running jobs"
         found.append(StopQueued(why, now))
     return found
