@@ -558,6 +558,39 @@ def test_a_late_end_of_a_lost_attempt_is_fenced_off(tmp_path):
         assert run.loads == 0 and run.jobs_ok == 0
 
 
+def test_attempts_a_loss_record_missed_join_that_servers_loss(tmp_path):
+    """A server's leaving listed one of the two attempts it ran; the run's dispatch
+    tells the other (AttemptsLost): one loss row of the server, both attempts lost in
+    it. A server that left listing none gets a loss row from dispatch's record alone."""
+    from snakemake_executor_context.catalog.models import Attempt, ServerLoss
+
+    catalog = CatalogWriter(open_store(tmp_path / "c.db"), warn=pytest.fail)
+    catalog.submit(ev.RunStarted(run_id="r"))
+    for address in ("tcp://s0", "tcp://s1"):
+        catalog.submit(ev.ServerJoined(address=address, name=address[-2:]))
+    now = time.time()
+    first, second, third = (_job_events("r", i, address=a, at=now)[:2] for i, a in
+                            ((1, "tcp://s0"), (2, "tcp://s0"), (3, "tcp://s1")))  # fmt: skip
+    for dispatched, started in (first, second, third):
+        catalog.submit(dispatched)
+        catalog.submit(started)
+    left = ev.ServerLeft(at=now + 4, address="tcp://s0", reason="crash: killed by SIGKILL")
+    left.lost = [ev.LostJob(key=first[0].key, started=now).to_wire()]
+    catalog.submit(left)
+    catalog.submit(ev.ServerLeft(at=now + 4, address="tcp://s1", reason="crash: SIGKILL"))
+    for address, dispatched in (("tcp://s0", second[0]), ("tcp://s1", third[0])):
+        told = ev.LostJob(key=dispatched.key, run_id="r", started=now).to_wire()
+        lost = ev.AttemptsLost(at=now + 4, run_id="r", address=address, reason="crash", lost=[told])
+        catalog.submit(lost)
+    catalog.close()
+    with open_reader(tmp_path / "c.db").session() as session:
+        attempts = session.query(Attempt).order_by(Attempt.key).all()
+        assert [a.outcome for a in attempts] == ["lost", "lost", "lost"]
+        losses = session.query(ServerLoss).order_by(ServerLoss.id).all()
+        assert [(loss.jobs_lost, round(loss.seconds_lost)) for loss in losses] == [(2, 8), (1, 4)]
+        assert [a.loss_id for a in attempts] == [losses[0].id, losses[0].id, losses[1].id]
+
+
 def test_story_finds_a_job_by_its_rule_and_wildcards_in_the_run_named(tmp_path):
     """`snakemake-context story` with a rule and its wildcards, in both spellings, in
     the latest run or the one --run names; a rule that matches several jobs, or none,

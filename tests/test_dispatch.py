@@ -120,18 +120,44 @@ def test_a_server_lost_mid_job_sends_the_job_elsewhere_without_a_report():
     assert not of(out, v.ReportError) and not of(out, v.ReportSuccess)
 
 
-def test_a_server_lost_between_the_end_and_the_result_reruns_the_job():
-    """The event freed the slot, but only a result reports: the job runs again."""
-    dispatch = machine(servers=1)
-    join(dispatch, "tcp://s1")
+def test_a_job_its_server_said_ended_ok_is_not_run_again_when_the_server_dies_holding_it():
+    """The server's JobFinished said ok (its outputs written and checked); the server
+    died before the result was fetched: the job succeeded, and is not placed again."""
+    dispatch = machine()
     (first,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
     dispatch.handle(started(first.key, first.address))
     dispatch.handle(finished(first.key, first.address))
     assert dispatch.fleet.servers[first.address].free  # released once, by the event
     out = leave(dispatch, first.address)
-    assert of(out, v.Cancel) == [v.Cancel(first.key)]
-    assert of(out, v.Submit)[0].key.endswith(".2")
-    assert not of(out, v.ReportSuccess)
+    assert not of(out, v.Submit)
+    assert of(out, v.Cancel) == [v.Cancel(first.key)]  # its future, held by the dead server
+    assert [c.ticket.key for c in of(out, v.ReportSuccess)] == [ticket(1).key]
+    (reported,) = recorded(out, ev.JobReported)
+    assert (reported.key, reported.outcome) == (first.key, "ok")
+    assert not recorded(out, ev.AttemptsLost)
+    assert any("said so, then left" in str(e.detail) for e in dispatch.story(first.key))
+    assert dispatch.handle(ended(first.key, address=first.address)) == [  # fenced off
+        v.Log("debug", f"fenced off the result of given-up attempt {first.key}")
+    ]
+
+
+def test_attempts_a_server_left_with_that_the_hub_did_not_list_are_recorded_lost_by_dispatch():
+    """A server killed with its job running, whose loss record (the hub's) lists no
+    job: dispatch records the attempt it placed there as lost; a listed one is not
+    recorded twice."""
+    for listed in (False, True):
+        dispatch = machine(servers=1)
+        (first,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
+        dispatch.handle(started(first.key, first.address))
+        hubs = [ev.LostJob(key=first.key, run_id=RUN).to_wire()] if listed else []
+        out = leave(dispatch, first.address, exit_code=-9, lost=hubs)
+        if listed:
+            assert not recorded(out, ev.AttemptsLost)
+            continue
+        (lost,) = recorded(out, ev.AttemptsLost)
+        assert (lost.run_id, lost.address) == (RUN, first.address)
+        assert [(j.key, j.started) for j in lost.lost_jobs()] == [(first.key, 1.0)]
+        assert lost.reason == "lost (handle-worker-cleanup)"  # the loss record's own
 
 
 def test_a_result_after_its_servers_loss_is_fenced_off():

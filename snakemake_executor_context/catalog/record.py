@@ -123,6 +123,7 @@ class Recorder:
             ev.ServerJoined: self._server_joined,
             ev.ServerDescribed: self._server_described,
             ev.ServerLeft: self._server_left,
+            ev.AttemptsLost: self._attempts_lost,
             ev.ServerKillInjected: self._kill_injected,
             ev.ServerDraining: self._draining,
             ev.ContextLoading: self._context_loading,
@@ -382,33 +383,56 @@ class Recorder:
         loss = ServerLoss(server_id=server_id, at=event.at, reason=event.reason)
         session.add(loss)
         session.flush()
+        self._lose(session, loss, lost, event.at)
+        self._note(
+            session,
+            "server-lost",
+            event.at,
+            f"{name} lost with {len(lost)} job(s) running, {loss.seconds_lost:.1f} s of work "
+            f"({event.reason})",
+            server_id=server_id,
+        )
+
+    def _attempts_lost(self, session: Session, event: ev.AttemptsLost) -> None:
+        """A run's attempts its server's loss record missed: added to that loss (made
+        if the server's leaving recorded none)."""
+        server_id = session.scalar(
+            select(Server.id).where(Server.address == event.address).order_by(Server.id.desc())
+        )
+        if server_id is None:
+            server_id = self._server(session, event.address, event.at)
+        loss = session.scalars(
+            select(ServerLoss).where(ServerLoss.server_id == server_id).order_by(ServerLoss.id)
+        ).first()
+        if loss is None:
+            loss = ServerLoss(server_id=server_id, at=event.at, reason=event.reason)
+            session.add(loss)
+            session.flush()
+        lost = event.lost_jobs()
+        self._lose(session, loss, lost, loss.at)
+        text = f"{len(lost)} more job(s) lost with it, as run {event.run_id} placed them"
+        self._note(session, "server-lost", event.at, text, server_id=server_id)
+
+    def _lose(self, session: Session, loss: ServerLoss, lost: list[ev.LostJob], at: float) -> None:
+        """Mark ``lost``'s attempts lost with ``loss`` (at ``at``) and count them in it."""
         seconds = 0.0
         for job in lost:
             attempt_id = self._attempt(session, job.key)
             started = job.started
             if attempt_id is None:
                 attempt_id = self._new_attempt(
-                    session, job.key, server_id=server_id, started=started
+                    session, job.key, server_id=loss.server_id, started=started
                 )
             elif started is None:
                 started = session.scalar(select(Attempt.started).where(Attempt.id == attempt_id))
-            lost_seconds = max(0.0, event.at - started) if started else 0.0
-            seconds += lost_seconds
+            seconds += max(0.0, at - started) if started else 0.0
             session.execute(
                 update(Attempt)
                 .where(Attempt.id == attempt_id)
-                .values(outcome="lost", finished=event.at, loss_id=loss.id, server_id=server_id)
+                .values(outcome="lost", finished=at, loss_id=loss.id, server_id=loss.server_id)
             )
-        loss.jobs_lost = len(lost)
-        loss.seconds_lost = seconds
-        self._note(
-            session,
-            "server-lost",
-            event.at,
-            f"{name} lost with {len(lost)} job(s) running, {seconds:.1f} s of work "
-            f"({event.reason})",
-            server_id=server_id,
-        )
+        loss.jobs_lost = (loss.jobs_lost or 0) + len(lost)
+        loss.seconds_lost = (loss.seconds_lost or 0.0) + seconds
 
     # -- contexts ------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ failure to produce one) is authoritative: only a result reports a job, and a giv
 attempt's result is fenced off. The server's ``JobFinished`` event (best-effort) only
 frees the slot early; each slot is released once, by whichever comes first; an attempt
 whose event came but whose result did not is polled at the next fleet check, and a
-result that beats its event records the attempt's end itself: nothing waits. A
+result that beats its event records the attempt's end itself: nothing waits. One
+exception: when the server dies holding the result of an attempt whose event said ok,
+that event is its end (the job is not run twice). A
 cancellation that no server seals (a task cancelled in Dask, the embedded cluster
 killed on Ctrl-C, a server restarted while its job was being stopped) is recorded from
 what dispatch knows: from the attempt's start to now.
@@ -450,6 +452,7 @@ class Dispatch:
                 self.fleet.mark_started(event.key, event.at)
             else:
                 attempt.event_seen = now
+                attempt.event_ok = event.ok and not event.cancelled
                 self._release(attempt)
                 self.fleet.touch(event.address, event.context, event.finished)
                 self._tell(attempt.job.ticket, "slot freed", attempt=event.key)
@@ -466,7 +469,11 @@ class Dispatch:
 
     def _server_left(self, event: ev.ServerLeft, now: float, out: list[Command]) -> None:
         address, name, cause = event.address, event.name, event.cause()
-        lost = [a for a in self._attempts.values() if a.pinned and a.address == address]
+        placed = [a for a in self._attempts.values() if a.pinned and a.address == address]
+        for attempt in placed:
+            if attempt.event_ok:  # it ended ok; only its result died with the server
+                self._ended_by_event(attempt, name or address, out)
+        lost = [a for a in placed if not a.event_ok]
         server = self.fleet.servers.get(address)
         keys = [a.key for a in lost]
         ran = ran_there(keys, server.started if server else {}, server, event.running)
@@ -474,6 +481,19 @@ class Dispatch:
             titles = [a.job.ticket.title for a in lost if a.key in ran]
             fleet = (len(self.fleet.servers) - 1, self.planned)
             out.append(Log("warning", loss_line(name or address, cause, titles, len(lost), fleet)))
+        listed = {job.key for job in event.lost_jobs()}
+        unlisted = [a for a in lost if a.key not in listed and not a.job.cancelled]
+        if unlisted:  # the hub did not see them run there: dispatch knows it placed them
+            starts = server.started if server else {}
+            wire = [
+                ev.LostJob(key=a.key, run_id=self.run_id, started=starts.get(a.key)).to_wire()
+                for a in unlisted
+            ]
+            reason = event.reason or f"{cause.kind}: {cause.why}"
+            lost_record = ev.AttemptsLost(
+                at=now, run_id=self.run_id, address=address, reason=reason, lost=wire
+            )
+            out.append(Record(lost_record))
         # A server nobody saw die (no exit code: unreachable, stopped) may still run it.
         unconfirmed = cause.kind != "closed" and cause.exit_code is cause.signal is None
         for attempt in lost:
@@ -497,6 +517,20 @@ class Dispatch:
             wait = f"after its server's lease, {self.lease_wait:g} s" if unconfirmed else "at once"
             self._tell(job.ticket, "requeued", f"placed again {wait}", out=out)
             insort(self._queue, job, key=attrgetter("order"))
+
+    def _ended_by_event(self, attempt: Attempt, where: str, out: list[Command]) -> None:
+        """An attempt whose server said it ended ok (its JobFinished: outputs written
+        and checked) and then left before its result was fetched: the job succeeded,
+        and does not run again."""
+        del self._attempts[attempt.key]
+        self._release(attempt)
+        out.append(Cancel(attempt.key))  # its future: held by a server that is gone
+        ticket = attempt.job.ticket
+        self._jobs.pop(ticket.key, None)
+        detail = f"ok: {where} said so, then left before its result was fetched"
+        self._tell(ticket, "ended", detail, attempt=attempt.key, out=out)
+        out.append(ReportSuccess(ticket))
+        out.append(self._reported(attempt.key, ticket, ev.JobOutcome.OK, None))
 
     def _stopped_with(self, attempt: Attempt, why: str, now: float, out: list[Command]) -> None:
         """A cancelled job's attempt whose server left while it was being stopped (a

@@ -52,7 +52,10 @@ class Attempt:
     step: PlacementStep
     #: Whether it holds its server's slot (freed once: by its end event or result).
     holds_slot: bool = True
-    #: When its server's JobFinished came (its result is polled for after a while).
+    #: When its server's JobFinished came (its result is polled for after a while),
+    #: and whether it said the job succeeded: if the server dies holding the result,
+    #: that event is the job's end (its outputs were written and checked).
     event_seen: float | None = None
+    event_ok: bool = False
     #: Submitted to one server (False: Dask chose).
     pinned: bool = True

@@ -23,6 +23,7 @@ from .pilotbook import PilotRecord
 
 __all__ = [
     "TOPIC",
+    "AttemptsLost",
     "CacheEntryDamaged",
     "ContextEvicted",
     "ContextLoadFailed",
@@ -215,6 +216,24 @@ class ServerLeft(Event):
             "restarted",
         )
         return classify(**{name: getattr(self, name) for name in known})
+
+
+@dataclass(kw_only=True)
+class AttemptsLost(Event):
+    """Attempts of a run that a server's :class:`ServerLeft` did not list as lost
+    (the hub saw no start, the dead process's record missed them), told by the run's
+    dispatch machine, which knows what it placed there: the catalog records them lost
+    with that server's loss."""
+
+    kind: ClassVar[str] = "attempts-lost"
+    run_id: str
+    address: str
+    reason: str = ""
+    lost: list[dict[str, Any]] = field(default_factory=list)
+
+    def lost_jobs(self) -> list[LostJob]:
+        """``lost`` as :class:`LostJob` records."""
+        return [LostJob(**item) for item in self.lost]
 
 
 @dataclass(kw_only=True)
