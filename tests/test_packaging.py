@@ -1,11 +1,14 @@
-"""The plugin is discoverable, cheap to import, and pins its common settings."""
+"""The plugin is discoverable, cheap to import, pins its common settings, and its wheel
+ships the license."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
-from .conftest import BIN
+from .conftest import BIN, REPO
 
 HEAVY = ("distributed", "dask", "torch", "transformers", "textual", "sqlalchemy")
 
@@ -69,3 +72,26 @@ def test_console_script():
     )
     assert out.returncode == 0
     assert all(command in out.stdout for command in ("up", "down", "status"))
+
+
+def test_the_wheel_ships_the_license(tmp_path: Path):
+    # pip builds the wheel as CI does (.ci/run), with the backend pyproject.toml names:
+    # hatchling, in an isolated environment (a second or so once pip has cached it). The
+    # sdist, which nothing here builds, takes the license-files of pyproject.toml too.
+    pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
+    out = subprocess.run(
+        [*pip, "-w", str(tmp_path), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        (license_file,) = [name for name in archive.namelist() if name.endswith("/LICENSE")]
+        assert license_file.endswith(".dist-info/licenses/LICENSE"), license_file
+        assert archive.read(license_file) == (REPO / "LICENSE").read_bytes()
+        (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        headers = archive.read(metadata).decode().splitlines()
+    assert "License-Expression: MIT" in headers
+    assert "License-File: LICENSE" in headers
