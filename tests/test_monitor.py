@@ -151,6 +151,78 @@ def test_fleet_groups_servers_by_gpu_model_and_opens_a_server_page(catalog):
     drive(app, script)
 
 
+def test_after_a_run_the_fleet_shows_its_servers_as_ended(tmp_path):
+    """When no run and no server is live, the fleet view shows the last run's servers,
+    ended (when each left, the jobs it ran), labelled as the other views label the last
+    run; not a server of an earlier run. Once a run is live again, it shows what is live."""
+    from snakemake_context_monitor.model import Memo
+    from snakemake_context_monitor.views import fleet
+
+    path = tmp_path / "c.db"
+    now = [EPOCH]
+    source = CatalogSource(path, clock=lambda: now[0])
+
+    def fleet_rows() -> dict[str, tuple[str, ...]]:
+        snapshot = source.fetch()
+        fresh = CatalogSource(path, clock=lambda: now[0]).fetch()
+        assert snapshot.ended == fresh.ended  # read incrementally or from scratch
+        return dict(fleet.page(snapshot, Memo()).tables["fleet-servers"])
+
+    with CatalogBuilder(path, start=EPOCH) as b:
+        earlier = b.run("earlier")
+        old = b.server("old", gpu="NVIDIA A100-SXM4-80GB")
+        b.job(earlier, "score", server=old, seconds=2.0)
+        b.leave(old)
+        b.finish_run(earlier)
+        b.tick(60.0)
+        run = b.run("last", jobs_total=5)
+        gpu0, gpu1 = b.server("gpu0"), b.server("gpu1")
+        model = b.context("smollm2")
+        b.load(gpu0, model, seconds=1.0)
+        b.load(gpu1, model, seconds=1.0)
+        for _ in range(3):
+            b.job(run, "score", server=gpu0, context=model, seconds=2.0, items=4)
+        b.job(run, "score", server=gpu1, context=model, seconds=2.0, items=4)
+        b.job(run, "score", server=gpu1, context=model, seconds=1.0, ok=False)
+        b.commit()
+        now[0] = b.now
+        live = fleet_rows()  # the run is live: its servers, live
+        assert set(live) == {gpu0, gpu1} and live[gpu0][2] == "0/1"
+        b.tick(5.0)
+        b.leave(gpu0)
+        left = {gpu0: b.now, gpu1: b.tick(1.0)}
+        b.leave(gpu1)
+        b.finish_run(run)
+        b.commit()
+        now[0] = b.tick(30.0)
+        assert set(fleet_rows()) == {gpu0, gpu1}
+        app = make_app(path, now=now[0])
+
+        async def script(pilot):
+            servers = rows(app, "fleet-servers")
+            at = {a: time.strftime("%H:%M:%S", time.localtime(t)) for a, t in left.items()}
+            assert servers == {
+                gpu0: ["gpu0", "h200", "-", "smollm2", "3", "0", "12", "left", at[gpu0]],
+                gpu1: ["gpu1", "h200", "-", "smollm2", "1", "1", "4", "left", at[gpu1]],
+            }
+            models = rows(app, "fleet-models")
+            assert list(models) == ["h200"]  # not the earlier run's A100
+            assert models["h200"][:7] == ["h200", "2", "-", "-", "141 GB", "1", "4"]
+            summary = text(app, "fleet-summary")
+            assert "2 servers of 1 GPU model(s) in the last run (no run is live)" in summary
+            assert "all ended; throughput over that run." in summary
+
+        drive(app, script)
+        b.run("next")  # live, before its servers join: nothing to show yet
+        b.commit()
+        now[0] = b.now
+        assert fleet_rows() == {}
+        gpu2 = b.server("gpu2")
+        b.commit()
+        assert list(fleet_rows()) == [gpu2]
+    source.close()
+
+
 def test_contexts_view_shows_where_each_context_is_warm(catalog):
     app = make_app(catalog)
 
@@ -624,7 +696,15 @@ def test_incremental_reads_equal_a_fresh_read_and_the_catalogs_own_queries(tmp_p
     def agree() -> None:
         snapshot = source.fetch()
         fresh = CatalogSource(path, clock=lambda: now[0]).fetch()
-        for name in ("servers", "placements", "timeline", "loss_totals", "progress", "fleet"):
+        for name in (
+            "servers",
+            "placements",
+            "timeline",
+            "loss_totals",
+            "progress",
+            "fleet",
+            "ended",
+        ):
             assert getattr(snapshot, name) == getattr(fresh, name), name
         assert snapshot.series == fresh.series and snapshot.counts == fresh.counts
         own = _catalogs_own_view(path, now[0])

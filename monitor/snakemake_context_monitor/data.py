@@ -35,7 +35,15 @@ from snakemake_executor_context.catalog.store import (
 
 from .derive import Derived
 from .format import LAST_RUN
-from .rows import LossTotals, PlacementRow, Progress, Series, ServerRow, TimelineRow
+from .rows import (
+    EndedFleet,
+    LossTotals,
+    PlacementRow,
+    Progress,
+    Series,
+    ServerRow,
+    TimelineRow,
+)
 
 __all__ = ["WINDOWS", "CatalogProblem", "CatalogSource", "Snapshot"]
 
@@ -83,6 +91,9 @@ class Snapshot:
     finished: int = 0
     #: The latest run's ledger (where its GPU-seconds went), live.
     ledger: LedgerSums | None = None
+    #: The last run's servers, ended, when no run and no server is live (else None):
+    #: the fleet view shows them then.
+    ended: EndedFleet | None = None
 
     def server(self, address: str) -> ServerRow | None:
         """A live server by address."""
@@ -177,11 +188,10 @@ class CatalogSource:
         derived = self.derived
         derived.update(result, now)
         since, until, label = derived.since(dict(WINDOWS)[window], now), now, window
-        live = any(run.state in ("running", "stale") for run in reader.runs)
-        if reader.runs and not live and window != "all":
+        last_run = derived.last_run(now)
+        if last_run is not None and window != "all":
             # No run is live: the window covers the last run, not the last minutes.
-            last = reader.runs[0]
-            since, until, label = last.started, last.finished or now, LAST_RUN
+            (since, until), label = last_run, LAST_RUN
         return Snapshot(
             fetched_at=now,
             query_seconds=time.perf_counter() - started,
@@ -210,6 +220,7 @@ class CatalogSource:
             changed=result.changed,
             finished=result.finished,
             ledger=ledger,
+            ended=derived.ended(last_run),
         )
 
     def story(self, key: str) -> str:

@@ -11,6 +11,10 @@ too: it is estimated as of the last multiple of
 :data:`~snakemake_executor_context.catalog.lives.REFRESH_SECONDS` (the same whenever
 the monitor started), again after a change to the fleet and when the next multiple
 comes (then only the rows whose estimate reads otherwise change).
+
+When no run is live, the views show the last run (:meth:`Derived.last_run`), and when
+no server is live either, the fleet view shows that run's servers, ended
+(:meth:`Derived.ended`).
 """
 
 from __future__ import annotations
@@ -37,12 +41,14 @@ from snakemake_executor_context.catalog.queries import (
     load_kind,
 )
 
-from .rows import LossTotals, PlacementRow, Progress, Series, ServerRow, TimelineRow
+from .rows import EndedFleet, LossTotals, PlacementRow, Progress, Series, ServerRow, TimelineRow
 
-__all__ = ["RATE_WINDOW", "Derived"]
+__all__ = ["LIVE_STATES", "RATE_WINDOW", "Derived"]
 
 #: How far back the progress view's recent rate looks (seconds).
 RATE_WINDOW = 300.0
+#: The states of a run that is live (:func:`~snakemake_executor_context.catalog.history.runs`).
+LIVE_STATES = ("running", "stale")
 
 
 class Derived:
@@ -66,6 +72,8 @@ class Derived:
         self._lives: dict[str, LifeLeft] = {}
         self._lives_at: float | None = None
         self._lives_from: tuple[object, frozenset[LiveServer]] | None = None
+        #: The last run's ended fleet, and the span it was made for (None: made again).
+        self._ended: tuple[tuple[float, float], EndedFleet | None] | None = None
 
     def update(self, result: ReadResult, now: float | None = None) -> None:
         """Rebuild what the last read changed: every list after a change to the fleet,
@@ -111,6 +119,7 @@ class Derived:
                 self._placements[pair] = replace(row, jobs_warm=reader.warm.get(pair, 0))
         else:
             return
+        self._ended = None
         self.servers = list(self._servers.values())
         self.placements = list(self._placements.values())
         self.throughput = _throughput(reader)
@@ -129,6 +138,24 @@ class Derived:
             return self._lives
         self._lives_at, self._lives_from = as_of, (history, servers)
         return lives_left(self.reader.survival, servers, now=as_of)
+
+    def last_run(self, now: float) -> tuple[float, float] | None:
+        """The last run's span (started, finished) when no run is live: what the views
+        show then. None: a run is live, or none has run."""
+        latest = self.reader.runs
+        if not latest or any(run.state in LIVE_STATES for run in latest):
+            return None
+        return latest[0].started, latest[0].finished or now
+
+    def ended(self, span: tuple[float, float] | None) -> EndedFleet | None:
+        """The servers of the last run (``span``, from :meth:`last_run`), all ended,
+        when no server is live; None when one is, or a run is (``span`` None). The same
+        object until the next change read, or another span."""
+        if span is None or self._servers:
+            return None
+        if self._ended is None or self._ended[0] != span:
+            self._ended = (span, _ended(self.reader, *span))
+        return self._ended[1]
 
     def series(self, since: float, until: float, buckets: int) -> list[Series]:
         """Successful attempts finished in [since, until], bucketed, overall (``all``,
@@ -159,7 +186,7 @@ class Derived:
         latest = self.reader.runs
         if not latest:
             return None
-        current = next((r for r in latest if r.state in ("running", "stale")), latest[0])
+        current = next((r for r in latest if r.state in LIVE_STATES), latest[0])
         recent_from = max(current.started, (current.finished or now) - RATE_WINDOW)
         finishes = self.reader.by_run.get(self.reader.run_pks.get(current.run_id))
         recent = finishes.since(recent_from) if finishes else 0
@@ -175,12 +202,17 @@ class Derived:
         return Progress(current, current.jobs_ok, current.jobs_failed, total, rate, eta)
 
 
-def _held(reader: MonitorReader) -> dict[int, list[str]]:
-    """server id -> the names of the contexts ready there, in order."""
+def _held(reader: MonitorReader, *, when_left: bool = False) -> dict[int, list[str]]:
+    """server id -> the names of the contexts ready there (``when_left``: ready when
+    it left; its leaving closed them), in order."""
     names = {i: c.name for i, c in reader.contexts.items()}
     held: dict[int, list[str]] = {}
     for p in sorted(reader.placements.values(), key=lambda p: names.get(p.context_id, "")):
-        if p.state == "ready":
+        if when_left:
+            ready = p.state in ("closed", "lost") and p.load_seconds is not None
+        else:
+            ready = p.state == "ready"
+        if ready:
             held.setdefault(p.server_id, []).append(names.get(p.context_id, ""))
     return held
 
@@ -225,7 +257,28 @@ def _server(
         busy_seconds=reader.busy_seconds.get(s.id, 0.0),
         last_end=reader.last_end.get(s.id),
         life=lives.get(s.address),
+        left=s.left,
     )
+
+
+def _ended(reader: MonitorReader, since: float, until: float) -> EndedFleet | None:
+    """The ended servers whose lives overlap [since, until] (a run's span: its servers,
+    as the ledger counts them): each one's row (lost: a loss names it), and the rows by
+    GPU model. None: there are none."""
+    ended = sorted(
+        (
+            s
+            for s in reader.servers.values()
+            if s.left is not None and s.joined <= until and s.left >= since
+        ),
+        key=lambda s: (s.gpu_model, s.name),
+    )
+    if not ended:
+        return None
+    lost = {loss.server_id for loss in reader.losses.values()}
+    held = _held(reader, when_left=True)
+    rows = [replace(_server(reader, s, {}, held, {}), lost=s.id in lost) for s in ended]
+    return EndedFleet(_fleet(reader, ended), rows)
 
 
 def _placements(

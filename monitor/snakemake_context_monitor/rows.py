@@ -5,14 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from snakemake_executor_context.catalog.lives import LifeLeft
-from snakemake_executor_context.catalog.queries import RunRow
+from snakemake_executor_context.catalog.queries import FleetRow, RunRow
 
-__all__ = ["LossTotals", "PlacementRow", "Progress", "Series", "ServerRow", "TimelineRow"]
+__all__ = [
+    "EndedFleet",
+    "LossTotals",
+    "PlacementRow",
+    "Progress",
+    "Series",
+    "ServerRow",
+    "TimelineRow",
+]
 
 
 @dataclass(frozen=True)
 class ServerRow:
-    """One live server, with what it holds and has done."""
+    """One server, live (``left`` None) or ended, with what it holds (held when it
+    left) and has done."""
 
     address: str
     name: str
@@ -31,12 +40,24 @@ class ServerRow:
     #: Seconds its finished jobs ran (loads included), and when the last one ended.
     busy_seconds: float = 0.0
     last_end: float | None = None
-    #: Its expected remaining life (None: not estimated).
+    #: Its expected remaining life (None: not estimated, or it has ended).
     life: LifeLeft | None = None
+    #: When it left (None: live), and whether it was lost (jobs running on it).
+    left: float | None = None
+    lost: bool = False
 
     def idle_seconds(self, now: float) -> float:
         """Seconds since it joined that no finished job ran (running ones aside)."""
         return max(0.0, now - self.joined - self.busy_seconds)
+
+
+@dataclass(frozen=True)
+class EndedFleet:
+    """The last run's servers, all ended: what the fleet view shows when no run and no
+    server is live. ``models`` groups them by GPU model as the live fleet's rows do."""
+
+    models: list[FleetRow]
+    servers: list[ServerRow]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ A live view of a context catalog: the fleet of context servers, the contexts loa
 on them, what was lost, throughput and the current run's progress. It only reads.
 
 - `f` **Fleet**: servers grouped by GPU model (count, memory, busy and free slots,
-  contexts, jobs, throughput), then each server; `Enter` opens a server's page.
+  contexts, jobs, throughput), then each server; `Enter` opens a server's page. When
+  no run and no server is live, the last run's servers, ended (when each left).
 - `c` **Contexts**: which context is warm on which server, load time, cache hits,
   evictions.
 - `l` **Losses**: servers lost and joined, the jobs each loss sent back and the work
