@@ -24,7 +24,7 @@ import psutil
 import pytest
 from sqlalchemy import text
 
-from .conftest import BIN, HEADER, TOY_LOADER, busy_loops, context_run
+from .conftest import BIN, HEADER, TOY_LOADER, busy_loops, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -387,11 +387,11 @@ with open(snakemake.output[0], "w") as f:
 def test_a_signal_at_two_thousand_jobs_stops_the_run_and_a_plain_rerun_finishes(
     make_workflow, how, when
 ):
-    """2,000 ready context jobs, the signal sent once 100 outputs exist: inside one of
-    Snakemake's job selections, or between two (the slowpick scheduler says which).
-    Snakemake exits within 15 s, nothing the run started is left, the catalog records
-    the run interrupted and an outcome for every attempt, and a plain rerun (no
-    --rerun-incomplete) writes every output.
+    """2,000 ready context jobs on the embedded cluster, the signal sent once 100
+    outputs exist: inside one of Snakemake's job selections, or between two (the
+    slowpick scheduler says which). Snakemake exits within 15 s, nothing the run
+    started is left, the catalog records the run interrupted and an outcome for every
+    attempt, and a plain rerun (no --rerun-incomplete) writes every output.
 
     Before the fix, one try of each case inside a selection failed: SIGTERM hung for
     ever (Snakemake's handler waits on the scheduler's lock, which the main thread
@@ -399,10 +399,35 @@ def test_a_signal_at_two_thousand_jobs_stops_the_run_and_a_plain_rerun_finishes(
     selection), and after SIGINT the rerun stopped on IncompleteFilesException
     (outputs of jobs finished on their servers, never finished by Snakemake: 3 of 3)."""
     workdir = make_workflow({"Snakefile": MANY_NOOPS, "loader.py": TOY_LOADER, "one.py": ONE_LINE})
+    args = ["--executor", "context", "--jobs", "8", "--context-servers", "2"]
+    _stop_then_rerun(workdir, args, how, when, workdir / ".snakemake/context/catalog.db")
+
+
+def test_sigterm_inside_a_selection_stops_a_run_attached_to_a_cluster(
+    make_workflow, scheduler_file
+):
+    """The same SIGTERM, inside a selection, with the run attached to a persistent
+    cluster (`snakemake-context up`), whose catalog records the run: it stops, the
+    cluster stays, and a plain rerun on it writes every output."""
+    workdir = make_workflow({"Snakefile": MANY_NOOPS, "loader.py": TOY_LOADER, "one.py": ONE_LINE})
+    args = ["--executor", "context", "--jobs", "8"]
+    args += ["--context-scheduler-file", str(scheduler_file)]
+    catalog = scheduler_file.with_suffix(".db")  # the cluster's own (ClusterFiles)
+    _stop_then_rerun(workdir, args, signal.SIGTERM, "selecting", catalog)
+
+
+def _stop_then_rerun(
+    workdir: Path,
+    args: list[str],
+    how: signal.Signals,
+    when: str,
+    catalog: Path,
+) -> None:
+    """Run ``args`` with the slowpick scheduler, send ``how`` once 100 outputs exist
+    at a moment ``when`` ('selecting' or not), check the stop, then a plain rerun."""
     selecting = workdir / "selecting"
     path = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))
     env = {"PYTHONPATH": path, "SLOWPICK_MARK": str(selecting)}
-    args = ["--executor", "context", "--jobs", "8", "--context-servers", "2"]
     out = workdir / "out"
     with _snakemake([*args, "--scheduler", "slowpick"], workdir, env) as process:
         deadline = time.monotonic() + 120
@@ -424,13 +449,12 @@ def test_a_signal_at_two_thousand_jobs_stops_the_run_and_a_plain_rerun_finishes(
     assert process.returncode != 0, output[-3000:]  # stopped before the end
     _, alive = psutil.wait_procs(started_by_run, timeout=5)
     assert not alive, alive
-    catalog = sqlite3.connect(workdir / ".snakemake/context/catalog.db")
-    with contextlib.closing(catalog):
-        noted = catalog.execute("select count(*) from events where kind = 'run-interrupted'")
+    with contextlib.closing(sqlite3.connect(catalog)) as db:
+        noted = db.execute("select count(*) from events where kind = 'run-interrupted'")
         assert noted.fetchall() == [(1,)], output[-3000:]
-        unended = catalog.execute("select key from attempts where outcome is null").fetchall()
+        unended = db.execute("select key from attempts where outcome is null").fetchall()
         assert not unended, unended
-    rerun = context_run(workdir, "--jobs", "8", "--context-servers", "2", timeout=300)
+    rerun = snakemake(workdir, *args, timeout=300)  # the same command, a plain rerun
     assert rerun.returncode == 0, rerun.output[-3000:]
     written = {path.name for path in out.iterdir()}
     assert written == {f"{i}.txt" for i in range(MANY_JOBS)}
