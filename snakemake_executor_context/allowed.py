@@ -13,6 +13,10 @@ in :mod:`.options`.
 Values are parsed here too (:meth:`Allowed.parse`, which never raises): a malformed
 value ("1.5" for a whole number) reaches :func:`check` as :class:`Malformed` and is
 refused in the same one line, not by argparse's usage text.
+
+An environment variable a user exports is a :class:`Variable` (the table is
+:data:`.options.VARIABLES`): read by the same parse wherever it is read, and refused at
+start by :func:`check_variables` in the same one line, naming the variable.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -30,10 +34,12 @@ __all__ = [
     "Allowed",
     "Malformed",
     "Setting",
+    "Variable",
     "add_argument",
     "check",
     "check_parsed",
     "check_value",
+    "check_variables",
     "dataclass_settings",
     "filled",
     "settings_field",
@@ -93,6 +99,7 @@ class Allowed:
     backend: str = ""
     below_walltime: str = ""
     form: Callable[[str, str], str | None] | None = None
+    off: tuple[str, ...] = ()
 
     def parse(self, value: Any) -> Any:
         """The value as its kind (a text from the command line or a profile);
@@ -100,6 +107,8 @@ class Allowed:
         if value is None or not isinstance(value, str):
             return value
         text = value.strip()
+        if self.zero and text.lower() in self.off:
+            return 0 if self.kind in (WHOLE, NUMBER) else "0"
         if self.kind == WHOLE:
             try:
                 return int(text)
@@ -139,7 +148,7 @@ class Allowed:
         else:
             text = "a text"
         if self.zero:
-            text += f" (0: {self.zero})"
+            text += f" (0{' or ' + self.off[0] if self.off else ''}: {self.zero})"
         if self.optional:
             text += "; or leave it out for the default"
         return text
@@ -171,6 +180,8 @@ class Allowed:
             return None if fits else self.describe()
         if self.kind in (TEXT, WALLTIME) and not isinstance(value, (str, os.PathLike)):
             return self.describe()
+        if self.kind == TEXT and not _utf8(os.fspath(value)):
+            return "a text (or path) in UTF-8, which this is not"
         if self.choices and value not in self.choices:
             return self.describe()
         return None
@@ -178,6 +189,23 @@ class Allowed:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _utf8(text: str | bytes) -> bool:
+    """Whether a text is valid UTF-8 (a name of bytes that are not reaches Python with
+    surrogates in it: :func:`os.fsdecode`)."""
+    try:
+        (text if isinstance(text, bytes) else text.encode()).decode()
+    except UnicodeError:
+        return False
+    return True
+
+
+def _size_bytes(value: Any) -> int:
+    """The bytes of a size :meth:`Allowed.problem` allowed."""
+    from dask.utils import parse_bytes
+
+    return int(parse_bytes(str(value).strip()))
 
 
 def _size_text(nbytes: float) -> str:
@@ -272,6 +300,63 @@ def check_value(flag: str, value: Any, allowed: Allowed, shown: str = "") -> Any
     if problem is not None:
         raise SettingError(f"{flag} {shown or value!r} is not allowed: {problem}.")
     return parsed
+
+
+@dataclass(frozen=True)
+class Variable:
+    """An environment variable a user sets (exports): its name, what it allows, what it
+    means, an example value (for the fix) and what it means unset (or blank).
+
+    Read it with :meth:`read` wherever it is read, so that it means the same
+    everywhere; :func:`check_variables` refuses a bad value at start, as :func:`check`
+    refuses a flag's."""
+
+    name: str
+    allowed: Allowed
+    means: str
+    example: str
+    unset: str
+
+    def read(self, environ: Mapping[str, str] | None = None) -> Any:
+        """Its value in ``environ`` (default :data:`os.environ`): None when unset or
+        blank; else as ``allowed`` parses it (a size in bytes, 0 for 0 and the words
+        meaning it; a number; a whole number; a text). A value ``allowed`` refuses
+        raises the one line of :func:`check_variables` (SettingError); its ``form`` is
+        checked only there, at start."""
+        raw = (os.environ if environ is None else environ).get(self.name)
+        if raw is None or not raw.strip():
+            return None
+        parsed = self.allowed.parse(raw)
+        problem = self.allowed.problem(parsed)
+        if problem is not None:
+            raise self.refused(raw, problem)
+        return _size_bytes(parsed) if self.allowed.kind == SIZE else parsed
+
+    def refused(self, raw: str, problem: str) -> SettingError:
+        """The one line refusing ``raw``: the variable, its value, what is allowed and
+        the fix."""
+        shown = repr(raw) if _utf8(raw) else repr(os.fsencode(raw))
+        return SettingError(
+            f"{self.name}={shown} is not allowed: {problem}. "
+            f"Fix: export {self.example}, or unset it ({self.unset})."
+        )
+
+
+def check_variables(
+    variables: Iterable[Variable], environ: Mapping[str, str] | None = None
+) -> None:
+    """Refuse the first bad value of ``variables`` in ``environ`` (default
+    :data:`os.environ`), each read and further checked (its ``form``), in one line
+    (SettingError) naming the variable, its value, what is allowed and the fix."""
+    environ = os.environ if environ is None else environ
+    for variable in variables:
+        value = variable.read(environ)
+        form = variable.allowed.form
+        if value is not None and form is not None:
+            raw = environ[variable.name]
+            found = form(variable.name, raw)
+            if found:
+                raise variable.refused(raw, found)
 
 
 def _check_combination(setting: Setting, values: Mapping[str, Any], by_name: dict) -> None:

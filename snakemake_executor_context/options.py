@@ -13,14 +13,19 @@ The front ends are made from this table, never typed again:
 
 A help text names another option as ``{name}``, shown as that option's flag in the
 front end showing it, and never types a default: :meth:`Option.help_for` adds it.
+
+The environment variables a user sets are declared here too (:data:`VARIABLES`): both
+front ends refuse a bad one at start (:func:`check_environment`), and every reader
+takes its value from :func:`environment_value`, so each means one thing everywhere.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from .allowed import (
@@ -32,12 +37,23 @@ from .allowed import (
     WHOLE,
     WORDS,
     Allowed,
+    Variable,
     add_argument,
+    check_variables,
     filled,
     settings_field,
 )
 from .batch.registry import BACKENDS
-from .defaults import DEFAULT_MEMORY_BUDGET, GANG_TIMEOUT_SECONDS, MODEL_CACHE_VARIABLE
+from .defaults import (
+    DEFAULT_MEMORY_BUDGET,
+    GANG_TIMEOUT_SECONDS,
+    LOCAL_DIR_VARIABLE,
+    MEMORY_CAP_VARIABLE,
+    MODEL_CACHE_SIZE_VARIABLE,
+    MODEL_CACHE_VARIABLE,
+    RECYCLE_VARIABLE,
+    SOURCE_MBPS_VARIABLE,
+)
 from .errors import SettingError
 
 __all__ = [
@@ -45,10 +61,14 @@ __all__ = [
     "OPTIONS",
     "PILOT",
     "SERVER",
+    "VARIABLES",
     "Option",
     "add_option",
     "add_options",
+    "check_environment",
+    "environment_value",
     "executor_flag",
+    "existing_dir",
     "option",
     "options_of",
     "server_group_counted",
@@ -441,6 +461,84 @@ _DECLARED = (
 )
 #: Every option, by name.
 OPTIONS: dict[str, Option] = {declared.name: declared for declared in _DECLARED}
+
+
+def existing_dir(flag: str, value: str) -> str | None:
+    """The ``form`` of a directory in which the plugin makes its private directory
+    (``--context-local-dir``, :data:`~.defaults.LOCAL_DIR_VARIABLE`): it must exist;
+    the plugin makes only its private directory inside it, never the path to it."""
+    if Path(value).expanduser().is_dir():
+        return None
+    return (
+        "no such directory; name one that exists (the plugin makes its private "
+        "directory snakemake-context-<uid> inside it)"
+    )
+
+
+_DECLARED_VARIABLES = (
+    Variable(
+        SOURCE_MBPS_VARIABLE,
+        Allowed(NUMBER, above=0, most=1e6, zero="no cap", unit="MB/s"),
+        "MB/s this user's processes of a node may read from one staged source together",
+        "a number of MB/s such as 50",
+        "no cap",
+    ),
+    Variable(
+        MEMORY_CAP_VARIABLE,
+        Allowed(SIZE, least=2**26, zero="no cap", off=("none", "off", "no")),
+        "the memory cap of each server, its child processes included (the executor's "
+        "--context-memory-cap sets it for its embedded cluster)",
+        "a size such as 8GB",
+        "no cap",
+    ),
+    Variable(
+        RECYCLE_VARIABLE,
+        Allowed(WHOLE, least=0, most=10_000, zero="never"),
+        "restart a server once this many of its jobs left threads running (the "
+        "executor's --context-recycle-after-leaks sets it for its embedded cluster)",
+        "a whole number such as 3",
+        "default 3",
+    ),
+    Variable(
+        LOCAL_DIR_VARIABLE,
+        Allowed(TEXT, form=existing_dir),
+        "the directory in which the plugin makes this user's private directory (the "
+        "executor's --context-local-dir sets it)",
+        "an existing directory",
+        "$XDG_RUNTIME_DIR, else $TMPDIR",
+    ),
+    Variable(
+        MODEL_CACHE_VARIABLE,
+        Allowed(TEXT),
+        "where loaders keep converted weights (a pilot's job script exports it)",
+        "a directory of your own",
+        "~/.cache/snakemake-context/models",
+    ),
+    Variable(
+        MODEL_CACHE_SIZE_VARIABLE,
+        replace(OPTIONS["model_cache_size"].allowed, optional=False, zero="no limit"),
+        "what this user's entries of a model cache may take (a server sets it from its "
+        "--context-model-cache-size)",
+        "a size such as 20GB",
+        "no limit",
+    ),
+)
+#: The environment variables a user sets, by name: what each allows and means.
+VARIABLES: dict[str, Variable] = {declared.name: declared for declared in _DECLARED_VARIABLES}
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse the first bad value of :data:`VARIABLES` in ``environ`` (default
+    :data:`os.environ`) in one line (SettingError): at start, before anything is
+    made or started, as a bad flag is."""
+    check_variables(VARIABLES.values(), environ)
+
+
+def environment_value(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The value of the variable ``name`` of :data:`VARIABLES` in ``environ`` (default
+    :data:`os.environ`), as the start check reads it (:meth:`~.allowed.Variable.read`:
+    None when unset; SettingError, one line, when refused)."""
+    return VARIABLES[name].read(environ)
 
 
 def server_group_counted(spec: str) -> bool:

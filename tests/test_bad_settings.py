@@ -397,3 +397,159 @@ def test_own_caches_are_made_where_the_servers_start(tmp_path):
     assert node_local.is_dir() and (node_local.stat().st_mode & 0o777) == 0o700
     with pytest.raises(SettingError, match="--context-own-caches '/proc/nope' is not allowed"):
         ExecutorSettings(own_caches="/proc/nope")
+
+
+# -- the environment variables a user exports ----------------------------------------
+
+#: A name that is not UTF-8 (as os.environb sets it; Python reads it with surrogates).
+NOT_UTF8 = b"/tmp/snakemake-context-\xff-dir"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SNAKEMAKE_CONTEXT_SOURCE_MBPS", "nan"),
+        ("SNAKEMAKE_CONTEXT_SOURCE_MBPS", "-1"),
+        ("SNAKEMAKE_CONTEXT_SOURCE_MBPS", "1e309"),
+        ("SNAKEMAKE_CONTEXT_SOURCE_MBPS", "abc"),
+        ("SNAKEMAKE_CONTEXT_MEMORY_CAP", "1e400"),
+        ("SNAKEMAKE_CONTEXT_MEMORY_CAP", "1B"),
+        ("SNAKEMAKE_CONTEXT_MEMORY_CAP", "nan"),
+        ("SNAKEMAKE_CONTEXT_LOCAL_DIR", NOT_UTF8),
+        ("SNAKEMAKE_CONTEXT_LOCAL_DIR", "/nonexistent/snakemake-context-dir"),
+        ("SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS", "-1"),
+        ("SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS", "abc"),
+        ("SNAKEMAKE_CONTEXT_MODEL_CACHE_SIZE", "abc"),
+        ("SNAKEMAKE_CONTEXT_MODEL_CACHE", NOT_UTF8),
+    ],
+)
+def test_a_bad_variable_is_refused_with_the_settings(monkeypatch, name, value):
+    """Each variable is checked while Snakemake reads the executor's settings (before
+    anything is made): one line naming it, its value, what is allowed and the fix."""
+    from snakemake_executor_context.errors import SettingError
+    from snakemake_executor_context.executor.settings import ExecutorSettings
+
+    if isinstance(value, bytes):
+        monkeypatch.setitem(os.environb, name.encode(), value)
+    else:
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingError) as caught:
+        ExecutorSettings()
+    message = str(caught.value)
+    assert "\n" not in message, message
+    assert message.startswith(f"{name}={value!r} is not allowed: "), message
+    assert "Fix: export " in message and "or unset it" in message, message
+
+
+def test_good_variables_mean_what_they_meant(monkeypatch, tmp_path):
+    """What the start check allows, every reader takes the same way."""
+    from snakemake_executor_context import paths
+    from snakemake_executor_context.executor.settings import ExecutorSettings
+    from snakemake_executor_context.modelcache import cacheroom, entries, staging
+    from snakemake_executor_context.server.limits import ServerLimits
+
+    def limits(**env: str) -> ServerLimits:
+        return ServerLimits.from_environment(
+            {f"SNAKEMAKE_CONTEXT_{key}": value for key, value in env.items()}
+        )
+
+    assert limits() == ServerLimits(None, 3)
+    assert limits(MEMORY_CAP="8GB").memory_cap == 8_000_000_000
+    assert limits(MEMORY_CAP="2GiB").memory_cap == 2**31
+    for none in ("none", "0", "", "off"):
+        assert limits(MEMORY_CAP=none).memory_cap is None
+    assert limits(RECYCLE_AFTER_LEAKS="0").recycle_after == 0
+    assert limits(RECYCLE_AFTER_LEAKS="7").recycle_after == 7
+    for value, rate in (("0", 0.0), ("50", 50e6), ("0.5", 5e5), ("", 0.0)):
+        monkeypatch.setenv("SNAKEMAKE_CONTEXT_SOURCE_MBPS", value)
+        assert staging._rate() == rate
+    monkeypatch.delenv("SNAKEMAKE_CONTEXT_SOURCE_MBPS")
+    assert staging._rate() == 0.0
+    for value, size in (("20GB", 20_000_000_000), (str(10 * 2**20), 10 * 2**20), ("0", None)):
+        monkeypatch.setenv("SNAKEMAKE_CONTEXT_MODEL_CACHE_SIZE", value)
+        assert cacheroom.cache_limit() == size
+    monkeypatch.setenv("SNAKEMAKE_CONTEXT_MODEL_CACHE", str(tmp_path / "models"))
+    assert entries.cache_root() == tmp_path / "models"
+    monkeypatch.setenv("SNAKEMAKE_CONTEXT_LOCAL_DIR", str(tmp_path))
+    assert paths.local_base() == tmp_path
+    monkeypatch.setenv("SNAKEMAKE_CONTEXT_MEMORY_CAP", "8GB")
+    monkeypatch.setenv("SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS", "0")
+    ExecutorSettings()  # every value above is allowed at start too
+
+
+def test_a_bad_variable_in_a_reader_is_one_line(monkeypatch):
+    """A server started by other means reads the variables the same way: a value the
+    start check refuses fails there in the same one line, never as no cap."""
+    from snakemake_executor_context.errors import ContextLoadError, SettingError
+    from snakemake_executor_context.modelcache import staging
+    from snakemake_executor_context.server.limits import ServerLimits
+
+    for bad in ("1e400", "nan", "1B", "-5GB"):
+        with pytest.raises(SettingError, match=f"SNAKEMAKE_CONTEXT_MEMORY_CAP='{bad}'"):
+            ServerLimits.from_environment({"SNAKEMAKE_CONTEXT_MEMORY_CAP": bad})
+    for bad in ("nan", "-1", "1e309", "inf"):
+        monkeypatch.setenv("SNAKEMAKE_CONTEXT_SOURCE_MBPS", bad)
+        with pytest.raises(ContextLoadError, match=f"SNAKEMAKE_CONTEXT_SOURCE_MBPS='{bad}'"):
+            staging._rate()
+
+
+def test_memory_cap_kill_message_names_the_variable_too():
+    from snakemake_executor_context.server.limits import memory_message
+
+    message = memory_message(2**30, 2**31)
+    assert "(--context-memory-cap, or SNAKEMAKE_CONTEXT_MEMORY_CAP)" in message, message
+
+
+def test_a_bad_variable_stops_snakemake_in_one_line_creating_nothing(tmp_path):
+    workdir = tmp_path / "wf"
+    workdir.mkdir()
+    (workdir / "Snakefile").write_text(TRIVIAL)
+    local = tmp_path / "local"
+    local.mkdir()
+    run = snakemake(
+        workdir,
+        "--executor",
+        "context",
+        "--jobs",
+        "1",
+        timeout=HUNG,
+        env={"SNAKEMAKE_CONTEXT_MEMORY_CAP": "1B", "SNAKEMAKE_CONTEXT_LOCAL_DIR": str(local)},
+    )
+    assert run.returncode == 1, run.output
+    assert "Traceback (most recent call last)" not in run.output, run.output
+    line = _line(run.output, "SNAKEMAKE_CONTEXT_MEMORY_CAP='1B' is not allowed")
+    assert "at least" in line and "Fix: export a size such as 8GB, or unset it" in line
+    assert not (workdir / ".snakemake" / "context").exists()
+    assert not (workdir / "a.txt").exists()
+    assert not list(local.iterdir()), "a private directory was made"
+
+
+def test_a_bad_variable_stops_up_in_one_line_creating_nothing(tmp_path):
+    import psutil
+
+    scheduler_file = tmp_path / "cluster" / "scheduler.json"
+    local = tmp_path / "local"
+    local.mkdir()
+    done = subprocess.run(
+        [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(scheduler_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "SNAKEMAKE_CONTEXT_SOURCE_MBPS": "nan",
+            "SNAKEMAKE_CONTEXT_LOCAL_DIR": str(local),
+        },
+    )
+    assert done.returncode == 1, done
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    _line(done.stderr, "snakemake-context: SNAKEMAKE_CONTEXT_SOURCE_MBPS='nan' is not allowed")
+    assert not scheduler_file.parent.exists()
+    assert not list(local.iterdir()), "a private directory was made"
+    left = [
+        process.pid
+        for process in psutil.process_iter(["cmdline"])
+        if str(scheduler_file) in " ".join(process.info["cmdline"] or [])
+    ]
+    assert not left, left

@@ -140,6 +140,7 @@ def test_a_full_cache_drops_the_unused_template_keeps_loaded_and_read_ones(
 
     from .test_peers import _tree_digest
 
+    (tmp_path / "local").mkdir()  # `up` refuses a missing one, as --context-local-dir does
     monkeypatch.setenv("SNAKEMAKE_CONTEXT_LOCAL_DIR", str(tmp_path / "local"))
     cache = tmp_path / "models"
     monkeypatch.setenv("SNAKEMAKE_CONTEXT_MODEL_CACHE", str(cache))

@@ -181,7 +181,8 @@ def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
     )
     assert run.returncode != 0
     assert re.search(
-        r"stopped by the server's memory cap of 1\.00 GB \(--context-memory-cap\): the "
+        r"stopped by the server's memory cap of 1\.00 GB \(--context-memory-cap, or "
+        r"SNAKEMAKE_CONTEXT_MEMORY_CAP\): the "
         r"server and its child processes used \d\.\d\d GB",
         run.output,
     ), run.output

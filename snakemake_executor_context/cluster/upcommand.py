@@ -11,7 +11,7 @@ from typing import Any
 
 from ..allowed import NUMBER, TEXT, Allowed, add_argument, filled
 from ..defaults import DEFAULT_SCHEDULER_FILE, catalog_disabled
-from ..options import add_option, up_flag
+from ..options import add_option, check_environment, up_flag
 from ..triples import Shape
 from .pilot_args import add_pilot_arguments, walltime_line
 
@@ -59,6 +59,9 @@ def _up(args: argparse.Namespace) -> int:
     from .pilot_args import pilot_command_args
     from .process import LocalClusterProcess
 
+    # The variables a user exports for the servers, refused as a bad flag is: before
+    # anything is made or started.
+    check_environment()
     shape = Shape.from_args(args)
 
     running = LocalClusterProcess.find(args.scheduler_file)

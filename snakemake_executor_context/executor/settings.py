@@ -32,7 +32,13 @@ from ..allowed import (
 from ..allowed import settings_field as _checked
 from ..defaults import LOCAL_DIR_METADATA, MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE
 from ..errors import SettingError
-from ..options import EXECUTOR_PREFIX, executor_flag, table_field
+from ..options import (
+    EXECUTOR_PREFIX,
+    check_environment,
+    executor_flag,
+    existing_dir,
+    table_field,
+)
 from ..triples import Shape
 from .pilotsettings import ATTACH_SETTINGS, PilotSettings
 
@@ -44,16 +50,6 @@ def _address(flag: str, value: str) -> str | None:
 
     parse_address(value, flag)  # raises its own one line
     return None
-
-
-def _existing_dir(flag: str, value: str) -> str | None:
-    # The plugin makes only its private directory inside it, never the path to it.
-    if Path(value).expanduser().is_dir():
-        return None
-    return (
-        "no such directory; name one that exists (the plugin makes its private "
-        "directory snakemake-context-<uid> inside it)"
-    )
 
 
 common_settings = CommonSettings(
@@ -238,7 +234,7 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
         },
     )
     local_dir: Optional[Path] = _checked(
-        None, Allowed(TEXT, optional=True, form=_existing_dir), dict(LOCAL_DIR_METADATA)
+        None, Allowed(TEXT, optional=True, form=existing_dir), dict(LOCAL_DIR_METADATA)
     )
     slots: int = table_field("slots")
     threads_per_slot: int = table_field("threads_per_slot")
@@ -279,6 +275,9 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
     def __post_init__(self) -> None:
         try:
             check(vars(self), settings_table())
+            # The variables a user exports (the servers inherit them), before anything
+            # is made or started.
+            check_environment()
             if not (self.scheduler_file or self.scheduler_address or self.backend):
                 # The embedded cluster's servers start on this node: their directory is
                 # made and checked here (an attached cluster's and pilots' are theirs).

@@ -32,7 +32,6 @@ __all__ = [
     "describe_offer",
     "explain_unrunnable",
     "job_resources",
-    "parse_memory_cap",
     "requirements_from",
     "server_resources",
 ]
@@ -178,25 +177,6 @@ def explain_unrunnable(
         f"Servers seen: {seen}. Fix: change the rule's resources (--set-resources "
         f"{fix_target}:...), or start servers that have them."
     )
-
-
-def parse_memory_cap(text: str) -> int | None:
-    """A memory cap in bytes from a size ("8GB"), or None for none ("", "0", "none").
-    Raises ValueError naming the value when it is not a positive size."""
-    text = text.strip()
-    if not text or text.lower() in ("0", "none", "off", "no"):
-        return None
-    from dask.utils import parse_bytes
-
-    try:
-        cap = int(parse_bytes(text))
-    except (ValueError, TypeError):
-        raise ValueError(
-            f"memory cap {text!r} is not a size; give one like '8GB' or 'none'"
-        ) from None
-    if cap <= 0:
-        raise ValueError(f"memory cap {text!r} must be positive")
-    return cap
 
 
 def describe_offer(resources: Mapping[str, float]) -> str:

@@ -71,12 +71,12 @@ def _lock_name(entry: Path) -> str:
 
 
 def cache_limit() -> int | None:
-    """Bytes this user's entries of one cache may take (None: no limit)."""
-    try:
-        limit = int(os.environ.get(MODEL_CACHE_SIZE_VARIABLE) or 0)
-    except ValueError:
-        return None
-    return limit if limit > 0 else None
+    """Bytes this user's entries of one cache may take (None: no limit), read as the
+    start checks read ``$SNAKEMAKE_CONTEXT_MODEL_CACHE_SIZE`` (a size; a bad one,
+    refused there: SettingError, one line)."""
+    from ..options import environment_value
+
+    return environment_value(MODEL_CACHE_SIZE_VARIABLE) or None
 
 
 def hold_entry(entry: Path) -> Callable[[], None]:

@@ -362,12 +362,13 @@ class _Pace:
 
 
 def _rate() -> float:
-    text = os.environ.get(SOURCE_MBPS_VARIABLE, "").strip()
+    """Bytes a second of ``$SNAKEMAKE_CONTEXT_SOURCE_MBPS`` (0: no cap), read as the
+    start checks read it; a bad value (refused there) fails the load in one line."""
+    from ..errors import SettingError
+    from ..options import environment_value
+
     try:
-        value = float(text) if text else 0.0
-    except ValueError:
-        raise ContextLoadError(
-            f"{SOURCE_MBPS_VARIABLE}={text!r} is not a number of megabytes a second. Fix: "
-            "set it to a positive number (or unset it: no cap)."
-        ) from None
-    return value * 1e6 if value > 0 else 0.0
+        mbps = environment_value(SOURCE_MBPS_VARIABLE)
+    except SettingError as error:
+        raise ContextLoadError(str(error)) from None
+    return float(mbps or 0.0) * 1e6

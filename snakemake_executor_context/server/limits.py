@@ -18,10 +18,11 @@ The cap and the restart count come from the environment the servers inherit
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..defaults import MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE, TIME_SCALE_VARIABLE
-from ..fleet.resources import parse_memory_cap
+from ..options import environment_value, executor_flag
 from ..terminal import format_bytes
 
 __all__ = [
@@ -59,27 +60,23 @@ class ServerLimits:
     recycle_after: int
 
     @classmethod
-    def from_environment(cls, environ: dict[str, str] | None = None) -> ServerLimits:
-        """The limits the servers' environment sets (a bad cap means none, the
-        executor refuses it at start)."""
-        environ = dict(os.environ) if environ is None else environ
-        try:
-            parsed = parse_memory_cap(environ.get(MEMORY_CAP_VARIABLE, ""))
-        except ValueError:
-            parsed = None
-        try:
-            recycle_after = max(0, int(environ.get(RECYCLE_VARIABLE, "3")))
-        except ValueError:
-            recycle_after = 3
-        return cls(parsed, recycle_after)
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> ServerLimits:
+        """The limits the servers' environment sets (default :data:`os.environ`), read
+        as the start checks read them (a bad value, refused there: SettingError, one
+        line; unset: no cap, and a restart after 3 leaking jobs)."""
+        cap = environment_value(MEMORY_CAP_VARIABLE, environ)
+        recycle_after = environment_value(RECYCLE_VARIABLE, environ)
+        return cls(cap or None, 3 if recycle_after is None else recycle_after)
 
 
 def memory_message(cap: int, rss: int) -> str:
-    """Why the watchdog stopped a job."""
+    """Why the watchdog stopped a job. The servers inherit the cap through
+    :data:`~..defaults.MEMORY_CAP_VARIABLE`, set by the executor's flag for its
+    embedded cluster or exported for ``snakemake-context up``: both are named."""
     return (
-        f"the server's memory cap of {format_bytes(cap)} (--context-memory-cap): the server "
-        f"and its child processes used {format_bytes(rss)}. Fix: raise the cap, or make the "
-        "job need less memory"
+        f"the server's memory cap of {format_bytes(cap)} ({executor_flag('memory_cap')}, or "
+        f"{MEMORY_CAP_VARIABLE}): the server and its child processes used "
+        f"{format_bytes(rss)}. Fix: raise the cap, or make the job need less memory"
     )
 
 
