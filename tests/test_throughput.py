@@ -160,8 +160,9 @@ def test_a_quarter_of_the_servers_killed_at_once_lose_no_job_and_count_every_los
     assert _catalog(workdir, "select count(*) from attempts where outcome is null") == [(0,)]
     outcomes = dict(_catalog(workdir, "select outcome, count(*) from attempts group by outcome"))
     lost = outcomes.pop("lost", 0)
+    outcomes.pop("cancelled", None)  # queued behind a running job, never started there
     assert outcomes == {"ok": size}
-    assert 0 < lost <= 2 * killed, (outcomes, kills, output[-3000:])  # running, and queued behind
+    assert 0 < lost <= killed, (outcomes, kills, output[-3000:])  # a slot each
     unlinked = "select count(*) from attempts where outcome = 'lost' and loss_id is null"
     assert _catalog(workdir, unlinked) == [(0,)]
     ((counted,),) = _catalog(workdir, "select sum(jobs_lost) from server_losses")

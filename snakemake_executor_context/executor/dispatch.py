@@ -483,17 +483,21 @@ class Dispatch:
             out.append(Log("warning", loss_line(name or address, cause, titles, len(lost), fleet)))
         listed = {job.key for job in event.lost_jobs()}
         unlisted = [a for a in lost if a.key not in listed and not a.job.cancelled]
-        if unlisted:  # the hub did not see them run there: dispatch knows it placed them
+        cut_off = [a for a in unlisted if a.key in ran]
+        if cut_off:  # the hub did not see them run there: dispatch knows it placed them
             starts = server.started if server else {}
             wire = [
                 ev.LostJob(key=a.key, run_id=self.run_id, started=starts.get(a.key)).to_wire()
-                for a in unlisted
+                for a in cut_off
             ]
             reason = event.reason or f"{cause.kind}: {cause.why}"
             lost_record = ev.AttemptsLost(
                 at=now, run_id=self.run_id, address=address, reason=reason, lost=wire
             )
             out.append(Record(lost_record))
+        for attempt in unlisted:  # queued behind a running one, never started: withdrawn
+            if attempt.key not in ran:
+                out.append(self._unsealed_end(attempt, now))
         # A server nobody saw die (no exit code: unreachable, stopped) may still run it.
         unconfirmed = cause.kind != "closed" and cause.exit_code is cause.signal is None
         for attempt in lost:
