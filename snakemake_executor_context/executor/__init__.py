@@ -20,7 +20,8 @@
   :mod:`.announce`: what the run says of its fleet at start;
   :mod:`.startsteps`: how long each step of the start took (``--verbose``);
   :mod:`.probes`: the servers' cache probes, asked in the background;
-  :mod:`.fleetpoll`: the periodic fleet check.
+  :mod:`.fleetpoll`: the periodic fleet check; :mod:`.interrupt`: a Ctrl-C
+  Snakemake's main thread swallowed, raised again.
 
 Importing this package is cheap: Snakemake imports the discovery shim, and so
 :mod:`.settings`, on every start.

@@ -28,6 +28,7 @@ from ..snakemake_internals import (
 from . import announce, results, startup
 from . import vocabulary as v
 from .fleetpoll import FleetPoll
+from .interrupt import CtrlC
 from .jobbuild import SpecBuilder, output_specs
 from .pacing import HeldReports
 from .probes import CacheProbes
@@ -58,11 +59,13 @@ class Executor(RemoteExecutor):
         self._handling = threading.Lock()
         self._ready = False
         self._held: HeldReports[SubmittedJobInfo] = HeldReports()  # finished, not yet told
+        self._ctrl_c = CtrlC()
         super().__init__(workflow, logger)
 
     def __post_init__(self) -> None:
         workflow = self.workflow
         graceful_stop_off_the_main_thread()  # before the scheduler binds SIGTERM to it
+        self._ctrl_c.install()
         steps = StartSteps(startup.process_started())
         self.declarations = startup.checked_declarations(workflow)
         steps.mark("checks")
@@ -115,6 +118,7 @@ class Executor(RemoteExecutor):
 
     def run_job(self, job: JobExecutorInterface) -> None:
         """Hand a Snakemake job to dispatch (placed and submitted by the status loop)."""
+        self._ctrl_c.raise_if_swallowed()
         thin_selections(self.workflow)  # once: the scheduler exists once it runs jobs
         made, spec, error = self.specs.build(job, self.declarations)
         if warning := self._group_warnings(job):
@@ -237,6 +241,7 @@ class Executor(RemoteExecutor):
         on their servers but were not yet told (held) or not yet finished by
         Snakemake's scheduler, which stops here (their outputs stay marked
         incomplete: a plain rerun would refuse them)."""
+        self._ctrl_c.handled()
         self._inbox.put(v.CancelAll(time.time()))
         self._handle_inbox(telling=False)
         with self._handling:  # not active_jobs: Snakemake empties it while checking them
@@ -252,6 +257,7 @@ class Executor(RemoteExecutor):
             self.wait = False
         self._waker.set()
         super().shutdown()
+        self._ctrl_c.uninstall()
         cancel_scheduler_timers()  # the scheduler is done: its wake-ups only delay the exit
         with contextlib.ExitStack() as closing:  # run last to first, whatever raises
             closing.callback(self.local_jobs.close)
