@@ -26,10 +26,10 @@ from pathlib import Path
 from ..errors import ContextExecutorError, UnsafePathError
 from .root import not_a_directory
 
-__all__ = ["output_directory", "output_problem", "write_output"]
+__all__ = ["current_umask", "output_directory", "output_problem", "write_output"]
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """This process's umask, read without changing it (``os.umask`` sets it: a race
     with any thread that creates a file meanwhile)."""
     with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
@@ -138,7 +138,7 @@ def write_output(path: Path, data: str | bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
-            mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~_umask()
+            mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~current_umask()
             os.fchmod(handle.fileno(), mode)
         # Checked again just before the rename, which never follows a symlink: what
         # appeared at the target meanwhile is refused, not replaced.

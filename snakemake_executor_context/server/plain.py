@@ -13,6 +13,7 @@ from ..jobspec import JobResult, PlainJobSpec
 from ..processes import OWN, kill_process_group
 from .leftovers import end_plain_leftovers, plain_environment, tell_job
 from .pgroups import GroupRecord, with_parent_death_signal
+from .processwide import make_dirs, open_own_file, server_umask
 from .running import RunningJob
 from .zygote import Zygote, parse_command
 
@@ -32,14 +33,14 @@ def run_plain_job(
     running (:mod:`.leftovers`); report its outcome."""
     started = time.time()
     log_path = os.path.join(spec.workdir, spec.log_path)
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    make_dirs(os.path.dirname(log_path))
     parsed = parse_command(spec.command)
     env = plain_environment(spec.key, {**os.environ, **(parsed[0] if parsed else {})})
     if parsed and _zygote.usable(env):
         # Forked by the server's zygote, in a process group of its own (see zygote.py).
         process: Any = _zygote.start(parsed[1], spec.workdir, env, log_path)
     else:
-        with open(log_path, "wb") as log, OWN.starting():
+        with open(open_own_file(log_path), "wb") as log, OWN.starting():
             process = subprocess.Popen(
                 with_parent_death_signal(spec.command),
                 cwd=spec.workdir,
@@ -50,6 +51,7 @@ def run_plain_job(
                 # A group of its own (killed whole if the server dies), in the cluster's
                 # session (which a kill of the embedded cluster still reaches).
                 process_group=0,
+                umask=server_umask(),
             )
             # The server's own while it runs: no sweep takes its exit status.
             OWN.add(process.pid, f"plain:{spec.key}")

@@ -32,6 +32,7 @@ from .cache import probe
 from .config import ServerConfig
 from .gangsite import start_gang_site
 from .plain import warm_zygote
+from .processwide import prepare_server_process
 from .server import ContextServer
 
 __all__ = [
@@ -126,6 +127,7 @@ class ContextServerPlugin(WorkerPlugin):
         # What its loaders see as theirs (server_devices()), and its gangs' ranks use.
         os.environ[DEVICES_VARIABLE] = ",".join(server.devices)
         if threading.current_thread() is threading.main_thread():
+            prepare_server_process()
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             _drain_on_sigterm(server, config.drain_grace)
         if config.lease > 0:

@@ -1,12 +1,13 @@
 """What concurrent in-process jobs of one group share, set up once for all of them.
 
 With slots, several jobs run in one server process at once. cwd, the environment,
-``sys.path``, ``sys.argv``, tempfile's directory, thread pools and the ``shell()``
-defaults are process-global: the slot gate (:mod:`.slots`) lets jobs overlap only
-when they agree on all of them (:func:`group_of`), and :class:`SharedGroup` sets them
-when the first job of a group starts and restores them when its last one ends. The
-workflow's modules are forgotten then too (:func:`.isolation.fresh_modules`), not
-while another job of the workflow still uses them.
+``sys.path``, ``sys.argv``, tempfile's directory, thread pools, the ``shell()``
+defaults and the settings of :mod:`..processwide` (umask, rlimits) are process-global:
+the slot gate (:mod:`.slots`) lets jobs overlap only when they agree on the first ones
+(:func:`group_of`), and :class:`SharedGroup` sets them when the first job of a group
+starts and restores them when its last one ends. The workflow's modules are forgotten
+then too (:func:`.isolation.fresh_modules`), not while another job of the workflow
+still uses them.
 
 ``sys.modules['__main__']`` is per job: while a group runs it is a module whose
 attributes are those of the running job's own ``__main__`` (:class:`ThreadMain`), as
@@ -26,6 +27,7 @@ from typing import Any
 from ...jobspec import ContextJobSpec
 from ..isolation import fresh_modules, process_state, thread_limits
 from ..output import current_job_output
+from ..processwide import ProcessWide
 
 __all__ = ["SharedGroup", "ThreadMain", "group_of", "job_main"]
 
@@ -51,6 +53,7 @@ class SharedGroup:
         self._stack: ExitStack | None = None
         self._group: Hashable | None = None
         self._paths = False
+        self._unrestorable: list[str] = []
 
     @contextmanager
     def job(
@@ -68,6 +71,7 @@ class SharedGroup:
                 stack = ExitStack()
                 try:
                     stack.enter_context(fresh_modules(roots, owned_modules))
+                    stack.enter_context(self._process_wide())
                     stack.enter_context(process_state(spec))
                     sys.argv[:] = [spec.script_path]
                     stack.enter_context(thread_limits(spec.threads, set_torch_threads))
@@ -87,6 +91,22 @@ class SharedGroup:
                 if self._jobs == 0 and self._stack is not None:
                     stack, self._stack, self._group = self._stack, None, None
                     stack.close()
+
+    @contextmanager
+    def _process_wide(self) -> Iterator[None]:
+        saved = ProcessWide.now()
+        saved.for_a_job()
+        try:
+            yield
+        finally:
+            self._unrestorable.extend(saved.restore())
+
+    def take_unrestorable(self) -> list[str]:
+        """What the group's jobs changed for the whole process that could not be put
+        back (:meth:`.ProcessWide.restore`): the server must restart."""
+        with self._lock:
+            lost, self._unrestorable = self._unrestorable, []
+        return lost
 
     def add_search_paths(self, spec: ContextJobSpec) -> None:
         """What the script preamble appends to ``sys.path``, once for the group, when

@@ -1,0 +1,136 @@
+"""What a job may change for the whole server process, beyond what :mod:`.isolation`
+sets per job: the umask, resource limits, multiprocessing's start method, the
+recursion limit and the sockets' default timeout.
+
+Under ``snakemake --cores`` each of these ends with the job's process; in a server
+they would outlive the job and reach every later job, of every workflow, on that
+server (a umask of 0 made a persistent cluster write the next run's outputs world-
+writable). :class:`ProcessWide` is taken when a group of jobs starts and put back
+when its last job ends; a hard limit a job lowered cannot be raised again by an
+unprivileged process, so :meth:`ProcessWide.restore` says so and the server restarts.
+
+A job's forked children are fresh script processes, not servers:
+:func:`prepare_server_process` makes each child forked from the server take
+the default signal handlers a script's process has (the server's own handlers drain
+it on SIGTERM and ignore Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import resource
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+
+from ..paths.outputs import current_umask
+
+__all__ = ["ProcessWide", "make_dirs", "open_own_file", "prepare_server_process", "server_umask"]
+
+#: Every resource limit this platform has (RLIMIT_NOFILE, RLIMIT_NPROC, ...).
+_LIMITS = {
+    name: getattr(resource, name)
+    for name in dir(resource)
+    if name.startswith("RLIMIT_") and isinstance(getattr(resource, name), int)
+}
+
+#: The umask the server started with: its own files are made with it, whatever a
+#: running job set meanwhile (None: not a server; the process's umask now).
+_server_umask: list[int] = []
+
+
+@dataclass(frozen=True)
+class ProcessWide:
+    """The process-wide settings a job may change, as they were when taken."""
+
+    umask: int
+    limits: tuple[tuple[str, tuple[int, int]], ...]
+    start_method: str | None
+    recursion_limit: int
+    socket_timeout: float | None
+
+    @classmethod
+    def now(cls) -> ProcessWide:
+        """This process's settings now (read without changing any)."""
+        return cls(
+            umask=current_umask(),
+            limits=tuple((name, resource.getrlimit(number)) for name, number in _LIMITS.items()),
+            start_method=multiprocessing.get_start_method(allow_none=True),
+            recursion_limit=sys.getrecursionlimit(),
+            socket_timeout=socket.getdefaulttimeout(),
+        )
+
+    def for_a_job(self) -> None:
+        """What a script's own interpreter starts with, where the server differs:
+        multiprocessing's platform default (a server started by a forkserver
+        inherits ``forkserver``, whose children re-run the script without its
+        ``snakemake`` object)."""
+        multiprocessing.set_start_method(None, force=True)
+
+    def restore(self) -> list[str]:
+        """Put the settings back; what could not be put back, one line each."""
+        os.umask(self.umask)
+        multiprocessing.set_start_method(self.start_method, force=True)
+        sys.setrecursionlimit(self.recursion_limit)
+        socket.setdefaulttimeout(self.socket_timeout)
+        lost = []
+        for name, (soft, hard) in self.limits:
+            if resource.getrlimit(_LIMITS[name]) == (soft, hard):
+                continue
+            try:
+                resource.setrlimit(_LIMITS[name], (soft, hard))
+            except (OSError, ValueError):
+                now_soft, now_hard = resource.getrlimit(_LIMITS[name])
+                lost.append(
+                    f"{name} was lowered to {_limit(now_soft)}/{_limit(now_hard)} (soft/hard) "
+                    f"from {_limit(soft)}/{_limit(hard)}, and a hard limit cannot be raised again"
+                )
+        return lost
+
+
+def _limit(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else str(value)
+
+
+def server_umask() -> int:
+    """The umask the server's own files are made with (:func:`prepare_server_process`
+    remembers it at the server's start)."""
+    return _server_umask[0] if _server_umask else current_umask()
+
+
+def make_dirs(path: str) -> None:
+    """``os.makedirs`` with the modes the server's umask gives, whatever umask a job
+    running beside set (``os.makedirs`` applies its mode to the last part only)."""
+    parent = os.path.dirname(path.rstrip(os.sep))
+    if not path or os.path.isdir(path):
+        return
+    if parent and parent != path:
+        make_dirs(parent)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o777 & ~server_umask())
+
+
+def open_own_file(path: str) -> int:
+    """Create or truncate a file the server itself writes (a job's log), its parents
+    too, with the modes the server's umask gives; returns its descriptor."""
+    make_dirs(os.path.dirname(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    return os.open(path, flags, 0o666 & ~server_umask())
+
+
+def prepare_server_process() -> None:
+    """Remember the server's umask, and give every child forked from this process the
+    signal handlers of a fresh interpreter (called once, in the server's main thread)."""
+    _server_umask[:] = [current_umask()]
+    os.register_at_fork(after_in_child=_fresh_signals)
+
+
+def _fresh_signals() -> None:
+    # The forking thread is the child's main thread, the only one that may set these.
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(number, signal.SIG_DFL)
