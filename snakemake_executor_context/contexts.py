@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import os
 import sys
 import threading
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from . import jobhooks
-from .errors import ContextDeclarationError
+from .errors import ContextDeclarationError, JobValueError
 from .loaders import declaration_identity, staged_names
 from .modelcache.staging import declared_sources
 
@@ -280,31 +281,41 @@ def undeclared(rule: str, name: object, declared: Iterable[str]) -> ContextDecla
 def report_items(n: int) -> None:
     """Record that the running job has done ``n`` more items of work (claims, prompts).
 
-    The count lands in the job's result; outside a context server it is ignored.
+    The count lands in the job's result; outside a context server it is ignored. A count
+    that is not a whole number from 0 to 2**63-1 raises :class:`~.errors.JobValueError`.
     """
+    count = _whole("report_items", n, "count")
     hooks = jobhooks.current_job()
     if hooks is not None:
-        hooks.items += int(n)
+        if hooks.items + count > _MAX_WHOLE:
+            raise JobValueError(
+                f"report_items({count}): the job's items would reach {hooks.items + count}, "
+                "beyond 2**63-1. Fix: report the items done, not a running total or a size."
+            )
+        hooks.items += count
 
 
 def declare_size(nbytes: int) -> None:
     """Called by a loader: the loaded context takes ``nbytes`` of memory.
 
     Without it, a server measures the growth of its RSS (CPU) or of allocated CUDA
-    memory (GPU) during the load.
+    memory (GPU) during the load. ``nbytes`` is a whole number from 0 to 2**63-1.
     """
+    size = _whole("declare_size", nbytes, "size")
     record = jobhooks.current_load()
     if record is not None:
-        record.declared_bytes = int(nbytes)
+        record.declared_bytes = size
 
 
 def declare_job_memory(nbytes: int) -> None:
     """Called by a loader: each job needs ``nbytes`` of working memory beside the
     loaded object (a server with slots runs as many jobs at once as its memory holds;
-    without this, it measures the first job's peak and runs one at a time until then)."""
+    without this, it measures the first job's peak and runs one at a time until then).
+    ``nbytes`` is a whole number from 0 to 2**63-1."""
+    size = _whole("declare_job_memory", nbytes, "size")
     record = jobhooks.current_load()
     if record is not None:
-        record.job_bytes = int(nbytes)
+        record.job_bytes = size
 
 
 def note_conversion() -> None:
@@ -374,6 +385,35 @@ def loader(
 
 # --------------------------------------------------------------------------------------
 # Helpers.
+
+
+#: The largest count or size the plugin takes: what its records and Dask's messages hold.
+_MAX_WHOLE = 2**63 - 1
+
+
+def _whole(call: str, value: Any, what: str) -> int:
+    """``value`` as a whole number from 0 to 2**63-1 (an int, or int-like such as a numpy
+    integer; not a bool), or the error that names ``call`` and what it got."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or not 0 <= number <= _MAX_WHOLE:
+        fix = "the bytes as an int (8 * 10**9)" if what == "size" else "the items done as an int"
+        raise JobValueError(
+            f"{call}({_shown(value)}): the {what} must be a whole number from 0 to 2**63-1. "
+            f"Fix: pass {fix}."
+        )
+    return number
+
+
+def _shown(value: Any) -> str:
+    """The value as a refusal quotes it: its repr, cut short (its type if that fails)."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else f"{text[:60]}..."
 
 
 def _resource(snakemake: Any, name: str) -> Any:

@@ -11,6 +11,7 @@ message names what is wrong (rule, context, server), and the fix.
     ├── ContextLoadError          a loader could not be imported or raised while loading
     ├── GangBroken                a rank of a context that spans processes died: it is lost
     ├── RankError                 a rank of such a context raised in a call (the job's error)
+    ├── JobValueError             a value a job or loader hands the plugin is refused
     ├── SettingError              a setting's value, or a combination of settings, is refused
     ├── ClusterError              the engine could not be started, reached or trusted
     │   └── VersionSkewError      client and servers run different versions
@@ -36,6 +37,7 @@ __all__ = [
     "ContextLoadError",
     "GangBroken",
     "JobCancelled",
+    "JobValueError",
     "ManifestError",
     "NoServerError",
     "RankError",
@@ -73,6 +75,12 @@ class GangBroken(ContextExecutorError):
 
 class RankError(ContextExecutorError):
     """A rank of a gang raised in a call; the message holds its traceback."""
+
+
+class JobValueError(ContextExecutorError):
+    """A value a job's script or a loader hands the plugin (:func:`~.contexts.report_items`,
+    :func:`~.contexts.declare_size`, :func:`~.contexts.declare_job_memory`) is refused,
+    where it is handed: the job, or the load, fails with it."""
 
 
 class TemplateTransferError(ContextLoadError):

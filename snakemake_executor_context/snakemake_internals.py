@@ -92,6 +92,7 @@ __all__ = [
     "workflow_config",
     "workflow_rules",
     "write_benchmark",
+    "written_resource",
 ]
 
 #: The Snakemake versions every entry of :data:`INTERNALS` was checked against: the
@@ -134,6 +135,9 @@ INTERNALS: dict[str, str] = {
     ),
     "rule.resources[name].is_evaluable(), .evaluate(wildcards, attempt), .value": (
         "snakemake.rules:Rule.resources snakemake.resources:Resource.is_evaluable .evaluate .value"
+    ),
+    "rule.ruleinfo.resources (a resource as the Snakefile wrote it)": (
+        "snakemake.rules:Rule.ruleinfo snakemake.ruleinfo:RuleInfo.resources"
     ),
     "rule.is_shell, .is_wrapper, .is_notebook, .is_cwl, .is_template_engine, .norun, "
     ".is_run, .script, .basedir, .shadow_depth, .group, .output, .conda_env, "
@@ -546,6 +550,13 @@ def rule_resource(rule: Any, name: str) -> RuleResource | None:
     if resource.is_evaluable():
         return RuleResource(True, None)
     return RuleResource(False, resource.value)
+
+
+def written_resource(rule: Any, name: str) -> Any:
+    """The rule's resource ``name`` as its Snakefile wrote it (Snakemake rounds a float
+    to an int before anything else sees it); None where it wrote none."""
+    written = getattr(getattr(rule, "ruleinfo", None), "resources", None)
+    return written[1].get(name) if written else None
 
 
 #: A rule's action, by the flag that says it, in the order Snakemake's own checks use.

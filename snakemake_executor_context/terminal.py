@@ -10,6 +10,9 @@ the line, a newline that forges one. Every place the plugin prints such a value 
 character escaped). Escaped means visible: ESC is shown as ``\\x1b``, a newline inside a
 value as ``\\n``, a right-to-left override as ``\\u202e``.
 
+A job's failure is shown by :func:`error_text` (an exception's text, bounded, its class
+where ``str()`` fails) and at the terminal by :func:`shortened`.
+
 A byte count is shown to people one way, everywhere (messages, notes, the commands'
 text, the monitor): :func:`format_bytes`.
 
@@ -22,7 +25,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["format_bytes", "printable", "shown", "shown_values"]
+__all__ = [
+    "MESSAGE_LIMIT",
+    "error_text",
+    "format_bytes",
+    "printable",
+    "shortened",
+    "shown",
+    "shown_values",
+]
 
 #: C0 controls, DEL, C1 controls, and the format characters that reorder or break
 #: lines (bidirectional overrides and isolates, the line and paragraph separators).
@@ -54,6 +65,34 @@ def printable(text: str) -> str:
     """``text`` with every control character but newline and tab escaped visibly: a
     whole message or a block of lines whose line breaks are its own."""
     return _BUT_LINES.sub(_escape, text)
+
+
+#: The characters of an exception's message a job's result carries (its log keeps all).
+MESSAGE_LIMIT = 4000
+
+
+def error_text(error: BaseException, typed: bool = True) -> str:
+    """``Type: message`` of an exception (``typed=False``: the message), for a job's
+    result: cut after :data:`MESSAGE_LIMIT` characters, the class name alone where
+    ``str()`` fails (an exception's own ``__str__`` may raise)."""
+    name = type(error).__name__
+    try:
+        text = str(error)
+    except Exception:
+        return name
+    if len(text) > MESSAGE_LIMIT:
+        text = f"{text[:MESSAGE_LIMIT]}... ({len(text):,} characters)"
+    return f"{name}: {text}" if typed else text
+
+
+def shortened(text: str, log: str, limit: int = 1000) -> str:
+    """A job's failure as the terminal shows it: whole up to ``limit`` characters;
+    longer (an exception's message of megabytes), its first line cut to half of that,
+    then where the whole is, the job's ``log``."""
+    if len(text) <= limit:
+        return text
+    first = text[: limit // 2].split("\n", 1)[0]
+    return f"{first} ... see the job's log {log}"
 
 
 def shown_values(data: Any) -> Any:

@@ -18,6 +18,7 @@ from ..snakemake_internals import (
     rule_script,
     shadow_depth,
     software_directives,
+    written_resource,
 )
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ __all__ = [
     "check_context_rules",
     "check_fleet_fits",
     "check_pool_fits",
+    "check_resources",
     "check_shared_fs",
     "constant_resource",
 ]
@@ -101,6 +103,30 @@ def check_context_rules(
                 "needs in the servers' environment and drop the directive, or remove "
                 "`context=` from the rule."
             )
+
+
+def check_resources(rules: Iterable[Any]) -> None:
+    """Refuse constant ``gpu`` and ``runtime`` resources that no job can have: a
+    negative or fractional ``gpu`` (a server's GPUs are whole), a negative ``runtime``."""
+    for rule in rules:
+        gpu, runtime = constant_resource(rule, "gpu"), constant_resource(rule, "runtime")
+        written = written_resource(rule, "gpu")
+        if _number(written) and gpu == round(written):  # not changed by --set-resources
+            gpu = written
+        if _number(gpu) and (gpu < 0 or gpu != int(gpu)):
+            raise ContextExecutorError(
+                f"Rule '{rule.name}' asks for gpu={gpu}: GPUs are counted whole, from 0. "
+                f"Fix: give it a whole number of GPUs (--set-resources {rule.name}:gpu=1)."
+            )
+        if _number(runtime) and runtime < 0:
+            raise ContextExecutorError(
+                f"Rule '{rule.name}' has runtime={runtime}: a time limit cannot be negative. "
+                f"Fix: give it its minutes (--set-resources {rule.name}:runtime=30), or none."
+            )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_gang_gpus(rule: Any, declaration: ContextDeclaration) -> None:

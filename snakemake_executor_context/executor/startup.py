@@ -43,6 +43,7 @@ from .rulecheck import (
     check_context_rules,
     check_fleet_fits,
     check_pool_fits,
+    check_resources,
     check_shared_fs,
     constant_resource,
 )
@@ -83,7 +84,8 @@ def process_started() -> float:
 
 def checked_declarations(workflow: Any) -> dict[str, ContextDeclaration]:
     """The run's declared contexts, once the checks at start pass (the Snakemake
-    internals the plugin reads, the shared filesystem, every rule that names a context)."""
+    internals the plugin reads, the shared filesystem, every rule that names a context,
+    every rule's constant ``gpu`` and ``runtime``)."""
     try:
         check_snakemake()
     except ContextExecutorError as error:  # one line: the plugin's frames say nothing
@@ -92,6 +94,7 @@ def checked_declarations(workflow: Any) -> dict[str, ContextDeclaration]:
     declarations = declarations_from_config(workflow_config(workflow))
     methods = {m.item_to_choice() for m in workflow.deployment_settings.deployment_method}
     check_context_rules(workflow_rules(workflow), declarations, methods)
+    check_resources(workflow_rules(workflow))
     return declarations
 
 

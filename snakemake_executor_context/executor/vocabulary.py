@@ -18,7 +18,7 @@ from ..fleet.keys import attempt_log, attempt_number
 from ..fleet.outcome import Outcome
 from ..fleet.placement import PlacementStep
 from ..fleet.resources import Requirements
-from ..terminal import printable
+from ..terminal import printable, shortened
 
 __all__ = [
     "AttemptEnded",
@@ -314,8 +314,10 @@ class ReportError:
     stimulus: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        # Snakemake prints it: names and wildcards in it reach the terminal escaped.
-        object.__setattr__(self, "message", printable(self.message))
+        # Snakemake prints it: names and wildcards in it reach the terminal escaped,
+        # and a long one only in part (the job's log has it whole).
+        message = shortened(self.message, self.aux_logs[0]) if self.aux_logs else self.message
+        object.__setattr__(self, "message", printable(message))
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,13 @@ import threading
 import time
 from collections.abc import Callable
 
+from distributed.protocol import dumps as dumps_message
+from distributed.protocol.pickle import dumps as dumps_pickle
+
 from ..fleet import events as ev
 from ..fleet.outcome import Outcome, ServerIdentity
 from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
+from ..terminal import error_text
 from .blackhole import gpu_failure
 from .cache import ContextCache, free_gpu_cache
 from .contextjob import run_context
@@ -66,13 +70,13 @@ class ServerJobs:
         """Run one job under its limits (runtime, memory cap), if it has any: in a
         thread of its own, watched from this one (see :mod:`.limits`)."""
         if spec.runtime_minutes is None and self.limits.memory_cap is None:
-            return self.run(spec)
+            return self._caught(spec)
         box: list[JobResult] = []
         done = threading.Event()
 
         def body() -> None:
             try:
-                box.append(self.run(spec))
+                box.append(self._caught(spec))
             finally:
                 done.set()
 
@@ -92,6 +96,38 @@ class ServerJobs:
         if reason is None:
             return box[0]
         return self._stop_for_limit(spec, reason, done, box, started)
+
+    def _caught(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
+        """:meth:`run`, with what it raises (the plugin's fault, not the job's) turned
+        into the job's failure, naming the job: never a bare error in Dask."""
+        started = time.time()
+        try:
+            return self.run(spec)
+        except BaseException as error:
+            logger.error("%s raised on this server", spec.title, exc_info=error)
+            return self._failed(spec, started, error_text(error))
+
+    def _failed(self, spec: ContextJobSpec | PlainJobSpec, started: float, what: str) -> JobResult:
+        """The failed result of a job that ended without one of its own."""
+        context = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
+        outcome = Outcome(
+            spec.key, self.identity, started=started, finished=time.time(), context=context
+        )
+        log_path = os.path.join(spec.workdir, spec.log_path)
+        message = f"{spec.title}: failed on {self.identity.describe()}: {what} (log: {log_path})."
+        return JobResult(outcome, message=message, log_path=log_path)
+
+    def _sendable(self, spec: ContextJobSpec | PlainJobSpec, result: JobResult) -> JobResult:
+        """The result, or its failure if Dask could not send it or its end's event
+        (an unpicklable value in ``extra``, an int beyond msgpack's): Dask turns the
+        one into a nameless error, and the other closes the server's connections."""
+        try:
+            dumps_pickle(result)
+            dumps_message(ev.encode([result.outcome.finished_event(spec.run_id)]))
+        except Exception as error:
+            what = f"its result cannot be sent back ({error_text(error)})"
+            return self._failed(spec, result.outcome.started, what)
+        return result
 
     def _stop_for_limit(
         self,
@@ -179,6 +215,7 @@ class ServerJobs:
                 context=identity,
                 gpu_model=self.gpu_model,
             )
+            result = self._sendable(spec, result)
             if self.abandoned(spec.key):
                 # Handed back as the server leaves (a lost gang): the attempt is lost
                 # with the server and runs again, so its result must never reach the

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from distributed.protocol import dumps
+
 from ..defaults import NODE_VARIABLE
 from ..fleet import events as ev
 from ..fleet.gpus import GpuInfo, stands_in
@@ -195,7 +197,9 @@ class ContextServer:
         if worker is None:
             return
         try:
-            worker.log_event(ev.TOPIC, ev.encode(events))
+            payload = ev.encode(events)
+            dumps(payload)  # one that cannot be sent would close the connection
+            worker.log_event(ev.TOPIC, payload)
         except Exception as error:
             logger.debug("could not send %d event(s): %r", len(events), error)
 
