@@ -31,6 +31,7 @@ from ..snakemake_internals import (
     set_shell_executable,
     write_benchmark,
 )
+from ..terminal import error_text
 from .output import Leaks, job_output
 from .running import RunningJob
 from .slots.sharing import SharedGroup, job_main
@@ -124,12 +125,12 @@ def _run_guarded(
         if error.__cause__ is not None:
             traceback.print_exception(error.__cause__, file=sys.stderr)
         print(f"[snakemake-context] {error}", file=sys.stderr)
-        result.message = f"{spec.title}: {error} (log: {log_path})"
+        result.message = f"{spec.title}: {error_text(error, typed=False)} (log: {log_path})"
     except BaseException as error:
         _print_script_traceback(error, spec.script_path)
         result.message = (
             f"{spec.title} (context '{spec.declaration.name}') failed on "
-            f"{server.describe()}: {type(error).__name__}: {error}. The traceback "
+            f"{server.describe()}: {error_text(error)}. The traceback "
             f"ends the job's log {log_path}."
         )
     finally:
