@@ -19,8 +19,9 @@
 - :mod:`.contextjob`: a context job's way through its slot and its contexts;
   :mod:`.slots`: which jobs run at once (the gate, what they share, memory);
 - :mod:`.inprocess`: a context job's script run in this process, :mod:`.isolation`,
-  what it may change here and how that is undone, and :mod:`.output`, where its
-  output goes;
+  what it may change here and how that is undone (:mod:`.processwide`: the umask,
+  rlimits and the like), :mod:`.output`, where its output goes, and
+  :mod:`.scriptchild`, what its ``spawn``/``forkserver`` children run first;
 - :mod:`.plain`: a plain job as Snakemake's own job command, forked from the
   :mod:`.zygote`, whose Snakemake ends a failed pipe group (:mod:`.pipegroups`);
   :mod:`.pgroups`: their process groups, on local disk;

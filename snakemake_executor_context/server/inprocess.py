@@ -33,7 +33,9 @@ from ..snakemake_internals import (
 )
 from ..terminal import error_text
 from .output import Leaks, job_output
+from .processwide import make_dirs, open_own_file
 from .running import RunningJob
+from .scriptchild import ScriptChildren, stand_in_main
 from .slots.sharing import SharedGroup, job_main
 
 __all__ = ["run_context_job"]
@@ -66,11 +68,10 @@ def run_context_job(
     started = time.time()
     workdir = Path(spec.workdir)
     log_path = workdir / spec.log_path
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     outcome = Outcome(spec.key, server, started=started, finished=started)
     result = JobResult(outcome, log_path=str(log_path))
     shared = group if group is not None else SharedGroup()
-    with open(log_path, "wb", buffering=0) as log_file:
+    with open(open_own_file(str(log_path)), "wb", buffering=0) as log_file:
         with ExitStack() as stack:
             leaks = stack.enter_context(job_output(spec.title, log_file.fileno()))
             stack.enter_context(shared.job(spec, set_torch_threads, owned_modules))
@@ -157,9 +158,7 @@ def _prepare(spec: ContextJobSpec) -> None:
     if spec.benchmark:
         parents.append(spec.benchmark)
     for path in parents:
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
+        make_dirs(os.path.dirname(path))
 
 
 def _wait_for_inputs(spec: ContextJobSpec) -> None:
@@ -201,12 +200,18 @@ def _run_script(spec: ContextJobSpec, job: RunningJob) -> list[Any]:
             snakemake = load_script_object(spec.snakemake_pickle)
             snakemake.bench_iteration = iteration if spec.benchmark else None
             namespace = _script_namespace(spec, snakemake, real_file)
-            if spec.benchmark:
-                with benchmarked_here() as record:
-                    _exec(code, namespace, job)
-                records.append((record, snakemake))
-            else:
-                _exec(code, namespace, job)
+            children = ScriptChildren(
+                spec.script_path, spec.script_source, real_file, spec.snakemake_pickle
+            )
+            try:
+                if spec.benchmark:
+                    with benchmarked_here() as record:
+                        _exec(code, namespace, job, children)
+                    records.append((record, snakemake))
+                else:
+                    _exec(code, namespace, job, children)
+            finally:
+                children.close()
     return records
 
 
@@ -231,8 +236,10 @@ def _script_copy(spec: ContextJobSpec) -> Iterator[str]:
             print(f"Not cleaning up {path}", file=sys.stderr)
 
 
-def _exec(code: types.CodeType, namespace: dict[str, Any], job: RunningJob) -> None:
-    module = types.ModuleType("__main__")
+def _exec(
+    code: types.CodeType, namespace: dict[str, Any], job: RunningJob, children: ScriptChildren
+) -> None:
+    module = stand_in_main(children)
     module.__dict__.update(namespace)
     try:
         with job_main(module), job.interruptible_phase():
@@ -240,6 +247,14 @@ def _exec(code: types.CodeType, namespace: dict[str, Any], job: RunningJob) -> N
     except SystemExit as exit_:
         if exit_.code not in (None, 0):
             raise _ScriptExit(exit_.code) from None
+    failure = children.failure()
+    if failure is not None:
+        raise ContextExecutorError(
+            f"a child process the script started could not start: {failure}. Under the "
+            "spawn and forkserver start methods each child runs the script again as "
+            "__mp_main__ before its target. Fix: put the script's work under "
+            "if __name__ == '__main__':, or use the default start method (fork)."
+        )
 
 
 def _compile(spec: ContextJobSpec) -> types.CodeType:

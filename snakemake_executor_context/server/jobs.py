@@ -236,6 +236,13 @@ class ServerJobs:
     def _after(self, key: str, result: JobResult) -> None:
         """Count the job; what it leaked, and how it failed, may end the server."""
         outcome = result.outcome
+        lost = self.slots.group.take_unrestorable()
+        if lost:
+            reason = f"{key} changed what cannot be put back: {'; '.join(lost)}"
+            result.extra.setdefault("warnings", []).append(
+                f"{self.identity.describe()} restarts: {reason}."
+            )
+            self.recycle(key, reason)
         for warning in result.extra.get("warnings", ()):
             logger.warning("%s", warning)
         if result.extra.get("leaks", {}).get("threads"):
