@@ -371,6 +371,9 @@ def loader(
     cheap to import there.
     """
 
+    if job_memory is not None:
+        job_memory = _whole("@loader", job_memory, "size", "job_memory=")
+
     def wrap(function: Callable[..., Any]) -> Callable[..., Any]:
         function.shard = shard  # type: ignore[attr-defined]
         function.template = template  # type: ignore[attr-defined]
@@ -391,7 +394,7 @@ def loader(
 _MAX_WHOLE = 2**63 - 1
 
 
-def _whole(call: str, value: Any, what: str) -> int:
+def _whole(call: str, value: Any, what: str, keyword: str = "") -> int:
     """``value`` as a whole number from 0 to 2**63-1 (an int, or int-like such as a numpy
     integer; not a bool), or the error that names ``call`` and what it got."""
     try:
@@ -401,8 +404,8 @@ def _whole(call: str, value: Any, what: str) -> int:
     if number is None or not 0 <= number <= _MAX_WHOLE:
         fix = "the bytes as an int (8 * 10**9)" if what == "size" else "the items done as an int"
         raise JobValueError(
-            f"{call}({_shown(value)}): the {what} must be a whole number from 0 to 2**63-1. "
-            f"Fix: pass {fix}."
+            f"{call}({keyword}{_shown(value)}): the {what} must be a whole number from 0 "
+            f"to 2**63-1. Fix: pass {fix}."
         )
     return number
 

@@ -141,7 +141,7 @@ def call_loader(declaration: LoaderRef, record: LoadRecord, gang: GangOptions | 
     record.shareable = bool(getattr(function, "shareable", True))
     declared = getattr(function, "job_memory", None)
     if declared is not None:
-        record.job_bytes = int(declared)
+        record.job_bytes = declared  # checked by @loader
     ranks = int(getattr(declaration, "ranks", 1) or 1)
     if getattr(function, "shard", None) is None:
         if ranks > 1:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from snakemake_executor_context import declare_job_memory, declare_size, report_items
+from snakemake_executor_context import declare_job_memory, declare_size, loader, report_items
 from snakemake_executor_context.errors import ContextExecutorError, JobValueError
 from snakemake_executor_context.executor.rulecheck import check_resources
 from snakemake_executor_context.fleet.outcome import Outcome, ServerIdentity
@@ -178,6 +178,12 @@ def test_check_resources_refuses_what_no_job_can_have():
 def test_a_count_or_size_that_is_not_a_whole_int64_is_refused_naming_the_call(call, value):
     with pytest.raises(JobValueError, match=rf"^{call.__name__}\(.*\): the .* 2\*\*63-1"):
         call(value)
+
+
+def test_a_loaders_job_memory_is_refused_where_it_is_declared():
+    with pytest.raises(JobValueError, match=r"^@loader\(job_memory=-5\): the size"):
+        loader(job_memory=-5)
+    assert loader(job_memory=2**30)(lambda: None).job_memory == 2**30
 
 
 def test_whole_numbers_and_int_likes_are_taken():
