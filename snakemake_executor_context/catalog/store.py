@@ -13,10 +13,8 @@ readers open that snapshot immutable.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sqlite3
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .. import paths
 from ..errors import ContextExecutorError
 from .migrations.runner import Revision, read_revision, upgrade
-from .models import SCHEMA_VERSION, Meta
+from .models import SCHEMA_VERSION
 
 __all__ = [
     "MOUNT_TABLE",
@@ -325,9 +323,6 @@ def check_schema(store: CatalogStore, *, create: bool) -> None:
             f"{SCHEMA_VERSION}: {type(error).__name__}: {error}. Fix: use a new catalog path "
             "(--context-catalog NEW.db) or move this one aside, and report this with it."
         ) from error
-    if found.version is None:
-        with store.session() as session, session.begin():
-            session.merge(Meta(key="created", value=json.dumps(time.time())))
 
 
 def _version() -> str:

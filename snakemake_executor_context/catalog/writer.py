@@ -13,12 +13,15 @@ A SQLite catalog has one writer, which holds its lease (:mod:`.lease`) and renew
 from this thread.
 
 The same thread publishes snapshots of a SQLite catalog whose requested location is
-on a network filesystem (see :mod:`.store`).
+on a network filesystem (see :mod:`.store`), and notices a SQLite catalog deleted or
+replaced under it (:mod:`.follow`): it says so in one line through ``say`` and records
+on where the user will look.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -55,6 +58,8 @@ class CatalogWriter(QueuedSink):
 
     ``heartbeat_run``: a run whose heartbeat the writer updates every few seconds
     while it lives (the executor's own run, when the executor is the writer).
+    ``say``: where the line about a catalog deleted or replaced under it goes (else
+    ``warn``).
     """
 
     thread_name = "snakemake-context-catalog"
@@ -67,12 +72,18 @@ class CatalogWriter(QueuedSink):
         heartbeat_run: str | None = None,
         queue_size: int = QUEUE_SIZE,
         lease: WriterLease | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
+        from .follow import file_id
         from .record import Recorder
 
         super().__init__(warn=warn, queue_size=queue_size, heartbeat_run=heartbeat_run)
         self.store = store
         self.lease = lease
+        self._say = say or warn
+        path = store.location.path
+        #: The SQLite file this writer opened (None: a database server).
+        self._opened = file_id(path) if path is not None else None
         self._last_beat = time.monotonic()
         self.recorder: Recorder = Recorder()
         self._last_snapshot = 0.0
@@ -86,6 +97,7 @@ class CatalogWriter(QueuedSink):
         the batch (up to :data:`BACKLOG_SIZE` events, the rest counted as dropped)
         and try it again after a pause, for as long as the writer lives."""
         now = time.monotonic()
+        self._follow()
         self._renew_lease(now)
         # Events stay in the backlog until written, so a flush sees them meanwhile.
         room = max(0, BACKLOG_SIZE - len(self._backlog))
@@ -117,6 +129,48 @@ class CatalogWriter(QueuedSink):
     def unwritten(self) -> int:
         """Events queued, or kept back after a failed write for the next retry."""
         return self._pending + len(self._backlog)
+
+    def _follow(self) -> None:
+        """Notice the SQLite catalog deleted or replaced under this writer: copy what it
+        holds to where the user will look, record there from now on, and say so."""
+        from .follow import file_id, moved, rescue
+        from .lease import WriterLease, lease_path
+
+        path = self.store.location.path
+        if self._opened is None or path is None:
+            return
+        try:
+            what = moved(self._opened, file_id(path))
+        except OSError as error:  # cannot tell (its directory unreadable): next tick
+            logger.debug("looking at the catalog %s: %r", path, error)
+            return
+        if what is None:
+            return
+        name = self.heartbeat_run or f"writer-{os.getpid()}"
+        run = f"run {self.heartbeat_run}" if self.heartbeat_run else "its writer"
+        try:
+            self.store, happened = rescue(self.store, what, name)
+        except Exception as error:
+            self._opened = None
+            self._say(
+                f"The context catalog {path} was {what} while {run} wrote to it, and its "
+                f"records cannot be written again ({type(error).__name__}: "
+                f"{first_line(error)}): they are lost. Fix: keep the catalog while a run "
+                "writes it, or point runs at another (--context-catalog NEW.db)."
+            )
+            return
+        self._opened = file_id(self.store.location.path or path)
+        self._dirty = True
+        where = lease_path(self.store.location)
+        if self.lease is not None and where is not None and where != self.lease.path:
+            self.lease.release()
+            self.lease = WriterLease(where, self.lease.owner)
+        if self.lease is not None and not self.lease.path.exists():
+            try:  # gone with the catalog's directory: taken again
+                self.lease.acquire()
+            except Exception as error:
+                logger.debug("taking the catalog's lease again: %r", error)
+        self._say(happened.describe(run))
 
     def _renew_lease(self, now: float) -> None:
         from .lease import LEASE_HEARTBEAT_SECONDS
@@ -183,6 +237,8 @@ class CatalogWriter(QueuedSink):
         """Try a kept-back batch once more, publish a last snapshot, release the
         database."""
         try:
+            if not self._thread.is_alive():
+                self._follow()
             if self._backlog and not self._thread.is_alive():
                 self._failing_since = None
                 self.handle([])
@@ -301,4 +357,4 @@ def _open_writer(
             f"{len(abandoned)} run(s) abandoned (their writer stopped without ending "
             f"them): {', '.join(abandoned[:5])}{' ...' if len(abandoned) > 5 else ''}."
         )
-    return CatalogWriter(store, warn=warn, heartbeat_run=heartbeat_run, lease=lease)
+    return CatalogWriter(store, warn=warn, heartbeat_run=heartbeat_run, lease=lease, say=say)

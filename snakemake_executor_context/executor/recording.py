@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..catalog.sinks import EventSink
     from ..cluster.connection import ClusterConnection
 
-__all__ = ["Recording", "versions"]
+__all__ = ["Recording", "holds_run", "versions"]
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +242,9 @@ class Recording:
             # writes a few hundred events a second), and gives up after 10 s without any
             # (a starved thread on a loaded node can pause 5 s).
             sink.close(timeout=10.0, patience=120.0)
+            store = getattr(sink, "store", None)  # this process's writer: where it ended
+            if store is not None:
+                self.location = store.location.describe()
             dropped = getattr(sink, "dropped", 0)
             if dropped:
                 self._warn(
@@ -249,19 +252,28 @@ class Recording:
                     f"event(s) of run {self.run_id} (see the warning above for why). The "
                     "workflow's results are not affected."
                 )
-            self._ledger()
+            self._ledger(store.location.requested if store is not None else None)
 
-    def _ledger(self) -> None:
+    def _ledger(self, written: str | None) -> None:
         """Write the run's GPU ledger report (``--context-report``), or name the command
-        that writes it. Never fails the run."""
+        that writes it, from the catalog this process wrote (``written``, where it
+        ended: beside the shared one, or again after the file was deleted) only when it
+        holds the run. Never fails the run."""
         from ..report.command import build_report, write_report
 
-        spec = self.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
+        spec = written or self.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
         if "://" not in spec and self.location and not self.writes:
             spec = self.location  # the cluster's own catalog
         command = f"snakemake-context report --run {self.run_id}"
         if spec != str(Path(self.workdir) / DEFAULT_CATALOG):
             command += f" --catalog {spec}"
+        if written is not None and not holds_run(spec, self.run_id):
+            if self.report:
+                self._warn(
+                    f"The run's ledger report is not written: the context catalog {spec} "
+                    f"does not hold run {self.run_id} (see the warnings above)."
+                )
+            return
         if not self.report:
             self._info(f"Where this run's GPU-seconds went (the ledger): {command}")
             return
@@ -271,6 +283,29 @@ class Recording:
             self._info(f"Where this run's GPU-seconds went (the ledger): {output}")
         except Exception as error:
             self._warn(f"Cannot write the run's ledger report ({command}): {error}")
+
+
+def holds_run(spec: str, run_id: str) -> bool:
+    """Whether the catalog ``spec`` can be read and holds run ``run_id`` (so that its
+    report can be read)."""
+    from sqlalchemy import select
+
+    from ..catalog.models import Run
+    from ..catalog.store import open_reader
+
+    try:
+        store = open_reader(spec)
+    except Exception as error:
+        logger.debug("reading the catalog %s: %r", spec, error)
+        return False
+    try:
+        with store.session() as session:
+            return session.scalar(select(Run.id).where(Run.run_id == run_id)) is not None
+    except Exception as error:
+        logger.debug("reading the catalog %s: %r", spec, error)
+        return False
+    finally:
+        store.close()
 
 
 def versions() -> dict[str, str]:
