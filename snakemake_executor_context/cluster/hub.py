@@ -142,6 +142,9 @@ class FleetHub(SchedulerPlugin):
         ws = scheduler.workers.get(worker)
         if ws is None:
             return
+        # What a nanny reported after the hub's wait belongs to an earlier process here.
+        self.exits.pop(worker, None)
+        self.running_at_exit.pop(worker, None)
         host = worker.split("://")[-1].rsplit(":", 1)[0]
         self._publish(
             ev.ServerJoined(

@@ -12,6 +12,13 @@ known (:func:`classify`):
   SIGKILL nobody announced (the kernel's OOM killer sends one);
 - a **closed** server (retired, shut down) costs nothing.
 
+What the cluster or batch system *said* (an injected kill, SIGTERM or SIGINT, a
+drain on notice) is a preemption however often it hits a job. Any other loss is a
+preemption only while no job explains it: a job that was running on each of N >= 2
+servers lost without such a word explains them, and all N are its crashes
+(:func:`charged`), whatever exit code each showed (a job that closes every descriptor,
+``os.closerange(3, ...)``, or cuts its server's connection leaves none in time).
+
 Every job has two budgets (:class:`Budgets`), one per kind; :class:`LossHistory`
 charges them and says when one runs out, with a message naming the budget, the
 servers, their exit codes and each attempt's log.
@@ -21,7 +28,7 @@ from __future__ import annotations
 
 import signal as _signal
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -34,6 +41,7 @@ __all__ = [
     "LossCause",
     "LossHistory",
     "LossKind",
+    "charged",
     "classify",
     "finishes_in_grace",
     "loss_line",
@@ -66,12 +74,15 @@ class LossKind(StrEnum):
 
 @dataclass(frozen=True)
 class LossCause:
-    """A classified loss: its kind and a short reason ('injected SIGKILL')."""
+    """A classified loss: its kind and a short reason ('injected SIGKILL'); ``said``:
+    the cluster or batch system said it (an injected kill, SIGTERM or SIGINT, a drain
+    on notice), never the job's doing."""
 
     kind: LossKind
     why: str
     exit_code: int | None = None
     signal: int | None = None
+    said: bool = False
 
     def exit_text(self) -> str:
         """'killed by SIGKILL', 'exit code 3', or 'no exit code known'."""
@@ -113,14 +124,16 @@ def classify(
         return LossCause(LossKind.CLOSED, f"restarted by the plugin ({restarted})", code, sig)
     if injected is not None:
         why = f"injected {signal_name(injected)}"
-        return LossCause(LossKind.PREEMPTION, why, code, sig if sig is not None else injected)
+        sent = sig if sig is not None else injected
+        return LossCause(LossKind.PREEMPTION, why, code, sent, said=True)
     if drained:
         kind = LossKind.CRASH if drained_crash else LossKind.PREEMPTION
-        return LossCause(kind, f"drained ({drained})", code, sig)
+        return LossCause(kind, f"drained ({drained})", code, sig, said=not drained_crash)
     if heartbeat:
         return LossCause(LossKind.PREEMPTION, "heartbeat lost (stopped or unreachable)", code, sig)
     if sig == _signal.SIGTERM or sig == _signal.SIGINT:
-        return LossCause(LossKind.PREEMPTION, f"{signal_name(sig)} from outside", code, sig)
+        why = f"{signal_name(sig)} from outside"
+        return LossCause(LossKind.PREEMPTION, why, code, sig, said=True)
     if sig == _signal.SIGKILL:
         why = "SIGKILL of unknown origin (the OOM killer?)"
         return LossCause(LossKind.CRASH, why, code, sig)
@@ -134,6 +147,22 @@ def classify(
     if expected:
         return LossCause(LossKind.CLOSED, "closed")
     return LossCause(LossKind.PREEMPTION, "lost (connection closed, no exit code known)")
+
+
+def charged(causes: Sequence[LossCause]) -> list[LossCause]:
+    """What each loss of servers a job was running on (in order) is charged as:
+    what the cluster said stays as classified; the others, once there are two or
+    more, are all the job's crashes, each saying why (nothing else explains them)."""
+    unsaid = [c for c in causes if c.kind != LossKind.CLOSED and not c.said]
+    if len(unsaid) < 2:
+        return list(causes)
+    why = f"lost with each of the {len(unsaid)} servers that ran it, none by the cluster's word"
+    return [
+        replace(c, kind=LossKind.CRASH, why=f"{c.why}; {why}")
+        if c.kind == LossKind.PREEMPTION and not c.said
+        else c
+        for c in causes
+    ]
 
 
 @dataclass(frozen=True)
@@ -174,9 +203,12 @@ class LossHistory:
 
     losses: list[_Loss] = field(default_factory=list)
 
+    def _charged(self) -> list[tuple[_Loss, LossCause]]:
+        return list(zip(self.losses, charged([loss.cause for loss in self.losses]), strict=True))
+
     def count(self, kind: LossKind) -> int:
-        """Losses of that kind so far."""
-        return sum(1 for loss in self.losses if loss.cause.kind == kind)
+        """Losses charged to that kind so far."""
+        return sum(1 for _, cause in self._charged() if cause.kind == kind)
 
     def charge(
         self,
@@ -192,24 +224,29 @@ class LossHistory:
         if cause.kind == LossKind.CLOSED or not ran:
             return None
         self.losses.append(_Loss(server, cause, log))
-        if cause.kind == LossKind.CRASH:
+        charges = self._charged()
+        kind = charges[-1][1].kind
+        if kind == LossKind.CRASH:
             allowed, flag = budgets.crashes, "--context-crash-budget"
         else:
             allowed, flag = budgets.preemptions, "--context-preemption-budget"
-        hits = [loss for loss in self.losses if loss.cause.kind == cause.kind]
+        hits = [(loss, charge) for loss, charge in charges if charge.kind == kind]
         if len(hits) <= allowed:
             return None
-        servers = "; ".join(f"{loss.server} ({loss.cause.exit_text()})" for loss in hits)
+        servers = "; ".join(f"{loss.server} ({charge.exit_text()})" for loss, charge in hits)
         logs = ", ".join(loss.log for loss in self.losses if loss.log) or "none kept"
-        if cause.kind == LossKind.CRASH:
+        if kind == LossKind.CRASH:
+            unsaid = any(loss.cause.kind == LossKind.PREEMPTION for loss, _ in hits)
+            what = "crashed or was lost, with no word from the cluster," if unsaid else "crashed"
             head = (
-                f"{title}: its server crashed while running it {len(hits)} time(s), more "
+                f"{title}: its server {what} while running it {len(hits)} time(s), more "
                 f"than the crash budget of {allowed} ({flag})"
             )
             fix = (
-                "Fix: read the attempts' logs; a job that kills its server (os._exit, a "
-                "segfault in a native library, the OOM killer) fails here: give the rule "
-                "more memory or fix the crash, or raise the budget."
+                "Fix: read the attempts' logs; a job that kills its server or closes its "
+                "connections (os._exit, os.closerange, a segfault in a native library, the "
+                "OOM killer) fails here: give the rule more memory or fix the crash, or "
+                "raise the budget."
             )
         else:
             head = (
@@ -228,10 +265,9 @@ class LossHistory:
             return "not charged: its server closed"
         if not ran:
             return "not charged: it had not started there"
-        if cause.kind == LossKind.CRASH:
-            return f"charged to the crash budget ({self.count(cause.kind)} of {budgets.crashes})"
-        used = self.count(cause.kind)
-        return f"charged to the preemption budget ({used} of {budgets.preemptions})"
+        kind = self._charged()[-1][1].kind
+        allowed = budgets.crashes if kind == LossKind.CRASH else budgets.preemptions
+        return f"charged to the {kind} budget ({self.count(kind)} of {allowed})"
 
 
 def ran_there(

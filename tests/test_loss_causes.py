@@ -1,0 +1,149 @@
+"""A loss charged to what caused it: a job lost with each of several servers, none by
+the cluster's word, is charged to its crash budget. Pure functions, the dispatch
+machine, and a real run of the snakemake CLI."""
+
+from __future__ import annotations
+
+import sqlite3
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from snakemake_executor_context.executor import vocabulary as v
+from snakemake_executor_context.fleet.losses import (
+    Budgets,
+    LossHistory,
+    LossKind,
+    charged,
+    classify,
+)
+
+from .conftest import HEADER, TOY_LOADER, context_run
+from .test_dispatch import join, leave, machine, of, ticket
+
+NOTHING_KNOWN = classify()
+HEARTBEAT = classify(heartbeat=True)
+INJECTED = classify(exit_code=-9, injected=9)
+SIGTERM = classify(exit_code=-15)
+DRAINED = classify(drained="SIGTERM")
+EXIT_3 = classify(exit_code=3)
+
+
+def test_what_the_cluster_said_is_a_preemption_however_often_it_hits_a_job():
+    for said in (INJECTED, SIGTERM, DRAINED):
+        assert said.said and said.kind == LossKind.PREEMPTION
+        assert [c.kind for c in charged([said] * 4)] == [LossKind.PREEMPTION] * 4
+    assert not NOTHING_KNOWN.said and not HEARTBEAT.said and not EXIT_3.said
+
+
+def test_a_loss_no_job_explains_is_a_preemption_once_and_the_jobs_crash_when_repeated():
+    assert charged([NOTHING_KNOWN]) == [NOTHING_KNOWN], "one loss: nothing explains it"
+    first, second = charged([NOTHING_KNOWN, HEARTBEAT])
+    assert first.kind == second.kind == LossKind.CRASH
+    assert first.why.startswith("lost (connection closed, no exit code known); lost with each")
+    assert "of the 2 servers that ran it" in second.why
+    # what the cluster said in between stays a preemption, and is not counted
+    kinds = [c.kind for c in charged([NOTHING_KNOWN, INJECTED, SIGTERM])]
+    assert kinds == [LossKind.PREEMPTION] * 3
+    kinds = [c.kind for c in charged([EXIT_3, INJECTED, NOTHING_KNOWN])]
+    assert kinds == [LossKind.CRASH, LossKind.PREEMPTION, LossKind.CRASH]
+    assert charged([classify(expected=True), NOTHING_KNOWN])[1].kind == LossKind.PREEMPTION
+
+
+def test_the_second_unexplained_loss_exhausts_a_crash_budget_of_one_naming_the_job():
+    history, budgets = LossHistory(), Budgets(preemptions=10, crashes=1)
+    title = "Rule 'close' (i=0)"
+    assert history.charge(NOTHING_KNOWN, "cpu1", "a.log", budgets, title) is None
+    assert history.describe_charge(NOTHING_KNOWN, budgets) == (
+        "charged to the preemption budget (1 of 10)"
+    )
+    failed = history.charge(NOTHING_KNOWN, "cpu0", "a.2.log", budgets, title)
+    assert failed is not None and failed.startswith(f"{title}: its server crashed or was lost")
+    assert "2 time(s), more than the crash budget of 1 (--context-crash-budget)" in failed
+    assert "cpu1 (no exit code known); cpu0 (no exit code known)" in failed
+    assert "a.log, a.2.log" in failed and "os.closerange" in failed
+    assert history.describe_charge(NOTHING_KNOWN, budgets) == (
+        "charged to the crash budget (2 of 1)"
+    )
+    assert history.count(LossKind.PREEMPTION) == 0
+
+
+def _lose_twice(dispatch, facts):
+    """A job placed, its server lost, placed again (after the lease if nobody saw the
+    server die), lost again: the second loss's commands."""
+    (submit,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
+    out = leave(dispatch, submit.address, at=1.0, **facts)
+    assert not of(out, v.ReportError)
+    (submit,) = of(join(dispatch, "tcp://back", at=2.0) + dispatch.handle(v.Tick(60.0)), v.Submit)
+    return leave(dispatch, submit.address, at=61.0, **facts)
+
+
+def test_the_dispatch_charges_a_job_lost_with_each_of_two_servers_to_its_crash_budget():
+    dispatch = machine(servers=1, budgets=Budgets(preemptions=10, crashes=1))
+    (error,) = of(_lose_twice(dispatch, {}), v.ReportError)
+    assert "crash budget of 1 (--context-crash-budget)" in error.message
+    assert error.message.startswith("Rule 'score' (i=1): its server crashed or was lost")
+    # the same two kills, injected: preemptions, and the job runs again
+    dispatch = machine(servers=1, budgets=Budgets(preemptions=10, crashes=1))
+    out = _lose_twice(dispatch, {"exit_code": -9, "injected": 9})
+    assert not of(out, v.ReportError) and dispatch.queued == 1
+
+
+def test_servers_lost_under_different_jobs_are_preemptions_of_each():
+    dispatch = machine(servers=2, budgets=Budgets(preemptions=10, crashes=0))
+    (first,) = of(dispatch.handle(v.JobReady(ticket(1, identity=None), 0.0)), v.Submit)
+    (second,) = of(dispatch.handle(v.JobReady(ticket(2, identity=None), 0.1)), v.Submit)
+    for submit, at in ((first, 1.0), (second, 2.0)):
+        out = leave(dispatch, submit.address, at=at)
+        assert not of(out, v.ReportError), "one loss under each job: nothing explains it"
+
+
+# -- real runs -------------------------------------------------------------------------
+
+
+def _catalog(path: Path, query: str) -> list[tuple]:
+    with sqlite3.connect(path) as db:
+        return db.execute(query).fetchall()
+
+
+CLOSERANGE = """
+import os
+
+from snakemake_executor_context import load_context
+
+load_context(snakemake)
+print("closing every descriptor", flush=True)
+os.closerange(3, 65536)  # as a daemonising helper does
+open(snakemake.output[0], "w").write("never\\n")
+"""
+
+
+@pytest.mark.slow
+def test_a_job_that_closes_every_descriptor_fails_on_its_crash_budget(make_workflow):
+    """Each attempt takes its server down with no exit code known in time: the second
+    is the job's, and with --context-crash-budget 1 the run ends naming it (before:
+    10 preemptions, 6-7 minutes)."""
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
+                rule close:
+                    output: "closed.txt"
+                    resources: context="toy"
+                    script: "scripts/close.py"
+            """),
+            "loader.py": TOY_LOADER,
+            "scripts/close.py": CLOSERANGE,
+        }
+    )
+    began = time.monotonic()
+    run = context_run(workdir, "--context-servers", "1", "--context-crash-budget", "1", timeout=110)
+    took = time.monotonic() - began
+    assert run.returncode != 0
+    (line,) = [line for line in run.output.splitlines() if "crash budget of" in line]
+    assert "Rule 'close': its server crashed or was lost" in line, line
+    assert "2 time(s), more than the crash budget of 1 (--context-crash-budget)" in line, line
+    assert "preemption budget" not in run.output
+    assert took < 100, took
