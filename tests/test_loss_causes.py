@@ -1,6 +1,6 @@
 """A loss charged to what caused it: a job lost with each of several servers, none by
-the cluster's word, is charged to its crash budget. Pure functions, the dispatch
-machine, and a real run of the snakemake CLI."""
+the cluster's word, is charged to its crash budget; a server that lost its scheduler
+comes back. Pure functions, the dispatch machine, and real runs of the snakemake CLI."""
 
 from __future__ import annotations
 
@@ -100,6 +100,17 @@ def test_servers_lost_under_different_jobs_are_preemptions_of_each():
         assert not of(out, v.ReportError), "one loss under each job: nothing explains it"
 
 
+def test_an_embedded_run_whose_lost_servers_do_not_come_back_says_so():
+    dispatch = machine(servers=1, embedded=True, wait=30.0, planned=1)
+    (submit,) = of(dispatch.handle(v.JobReady(ticket(1), 0.0)), v.Submit)
+    assert not of(leave(dispatch, submit.address, at=1.0, exit_code=-9, injected=9), v.ReportError)
+    assert not of(dispatch.handle(v.Tick(20.0)), v.ReportError), "it may come back yet"
+    (error,) = of(dispatch.handle(v.Tick(32.0)), v.ReportError)
+    assert error.message.startswith("No context server can run rule 'score' after waiting 31 s")
+    assert "0 of 1 planned servers are running, the lost ones did not come back" in error.message
+    assert "change the rule's resources" not in error.message
+
+
 # -- real runs -------------------------------------------------------------------------
 
 
@@ -147,3 +158,58 @@ def test_a_job_that_closes_every_descriptor_fails_on_its_crash_budget(make_workf
     assert "2 time(s), more than the crash budget of 1 (--context-crash-budget)" in line, line
     assert "preemption budget" not in run.output
     assert took < 100, took
+
+
+CUT_ONCE = """
+import os
+import time
+
+from distributed import get_worker
+
+from snakemake_executor_context import load_context
+
+obj = load_context(snakemake)
+if not os.path.exists("cut-once"):
+    open("cut-once", "w").close()
+    get_worker().batched_stream.comm.abort()  # the scheduler's connection, gone for good
+    time.sleep(2)
+with open(snakemake.output[0], "w") as f:
+    f.write(str(obj["value"]))
+"""
+
+
+@pytest.mark.slow
+def test_the_embedded_cluster_brings_back_a_server_that_lost_its_scheduler(make_workflow):
+    """Dask's server closes itself, and its nanny with it, when its scheduler's
+    connection closes: the run's only server was gone, the run waited 120 s and
+    failed saying "change the rule's resources". Its nanny starts it again now."""
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
+                rule all:
+                    input: "after.txt"
+
+                rule cut:
+                    output: "cut.txt"
+                    resources: context="toy"
+                    script: "scripts/cut.py"
+
+                rule after:
+                    input: "cut.txt"
+                    output: "after.txt"
+                    resources: context="toy"
+                    script: "scripts/cut.py"
+            """),
+            "loader.py": TOY_LOADER,
+            "scripts/cut.py": CUT_ONCE,
+        }
+    )
+    run = context_run(
+        workdir, "--context-servers", "1", "--context-wait-for-server", "20", timeout=110
+    )
+    run.check()
+    assert "Server cpu0 lost" in run.output
+    assert (workdir / "after.txt").read_text() == "5"
+    log = next((workdir / ".snakemake/context/cluster").glob("*.log")).read_text()
+    assert "lost its scheduler (worker-handle-scheduler-connection-broken)" in log

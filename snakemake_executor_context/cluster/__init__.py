@@ -8,7 +8,8 @@ pilots on batch systems.
   pilots assembled there into servers that span nodes;
 - :mod:`.plan`: which servers a local cluster starts, and their Dask settings (the
   fleet's shape, servers x slots x threads per slot, is :mod:`..triples`);
-- :mod:`.nannies`: the servers' nanny (exit codes, orphans, held restarts);
+- :mod:`.nannies`: the servers' nanny (exit codes, orphans, held restarts, a server
+  that lost its scheduler started again);
   :mod:`.inject`: the preemption injector;
 - :mod:`.process`: the cluster process seen from the one that starts or stops it;
   :mod:`.upcommand`: ``snakemake-context up``, its flags and the start;

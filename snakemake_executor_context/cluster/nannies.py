@@ -8,7 +8,9 @@ process, before it comes back:
   what its jobs detached, which this process adopted as a subreaper
   (:mod:`..server.orphans`);
 - a restart a preemption injector holds back (a file in
-  :attr:`.files.ClusterFiles.hold_dir`) waits until the hold ends.
+  :attr:`.files.ClusterFiles.hold_dir`) waits until the hold ends;
+- a server that closes itself because it lost its scheduler comes back too (Dask's
+  nanny would close with it for good).
 """
 
 from __future__ import annotations
@@ -29,9 +31,18 @@ from ..server.pgroups import GroupRecord
 from .files import ClusterFiles
 from .hub import FleetHub
 
-__all__ = ["ContextNanny", "held_until"]
+__all__ = ["LOST_SCHEDULER", "ContextNanny", "held_until"]
 
 logger = logging.getLogger(__name__)
+
+#: Why a Dask server closes itself when it lost its scheduler (distributed's words).
+LOST_SCHEDULER = frozenset(
+    {
+        "worker-handle-scheduler-connection-broken",
+        "worker-heartbeat-missing",
+        "worker-heartbeat-error",
+    }
+)
 
 
 def held_until(files: ClusterFiles | None, name: str) -> float:
@@ -62,6 +73,16 @@ class ContextNanny(Nanny):
         status = await super().instantiate()
         self.watch.started(self.pid)
         return status
+
+    def close_gracefully(self, reason: str = "nanny-close-gracefully") -> None:
+        """Dask's server asks its nanny not to restart it when it closes; one that
+        closes because it lost its scheduler (a connection closed under it: a job
+        broke it, the network did) is started again, or the cluster would wait on
+        without it for good."""
+        if reason in LOST_SCHEDULER:
+            logger.warning("server %s lost its scheduler (%s): restarting it", self.name, reason)
+            return
+        super().close_gracefully(reason)
 
     async def _on_worker_exit(self, exitcode: Any) -> None:
         address = self.worker_address

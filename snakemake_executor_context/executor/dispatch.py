@@ -426,7 +426,11 @@ class Dispatch:
     ) -> None:
         waited = 0.0 if job.waiting_since is None else now - job.waiting_since
         message = message or explain_unrunnable(
-            job.ticket.label, job.ticket.requirements, self.fleet.servers.values(), waited=waited
+            job.ticket.label,
+            job.ticket.requirements,
+            self.fleet.servers.values(),
+            waited=waited,
+            planned=self.planned,
         )
         job.cancelled = True
         key = None

@@ -146,13 +146,21 @@ def model_from_resources(resources: Mapping[str, float]) -> str | None:
 
 
 def explain_unrunnable(
-    label: str, req: Requirements, servers: Iterable[Advertised], *, waited: float
+    label: str, req: Requirements, servers: Iterable[Advertised], *, waited: float, planned: int = 0
 ) -> str:
     """Why no server can run a job, naming the job (``label``: "rule 'x'" or "group
-    'g'"), the resource, the servers seen and the fix."""
+    'g'"), the resource, the servers seen and the fix; with fewer servers than the
+    ``planned`` fleet, that lost servers did not come back."""
     servers = list(servers)
     wanted = job_resources(req)
     seen = "; ".join(server.describe() for server in servers) or "no servers at all"
+    waited_text = f" after waiting {waited:.0f} s" if waited >= 1 else ""
+    if len(servers) < planned:
+        return (
+            f"No context server can run {label}{waited_text}: {len(servers)} of {planned} "
+            f"planned servers are running, the lost ones did not come back. Servers seen: "
+            f"{seen}. Fix: read the cluster's log (named on the run's first lines) for why."
+        )
     reasons = []
     if req.gpu and not any(s.resources.get(GPU, 0) >= req.gpu for s in servers):
         best = max((s.resources.get(GPU, 0) for s in servers), default=0)
@@ -170,7 +178,6 @@ def explain_unrunnable(
         reasons.append(f"mem_mb={req.mem_mb} but the largest server has {best:g} MB")
     if not reasons:
         reasons.append(f"no single server offers all of {wanted}")
-    waited_text = f" after waiting {waited:.0f} s" if waited >= 1 else ""
     fix_target = label.split("'")[1] if label.count("'") >= 2 else label
     return (
         f"No context server can run {label}{waited_text}: {'; '.join(reasons)}. "
