@@ -1,6 +1,7 @@
 """A loss charged to what caused it: a job lost with each of several servers, none by
 the cluster's word, is charged to its crash budget; a server that lost its scheduler
-comes back. Pure functions, the dispatch machine, and real runs of the snakemake CLI."""
+comes back; every attempt of a finished run has an outcome. Pure functions, the
+dispatch machine, the catalog's recorder, and real runs of the snakemake CLI."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from snakemake_executor_context.fleet.losses import (
     classify,
 )
 
-from .conftest import HEADER, TOY_LOADER, context_run
+from .catalog_builder import CatalogBuilder
+from .conftest import HEADER, TOY_LOADER, TOY_SCRIPT, context_run
 from .test_dispatch import join, leave, machine, of, ticket
 
 NOTHING_KNOWN = classify()
@@ -109,6 +111,19 @@ def test_an_embedded_run_whose_lost_servers_do_not_come_back_says_so():
     assert error.message.startswith("No context server can run rule 'score' after waiting 31 s")
     assert "0 of 1 planned servers are running, the lost ones did not come back" in error.message
     assert "change the rule's resources" not in error.message
+
+
+def test_an_attempt_no_word_ended_ends_cancelled_with_its_run(tmp_path):
+    with CatalogBuilder(tmp_path / "catalog.db") as catalog:
+        server = catalog.server("cpu0", gpu=None)
+        run_id = catalog.run()
+        done = catalog.start_job(run_id, "score", server=server)
+        catalog.start_job(run_id, "score", server=server)  # moved off, never told
+        catalog.finish_job(done)
+        catalog.finish_run(run_id, ok=False)
+        catalog.commit()
+    outcomes = _catalog(tmp_path / "catalog.db", "select outcome from attempts order by id")
+    assert outcomes == [("ok",), ("cancelled",)]
 
 
 # -- real runs -------------------------------------------------------------------------
@@ -213,3 +228,54 @@ def test_the_embedded_cluster_brings_back_a_server_that_lost_its_scheduler(make_
     assert (workdir / "after.txt").read_text() == "5"
     log = next((workdir / ".snakemake/context/cluster").glob("*.log")).read_text()
     assert "lost its scheduler (worker-handle-scheduler-connection-broken)" in log
+
+
+HANGING_LOADER = (
+    TOY_LOADER
+    + """
+import time
+
+def hang():
+    time.sleep(300)  # in C: the job's thread cannot be stopped
+"""
+)
+
+
+@pytest.mark.slow
+def test_a_loader_hung_past_its_runtime_leaves_no_attempt_without_an_outcome(make_workflow):
+    """The hung load makes its server restart; the job sent behind it to that server
+    ends cancelled and runs on the restarted one (before: its outcome stayed NULL)."""
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
+                declare_context(config, "stuck", "loader.py:hang")
+
+                rule all:
+                    input: "hung.txt", "ok.txt"
+
+                rule hung:
+                    output: "hung.txt"
+                    priority: 10
+                    resources: context="stuck", runtime=1
+                    script: "scripts/use.py"
+
+                rule ok:
+                    output: "ok.txt"
+                    resources: context="toy"
+                    script: "scripts/use.py"
+            """),
+            "loader.py": HANGING_LOADER,
+            "scripts/use.py": TOY_SCRIPT,
+        }
+    )
+    fast_clock = {"SNAKEMAKE_CONTEXT_TIME_SCALE": "0.02"}  # a minute of runtime: 1.2 s
+    run = context_run(workdir, "--context-servers", "1", "--jobs", "2", env=fast_clock, timeout=110)
+    assert run.returncode != 0
+    assert "stopped by its runtime limit of 1 min" in run.output, run.output
+    assert (workdir / "ok.txt").read_text() == "5"
+    attempts = _catalog(
+        workdir / ".snakemake/context/catalog.db", "select key, outcome from attempts order by id"
+    )
+    assert all(outcome for _, outcome in attempts), attempts
+    assert len(attempts) == 3, attempts

@@ -267,6 +267,16 @@ class Recorder:
             .where(Run.id == run_pk)
             .values(finished=event.at, heartbeat=event.at, ok=event.ok)
         )
+        # Every attempt has an outcome once its run ends: one no word ended (moved
+        # off a server that left before any record of it) was given up, so cancelled.
+        session.execute(
+            update(Attempt)
+            .where(
+                Attempt.job_id.in_(select(Job.id).where(Job.run_pk == run_pk)),
+                Attempt.outcome.is_(None),
+            )
+            .values(outcome="cancelled", finished=func.coalesce(Attempt.finished, event.at))
+        )
         if event.interrupted:
             text = f"run {event.run_id} interrupted: cancelled before its jobs were done"
             self._note(session, RUN_INTERRUPTED, event.at, text, run_pk=run_pk)
