@@ -46,18 +46,22 @@ ALLOWED = {
     ("catalog/store.py", "mkdir"): "the directory of a catalog the user named, or the "
     "workflow's .snakemake/context (umask); the files in it are made 0600 and checked, "
     "or live in the private root when others may write there",
+    ("catalog/follow.py", "mkdir"): "the directory of a catalog deleted under its writer, "
+    "made again (umask) as catalog/store.py makes it; the file in it is made 0600",
     ("catalog/lease.py", "mkdir"): "the same directory, for the catalog's writer lease",
     ("server/slots/serverslots.py", "open"): "/proc/self (the kernel's)",
     ("cluster/files.py", "open"): "/proc/<pid> (the kernel's)",
     ("processes.py", "open"): "/proc/<pid> (the kernel's)",
     ("server/output.py", "open"): "a descriptor the job's output goes to, not a path",
     ("server/plain.py", "open"): f"a plain job's log {WORKFLOW_DIRECTORY}",
-    ("server/plain.py", "makedirs"): f"its directory {WORKFLOW_DIRECTORY}",
     ("server/zygote.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}; /dev/null",
     ("server/leftovers.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}, a line appended "
     "at its end",
     ("server/inprocess.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}",
-    ("server/inprocess.py", "mkdir"): f"its directory {WORKFLOW_DIRECTORY}",
+    ("server/processwide.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}, made with the "
+    "server's umask",
+    ("server/processwide.py", "mkdir"): f"the directories of a job's log and outputs "
+    f"{WORKFLOW_DIRECTORY}, made with the server's umask",
     ("server/inprocess.py", "makedirs"): f"output directories, .snakemake/scripts/ "
     f"{WORKFLOW_DIRECTORY}",
     ("server/inprocess.py", "mkstemp"): "the script's copy in .snakemake/scripts/, as "

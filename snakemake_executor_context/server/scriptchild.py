@@ -83,10 +83,8 @@ class ScriptChildren:
         """The line a child left when its script failed before its target ran."""
         if self._note is None:
             return None
-        try:
-            return self._note.read_text(errors="replace").strip() or None
-        except FileNotFoundError:
-            return None
+        note = (paths.read_trusted(self._note) or b"").decode(errors="replace").strip()
+        return note or None
 
     def close(self) -> None:
         """Remove the files written for the children."""
@@ -115,8 +113,7 @@ def run_in_child(namespace: dict[str, Any], data_path: str) -> None:
     # An ignored SIGINT survives exec (the server ignores Ctrl-C): a script's process
     # raises KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    with open(data_path, "rb") as data:
-        what = pickle.load(data)
+    what = pickle.loads(paths.read_trusted(Path(data_path)) or b"")
     namespace.update(
         __file__=what["script_path"],
         __real_file__=what["real_file"],
@@ -132,9 +129,8 @@ def run_in_child(namespace: dict[str, Any], data_path: str) -> None:
     except BaseException as error:
         line = _one_line(error)
         with contextlib.suppress(OSError):
-            descriptor = os.open(what["note"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w") as note:
-                note.write(f"{type(error).__name__}: {line} (pid {os.getpid()})")
+            note = f"{type(error).__name__}: {line} (pid {os.getpid()})"
+            paths.write_private(Path(what["note"]), note)
         raise
 
 
