@@ -251,16 +251,23 @@ def test_a_loader_hung_past_its_runtime_leaves_no_attempt_without_an_outcome(mak
             + textwrap.dedent("""
                 declare_context(config, "stuck", "loader.py:hang")
 
+                localrules: later
+
                 rule all:
                     input: "hung.txt", "ok.txt"
 
                 rule hung:
                     output: "hung.txt"
-                    priority: 10
                     resources: context="stuck", runtime=1
                     script: "scripts/use.py"
 
+                # ok is handed over a second after hung, to the one server hung holds.
+                rule later:
+                    output: "later.txt"
+                    shell: "sleep 1; touch {output}"
+
                 rule ok:
+                    input: "later.txt"
                     output: "ok.txt"
                     resources: context="toy"
                     script: "scripts/use.py"
@@ -278,4 +285,5 @@ def test_a_loader_hung_past_its_runtime_leaves_no_attempt_without_an_outcome(mak
         workdir / ".snakemake/context/catalog.db", "select key, outcome from attempts order by id"
     )
     assert all(outcome for _, outcome in attempts), attempts
-    assert len(attempts) == 3, attempts
+    outcomes = sorted((key.split("-")[0], outcome) for key, outcome in attempts)
+    assert outcomes == [("hung", "failed"), ("ok", "cancelled"), ("ok", "ok")], attempts
