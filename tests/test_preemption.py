@@ -455,10 +455,14 @@ def test_a_cuda_fatal_error_recycles_its_server(preempt):
     memory access fails, and its server is recycled (a fresh process) instead of
     failing every later job; the other jobs finish. They last long enough (2 s each)
     for the recycling to end before the run does: a run that ends first stops the
-    recycling server with its cluster."""
+    recycling server with its cluster. One job per server at a time, the CUDA job
+    (of the highest priority) among the first: none waits behind another, and four
+    jobs of 2 s remain when it fails."""
     run = context_run(
         preempt,
         "--context-servers",
+        "2",
+        "--jobs",
         "2",
         "--keep-going",
         "--config",
