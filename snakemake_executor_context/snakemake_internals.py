@@ -702,12 +702,22 @@ def _set_named(namedlist: Any, name: str, value: Any) -> None:
     setattr(namedlist, name, value)
 
 
-def script_globals() -> dict[str, Any]:
-    """What the preamble defines besides ``snakemake``: ``logger`` and ``Snakemake``."""
+def script_globals(script_path: str, real_file: str, snakemake: Any) -> dict[str, Any]:
+    """What the preamble leaves in a script's globals in a fresh interpreter:
+    ``__file__`` (the script's path), ``__real_file__`` (its copy), ``sys``,
+    ``pickle``, ``snakemake``, ``logger`` and ``Snakemake``."""
     from snakemake.iocontainers import Snakemake
     from snakemake.logging import logger
 
-    return {"logger": logger, "Snakemake": Snakemake}
+    return {
+        "__file__": script_path,
+        "__real_file__": real_file,
+        "sys": sys,
+        "pickle": pickle,
+        "snakemake": snakemake,
+        "logger": logger,
+        "Snakemake": Snakemake,
+    }
 
 
 def snakemake_logger() -> Any:

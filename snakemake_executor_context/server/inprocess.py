@@ -10,7 +10,6 @@ changes in the process outlives it (:mod:`.isolation`).
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import tempfile
 import time
@@ -272,15 +271,10 @@ def _script_namespace(spec: ContextJobSpec, snakemake: Any, real_file: str) -> d
     """The globals the preamble leaves behind in a fresh interpreter."""
     import builtins
 
-    namespace: dict[str, Any] = {
+    namespace = {
         "__name__": "__main__",
         "__builtins__": builtins,
-        "__file__": spec.script_path,
-        "__real_file__": real_file,
-        "sys": sys,
-        "pickle": pickle,
-        "snakemake": snakemake,
-        **script_globals(),
+        **script_globals(spec.script_path, real_file, snakemake),
     }
     if spec.shell_exec is not None:
         set_shell_executable(spec.shell_exec)

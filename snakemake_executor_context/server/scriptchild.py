@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
+from ..terminal import error_text
 
 __all__ = ["ScriptChildren", "run_in_child", "stand_in_main"]
 
@@ -36,6 +37,7 @@ __all__ = ["ScriptChildren", "run_in_child", "stand_in_main"]
 #: start (a job points the temporary directory elsewhere).
 _DIRECTORY = "script-children"
 _BASE = paths.local_base()
+_ON_PATH = str(paths.root_path(_BASE) / _DIRECTORY)
 _PREFIX = "_snakemake_context_child_"
 
 
@@ -56,9 +58,8 @@ class ScriptChildren:
         self._note: Path | None = None
         # On sys.path before multiprocessing copies it for a child (restored when
         # the job's group ends), though the module is only written when it asks.
-        directory = str(paths.root_path(_BASE) / _DIRECTORY)
-        if directory not in sys.path:
-            sys.path.append(directory)
+        if _ON_PATH not in sys.path:
+            sys.path.append(_ON_PATH)
 
     def spec(self) -> ModuleSpec:
         """The module spec a child imports its ``__main__`` from."""
@@ -114,29 +115,14 @@ def run_in_child(namespace: dict[str, Any], data_path: str) -> None:
     # raises KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     what = pickle.loads(paths.read_trusted(Path(data_path)) or b"")
-    namespace.update(
-        __file__=what["script_path"],
-        __real_file__=what["real_file"],
-        __spec__=None,
-        sys=sys,
-        pickle=pickle,
-        snakemake=load_script_object(what["snakemake"]),
-        **script_globals(),
-    )
+    snakemake = load_script_object(what["snakemake"])
+    namespace.update(script_globals(what["script_path"], what["real_file"], snakemake))
+    namespace["__spec__"] = None
     try:
         code = compile(what["source"], what["script_path"], "exec", dont_inherit=True)
         exec(code, namespace)
     except BaseException as error:
-        line = _one_line(error)
+        line = " ".join(error_text(error).split())[:300]
         with contextlib.suppress(OSError):
-            note = f"{type(error).__name__}: {line} (pid {os.getpid()})"
-            paths.write_private(Path(what["note"]), note)
+            paths.write_private(Path(what["note"]), f"{line} (pid {os.getpid()})")
         raise
-
-
-def _one_line(error: BaseException) -> str:
-    try:
-        text = str(error)
-    except Exception:
-        return ""
-    return " ".join(text.split())[:300]
