@@ -118,6 +118,20 @@ def test_schema_version_is_checked_on_postgres(postgres):
         open_store(postgres)
 
 
+def test_one_live_row_per_address_is_a_partial_index_on_postgres(postgres):
+    """The index's PostgreSQL condition is given when the table is created there (the
+    models do not name it, so that SQLite runs never import PostgreSQL's dialect)."""
+    from sqlalchemy import text
+
+    catalog = open_store(postgres)
+    with catalog.session() as session:
+        definition = session.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE indexname = 'ux_servers_live_address'")
+        ).scalar_one()
+    catalog.close()
+    assert definition.endswith('WHERE ("left" IS NULL)'), definition
+
+
 @pytest.mark.slow
 def test_a_run_records_into_postgres(workflow, postgres):
     workdir = workflow("placement")
