@@ -203,7 +203,7 @@ class ClusterConnection:
 
     def check_versions(self) -> None:
         """Refuse servers whose Python, snakemake, plugin or distributed differ."""
-        from ..server.plugin import server_versions
+        from ..server.calls import server_versions
 
         mine = server_versions()
         try:
@@ -234,8 +234,8 @@ class ClusterConnection:
     def inventories(self, timeout: float = 10.0) -> dict[str, ServerInventory]:
         """Every server's inventory, by address (servers that fail, or answer with
         something else, are left out)."""
+        from ..server.calls import server_inventory
         from ..server.inventory import ServerInventory
-        from ..server.plugin import server_inventory
 
         try:
             result = self.run(server_inventory, timeout=timeout)

@@ -196,7 +196,7 @@ class Recording:
 
     def probe_caches(self, declarations: list[ContextDeclaration]) -> dict[str, tuple[str, ...]]:
         """Which declared contexts each server's local cache holds (by address)."""
-        from ..server.plugin import probe_caches
+        from ..server.calls import probe_caches
 
         if not declarations:
             return {}

@@ -36,7 +36,7 @@ class Tasks:
 
     def submit(self, command: Submit, spec: Any, on_done: Callable[[str], None]) -> str | None:
         """Submit attempt ``command.key`` (``spec`` with that key); None, or why not."""
-        from ..server.plugin import execute_job
+        from ..server.calls import execute_job
 
         pin: dict[str, Any] = {}
         if command.address is not None:
@@ -111,7 +111,7 @@ class Tasks:
         """Stop running attempts: the embedded cluster is killed outright; on an
         attached one each job is stopped where it runs, and a server whose job does
         not stop within 10 s is restarted. Returns the stimulus that says so."""
-        from ..server.plugin import cancel_jobs
+        from ..server.calls import cancel_jobs
 
         if self.connection.embedded:
             self.connection.kill()

@@ -1,7 +1,8 @@
 """What runs inside a context server: a Dask worker process that holds contexts.
 
-- :mod:`.plugin`: the worker plugin that makes a worker a server, and the functions
-  the executor runs on servers (``execute_job``, ``cancel_jobs``, ...); :mod:`.pilot`:
+- :mod:`.plugin`: the worker plugin that makes a worker a server; :mod:`.calls`: the
+  functions the executor runs on servers (``execute_job``, ``cancel_jobs``, ...),
+  which Snakemake's process pickles by name without importing the rest; :mod:`.pilot`:
   the preload that makes a pilot's worker one; :mod:`.config`: how a server is set up;
 - :mod:`.server`: :class:`~.server.ContextServer`, the process's contexts, events and
   its one way out; :mod:`.jobs`: its jobs, each under its limits' watch; the decisions

@@ -1,12 +1,10 @@
-"""How a Dask worker becomes a context server, and the functions the executor runs on
-servers through Dask (:func:`execute_job`, :func:`cancel_jobs`, :func:`probe_caches`,
-:func:`server_inventory`, :func:`server_versions`)."""
+"""How a Dask worker becomes a context server (the functions the executor runs on
+servers are in :mod:`.calls`)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -15,9 +13,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import paths
-from .._version import __version__
 from ..batching import configure as configure_batching
-from ..contexts import ContextDeclaration
 from ..defaults import (
     DEVICES_VARIABLE,
     JOB_MARK_VARIABLE,
@@ -26,73 +22,14 @@ from ..defaults import (
     MODEL_CACHE_VARIABLE,
 )
 from ..fleet.keys import is_attempt_key, safe_name
-from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
 from ..processes import become_subreaper
-from .cache import probe
 from .config import ServerConfig
 from .gangsite import start_gang_site
 from .plain import warm_zygote
 from .processwide import prepare_server_process
 from .server import ContextServer
 
-__all__ = [
-    "ContextServerPlugin",
-    "cancel_jobs",
-    "execute_job",
-    "probe_caches",
-    "server_inventory",
-    "server_versions",
-]
-
-
-def execute_job(spec: ContextJobSpec | PlainJobSpec) -> JobResult:
-    """Run a job on the server of the worker this task landed on."""
-    return ContextServer.current().jobs.run_bounded(spec)
-
-
-async def cancel_jobs(keys: list[str], grace: float = 10.0) -> dict[str, str]:
-    """Stop the named jobs on this server (run on every worker by the executor).
-
-    A coroutine, so that waiting for the jobs to stop does not block the worker's
-    event loop (heartbeats, the job's own completion message).
-    """
-    import asyncio
-
-    return await asyncio.to_thread(ContextServer.current().jobs.cancel, keys, grace)
-
-
-def probe_caches(declarations: list[ContextDeclaration]) -> list[str]:
-    """The identities whose weights this server's local disk holds (cache probes).
-    What the probes import from the workflow is forgotten afterwards: the context's
-    load imports it again, and then it lives as long as the context."""
-    from .isolation import forget_modules_since
-
-    before = set(sys.modules)
-    try:
-        return [d.identity for d in declarations if probe(d)]
-    finally:
-        server = ContextServer._current
-        if server is None or not server.jobs.running():
-            forget_modules_since(before)  # not under a running job's imports
-
-
-def server_inventory() -> dict[str, Any]:
-    """This server's inventory (:meth:`~.inventory.ServerInventory.to_wire`)."""
-    return ContextServer.current().inventory().to_wire()
-
-
-def server_versions() -> dict[str, str]:
-    """The versions that must agree between the executor and its servers."""
-    import distributed
-
-    from ..snakemake_internals import snakemake_version
-
-    return {
-        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-        "snakemake": snakemake_version(),
-        "snakemake-executor-plugin-context": __version__,
-        "distributed": distributed.__version__,
-    }
+__all__ = ["ContextServerPlugin"]
 
 
 class ContextServerPlugin(WorkerPlugin):
