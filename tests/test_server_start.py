@@ -1,5 +1,6 @@
 """How a local cluster starts its servers: forked by multiprocessing's forkserver,
-which imported Dask once, or spawned where the forkserver's socket would not fit."""
+which imported Dask and the server's modules once, or spawned where the forkserver's
+socket would not fit."""
 
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ def test_servers_are_forked_from_one_forkserver_unless_its_socket_path_is_too_lo
 ) -> None:
     parents = _parents(workflow, tmp_path, {"TOY_LOAD_SECONDS": "0"})
     assert parents and all("multiprocessing.forkserver" in p for p in parents), parents
+    # It imported the servers' own modules once for all of them, and not numpy, which
+    # Dask's list names (the cluster's process would import it only to name it).
+    assert all("'snakemake_executor_context.server.plugin'" in p for p in parents), parents
+    assert not any("'numpy'" in p for p in parents), parents
     # A temporary directory too deep for a Unix socket's path: the servers are spawned
     # by the cluster's own process, and the run is the same.
     deep = tmp_path / ("t" * 60) / ("u" * 60)

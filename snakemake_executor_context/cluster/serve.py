@@ -84,6 +84,13 @@ def serve(argv: Sequence[str] | None = None) -> int:
     # jobs must not import from there (a job in a fresh interpreter would not).
     if sys.path and sys.path[0] in ("", os.getcwd()):
         sys.path.pop(0)
+    # multiprocessing's own directory (mkdtemp: 0700, a name nobody could take first),
+    # made before the temporary directory moves below the private root, whose path
+    # may be too long for the forkserver's socket in it.
+    socket_dir = multiprocessing.util.get_temp_dir()
+    method = start_method(socket_dir)
+    if method == "forkserver" and not args.pilots:  # a pool's servers are batch jobs
+        _start_forkserver()
 
     import dask
     import psutil
@@ -99,15 +106,11 @@ def serve(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     base = paths.local_base()
     scratch = str(paths.scratch_dir())
-    # multiprocessing's own directory (mkdtemp: 0700, a name nobody could take first),
-    # made before the temporary directory moves below the private root, whose path
-    # may be too long for the forkserver's socket in it.
-    socket_dir = multiprocessing.util.get_temp_dir()
     # dask-jobqueue writes each job script under a name it reserved with mkstemp and
     # then released (dask.utils.tmpfile): in a shared /tmp another user could take it.
     tempfile.tempdir = str(paths.private_temporary_directory())
     dask.config.set(SERVER_DASK_CONFIG)
-    dask.config.set({"distributed.worker.multiprocessing-method": start_method(socket_dir)})
+    dask.config.set({"distributed.worker.multiprocessing-method": method})
     dask.config.set(loss_config(args.heartbeat_timeout))
     dask.config.set({"temporary-directory": scratch})
     files = ClusterFiles(args.scheduler_file.resolve())
@@ -242,6 +245,27 @@ def serve(argv: Sequence[str] | None = None) -> int:
             time.time() - closed,
         )
     return 0
+
+
+#: What the forkserver imports before it forks a server: Dask and the server's own
+#: modules, imported once for all servers instead of once in each.
+SERVER_PRELOAD = ["distributed", "snakemake_executor_context.server.plugin"]
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver the nannies fork their servers from, now: it imports
+    what a server needs while this process imports Dask, on another core. Dask's own
+    preload list would make this process import numpy (0.1 CPU-s) only to name it,
+    and the forkserver import it for servers that may never use it."""
+    from multiprocessing import forkserver
+
+    forkserver.set_forkserver_preload(SERVER_PRELOAD)
+    forkserver.ensure_running()
+    import distributed.utils
+
+    # Dask sets its list once per process, before its first server starts; this
+    # forkserver runs already, with this list (distributed/utils.py get_mp_context).
+    distributed.utils._forkserver_preload_set = True
 
 
 def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], security: Any) -> Any:
