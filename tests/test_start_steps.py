@@ -1,0 +1,98 @@
+"""What starts the embedded cluster, and what must not.
+
+Snakemake commands that end before an executor exists (``--help``, ``--dry-run``,
+``--lint``, a Snakefile that does not parse, a DAG that cannot be built) start no
+cluster and leave nothing behind; a run's own Snakemake process imports what its
+client needs and nothing the cluster or the servers need.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from .conftest import BIN, context_run
+
+MISSING_INPUT = """
+rule all:
+    input: "never-made.txt"
+"""
+
+
+def _cluster_processes(workdir: Path) -> list[str]:
+    """Command lines of processes started for ``workdir``'s cluster."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info["cmdline"] or ())
+        if "cluster.serve" in command and str(workdir) in command:
+            found.append(command)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("case", "args"),
+    [
+        ("help", ["--help"]),
+        ("dry-run", ["--dry-run"]),
+        ("lint", ["--lint"]),
+        ("syntax error", []),
+        ("missing input", []),
+    ],
+)
+def test_commands_that_end_before_the_executor_start_no_cluster(workflow, case, args):
+    workdir = workflow("reuse")
+    if case == "syntax error":
+        (workdir / "Snakefile").write_text("rule all:\n    input: (\n")
+    if case == "missing input":
+        (workdir / "Snakefile").write_text(MISSING_INPUT)
+    run = context_run(workdir, *args, "--config", "count=2", env={"TOY_LOAD_SECONDS": "0"})
+    if case == "lint":  # it exits 1 when it has something to say
+        assert "Lints for rule use" in run.output, run.output
+    else:
+        assert (run.returncode != 0) == (case in ("syntax error", "missing input")), run.output
+    if case == "dry-run":
+        assert "This was a dry-run" in run.output, run.output
+    assert not (workdir / ".snakemake" / "context").exists(), sorted(workdir.rglob("*"))
+    assert not (workdir / "out").exists()
+    assert not _cluster_processes(workdir)
+    assert "Traceback" not in run.output or case == "syntax error", run.output
+
+
+# Run in place of the `snakemake` script: the modules its process held at its exit.
+MODULES_AT_EXIT = """
+import atexit, runpy, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write("\\n".join(sorted(sys.modules))))
+sys.argv[0] = sys.argv[1]
+del sys.argv[1]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_runs_own_process_imports_neither_the_servers_nor_postgresql(workflow, tmp_path):
+    workdir = workflow("reuse")
+    listing = tmp_path / "modules.txt"
+    command = [sys.executable, "-c", MODULES_AT_EXIT, str(listing), str(BIN / "snakemake")]
+    command += ["--executor", "context", "--jobs", "2", "--context-servers", "2"]
+    command += ["--config", "count=2", "sleep=0"]
+    done = subprocess.run(
+        command, cwd=workdir, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TOY_LOAD_SECONDS": "0"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(list((workdir / "out").iterdir())) == 2
+    modules = set(listing.read_text().split())
+    assert "distributed" in modules and "snakemake_executor_context.server.calls" in modules
+    # The servers' modules are imported where they run; PostgreSQL's dialect only for a
+    # catalog there.
+    unwanted = {
+        "snakemake_executor_context.server.plugin",
+        "snakemake_executor_context.server.server",
+    }
+    unwanted.add("sqlalchemy.dialects.postgresql")
+    assert not modules & unwanted, modules & unwanted
