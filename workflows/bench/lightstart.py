@@ -6,6 +6,8 @@ rotates between repeats, so that no side always runs on a machine the other warm
 - ``snakemake --cores 2``: the local executor, each job loading in its own process;
 - ``snakemake --executor context --jobs 4 --context-servers 2``: the embedded cluster.
 
+Also measured: from the last output's write to the command's exit (the run's end).
+
 Each run is put in its own cgroup v1 ``cpuacct`` group before ``snakemake`` starts, so
 every process it starts (the cluster, its servers, the forkserver, the resource
 tracker) is counted, and the group is read only once its last process has exited.
@@ -105,7 +107,8 @@ def run(kind: str, root: Path, tree: Path) -> dict[str, float]:
     if len(outputs) != JOBS:
         raise SystemExit(f"{kind}: {len(outputs)} outputs, not {JOBS}")
     first = min(p.stat().st_mtime for p in outputs) - began
-    return {"wall": wall, "first_output": first, "cpu": cpu, "left_running": len(left)}
+    tail = began + wall - max(p.stat().st_mtime for p in outputs)
+    return {"wall": wall, "first_output": first, "cpu": cpu, "tail": tail, "left": len(left)}
 
 
 def main() -> None:
@@ -126,19 +129,20 @@ def main() -> None:
             print(f"[{repeat + 1}/{args.repeats}] {kind}: {runs[kind][-1]}", flush=True)
     results: dict[str, Any] = {}
     for kind in kinds:
-        for measure in ("wall", "first_output", "cpu"):
+        for measure in ("wall", "first_output", "cpu", "tail"):
             results[f"{kind}_{measure}"] = statistics.median(r[measure] for r in runs[kind])
     results["cpu_ratio"] = results["context_cpu"] / results["local_cpu"]
     results["wall_ratio"] = results["context_wall"] / results["local_wall"]
     results["first_output_later"] = results["context_first_output"] - results["local_first_output"]
     results["load_average"] = os.getloadavg()[0]
     print(f"\nmedians of {args.repeats}, every process of a run counted (cpuacct):")
-    print(f"  {'':30}{'wall':>8}{'first output':>14}{'CPU-s':>8}")
+    print(f"  {'':30}{'wall':>8}{'first output':>14}{'CPU-s':>8}{'last output to exit':>21}")
     for kind in kinds:
         label = " ".join(ARGS[kind])
         print(
             f"  {label[:30]:30}{results[f'{kind}_wall']:8.2f}"
             f"{results[f'{kind}_first_output']:14.2f}{results[f'{kind}_cpu']:8.2f}"
+            f"{results[f'{kind}_tail']:21.2f}"
         )
     print(
         f"  context / local: CPU {results['cpu_ratio']:.2f}x (target <= 1.5), "
