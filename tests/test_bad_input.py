@@ -247,7 +247,7 @@ def test_version_skew_is_refused(make_workflow, tmp_path):
     """A worker whose plugin reports another version (patched by a preload)."""
     preload = tmp_path / "skew_preload.py"
     preload.write_text(
-        "import snakemake_executor_context.server.plugin as server\n"
+        "import snakemake_executor_context.server.calls as server\n"
         "server.__version__ = '0.0.0+skew'\n"
     )
     with plain_dask_cluster(tmp_path, "--preload", str(preload)) as scheduler:
