@@ -29,11 +29,12 @@ def _use(run) -> tuple[Counter, dict[str, dict]]:
 
 
 def test_the_rest_of_the_run_pays_for_a_second_load(workflow):
-    """60 jobs of 1 s, a 5 s load, --jobs 4: Snakemake hands over 4 jobs at a time,
-    but the run's 60 are what the second server's load is weighed against."""
+    """60 jobs of 0.5 s, a 2.5 s load, --jobs 4: Snakemake hands over 4 jobs at a
+    time (2 s of work, less than the load), but the run's 60 are what the second
+    server's load is weighed against."""
     workdir = workflow("demand")
     run = context_run(
-        workdir, "--context-servers", "2", "--config", "count=60", "load=5", "sleep=1"
+        workdir, "--context-servers", "2", "--config", "count=60", "load=2.5", "sleep=0.5"
     ).check()
     jobs, servers = _use(run)
     assert {name: inv["loads"] for name, inv in servers.items()} == {"cpu0": 1, "cpu1": 1}
@@ -165,8 +166,8 @@ def test_a_server_that_joins_mid_run_gets_work(workflow, tmp_path):
                 "--context-allow-plaintext",
                 "--config",
                 "count=30",
-                "load=3",
-                "sleep=1",
+                "load=1.5",
+                "sleep=0.5",
             ],
             cwd=workdir,
             stdout=subprocess.PIPE,
