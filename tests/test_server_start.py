@@ -48,8 +48,8 @@ def test_servers_are_forked_from_one_forkserver_unless_its_socket_path_is_too_lo
 ) -> None:
     parents = _parents(workflow, tmp_path, {"TOY_LOAD_SECONDS": "0"})
     assert parents and all("multiprocessing.forkserver" in p for p in parents), parents
-    # It imported the servers' own modules once for all of them, and not numpy, which
-    # Dask's list names (the cluster's process would import it only to name it).
+    # It imported the servers' own modules once for all of them (Dask's list, which
+    # names numpy and the like, is not the one it started with).
     assert all("'snakemake_executor_context.server.plugin'" in p for p in parents), parents
     assert not any("'numpy'" in p for p in parents), parents
     # A temporary directory too deep for a Unix socket's path: the servers are spawned
