@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -32,6 +33,18 @@ def _cluster_processes(workdir: Path) -> list[str]:
         if "cluster.serve" in command and str(workdir) in command:
             found.append(command)
     return found
+
+
+def _family_of(mark: str) -> list[psutil.Process]:
+    """Processes whose command line holds ``mark``, and their descendants."""
+    family = []
+    for process in psutil.process_iter(["cmdline"]):
+        if mark in " ".join(process.info["cmdline"] or ()):
+            try:
+                family += [process, *process.children(recursive=True)]
+            except psutil.Error:
+                continue
+    return family
 
 
 @pytest.mark.parametrize(
@@ -96,3 +109,27 @@ def test_a_runs_own_process_imports_neither_the_servers_nor_postgresql(workflow,
     }
     unwanted.add("sqlalchemy.dialects.postgresql")
     assert not modules & unwanted, modules & unwanted
+
+
+def test_a_ctrl_c_while_this_process_imports_during_the_start_kills_the_cluster(tmp_path):
+    """The run's own imports happen while its cluster starts (``meanwhile``); a Ctrl-C
+    in them stops the start, and the cluster process and what it began are gone."""
+    from snakemake_executor_context.cluster.process import LocalClusterProcess
+
+    scheduler_file = tmp_path / "cluster" / "scheduler.json"
+    began: list[psutil.Process] = []
+
+    def interrupted() -> None:
+        deadline = time.monotonic() + 30
+        while len(began) < 3 and time.monotonic() < deadline:  # the forkserver is up
+            time.sleep(0.05)
+            began[:] = _family_of(str(tmp_path))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        LocalClusterProcess.start(
+            scheduler_file, servers=1, memory_budget="1GB", timeout=60, meanwhile=interrupted
+        )
+    assert len(began) >= 3, began  # the cluster, its resource tracker and forkserver
+    _, alive = psutil.wait_procs(began, timeout=10)
+    assert not alive, alive

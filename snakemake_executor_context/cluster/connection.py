@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,9 +91,11 @@ class ClusterConnection:
         timeout: float,
         tls: bool = True,
         extra_args: Sequence[str] = (),
+        meanwhile: Callable[[], object] | None = None,
     ) -> ClusterConnection:
         """Start a cluster for this run (TLS unless ``tls=False``, for benchmarks;
-        ``extra_args``: a pool of pilots)."""
+        ``extra_args``: a pool of pilots; ``meanwhile``: this process's work while the
+        cluster starts, as :meth:`LocalClusterProcess.start` runs it)."""
         local = LocalClusterProcess.start(
             scheduler_file,
             servers=servers,
@@ -103,6 +105,7 @@ class ClusterConnection:
             extra_args=extra_args,
             own_directory=True,
             tls=tls,
+            meanwhile=meanwhile,
         )
         try:
             target = resolve_target(

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import paths
@@ -68,11 +68,14 @@ class LocalClusterProcess:
         own_directory: bool = False,
         tls: bool = True,
         timeout_setting: str = "--context-connect-timeout",
+        meanwhile: Callable[[], object] | None = None,
     ) -> LocalClusterProcess:
         """Start the cluster process and wait until its servers are up (``timeout``
         seconds, the setting called ``timeout_setting``). Its files go to a directory
         made 0700 if missing (or, ``own_directory``, tightened to 0700); ``tls=False``
-        only for benchmarks and tests (a plaintext cluster)."""
+        only for benchmarks and tests (a plaintext cluster). ``meanwhile`` runs once
+        the process is started, before the wait: this process's own start-up work,
+        done while the cluster's runs on another core."""
         files = ClusterFiles(scheduler_file.resolve())
         files.prepare(own_directory=own_directory)
         # The cluster process checks these again; checked here, a planted path is one
@@ -117,6 +120,12 @@ class LocalClusterProcess:
         finally:
             os.close(log)
         deadline = time.monotonic() + timeout
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except BaseException:
+                kill_group(process.pid)
+                raise
         while _read_info_or_stop(files, process) is None:
             if process.poll() is not None:
                 raise ClusterError(
