@@ -1,6 +1,6 @@
 """How a local cluster starts its servers: forked by multiprocessing's forkserver,
-which imported Dask and the server's modules once, or spawned where the forkserver's
-socket would not fit."""
+itself a fork of the cluster's process once that imported Dask and the server's
+modules, or spawned where the forkserver's socket would not fit."""
 
 from __future__ import annotations
 
@@ -12,16 +12,22 @@ from snakemake_executor_context.cluster.plan import start_method
 
 from .conftest import context_run
 
-# Run in a server's own process: the command line of the process that started it.
+# Run in a server's own process: the pid and command line of the process that started
+# it, and of that one's parent.
 PARENT_SCRIPT = """
 import os
 from snakemake_executor_context import load_context
 
 load_context(snakemake)
-with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-    parent = f.read().replace(b"\\0", b" ").decode()
+parent = os.getppid()
+with open(f"/proc/{parent}/stat") as f:
+    grandparent = int(f.read().rpartition(")")[2].split()[1])
+lines = []
+for pid in (parent, grandparent):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        lines.append(f"{pid} " + f.read().replace(b"\\0", b" ").decode())
 with open(snakemake.output[0], "w") as f:
-    f.write(parent)
+    f.write("\\n".join(lines))
 """
 
 
@@ -32,29 +38,33 @@ def test_a_short_socket_directory_forks_and_a_long_one_spawns() -> None:
     assert start_method("/" + "d" * 89) == "spawn"
 
 
-def _parents(workflow, tmp_path: Path, env: dict[str, str]) -> set[str]:
+def _parents(workflow, tmp_path: Path, env: dict[str, str]) -> set[tuple[str, str]]:
+    """The process each server was started by, and that one's parent (pid, command)."""
     workdir = workflow("reuse", f"wf-{len(env)}")
     (workdir / "scripts/use.py").write_text(PARENT_SCRIPT)
     run = context_run(
         workdir, "--context-servers", "2", "--config", "count=4", "sleep=0.5", env=env
     )
     run.check()
-    return {(workdir / f"out/{i}.txt").read_text() for i in range(4)}
+    return {tuple((workdir / f"out/{i}.txt").read_text().split("\n")) for i in range(4)}
 
 
 @pytest.mark.slow
 def test_servers_are_forked_from_one_forkserver_unless_its_socket_path_is_too_long(
     workflow, tmp_path: Path
 ) -> None:
-    parents = _parents(workflow, tmp_path, {"TOY_LOAD_SECONDS": "0"})
-    assert parents and all("multiprocessing.forkserver" in p for p in parents), parents
-    # It imported the servers' own modules once for all of them (Dask's list, which
-    # names numpy and the like, is not the one it started with).
-    assert all("'snakemake_executor_context.server.plugin'" in p for p in parents), parents
-    assert not any("'numpy'" in p for p in parents), parents
+    # One forkserver for both servers, itself a fork of the cluster's process (same
+    # command line, its child), which had imported what a server needs: no interpreter
+    # of its own importing Dask again.
+    pairs = _parents(workflow, tmp_path, {"TOY_LOAD_SECONDS": "0"})
+    assert len({parent for parent, _ in pairs}) == 1, pairs
+    ((forkserver, cluster),) = {pair for pair in pairs}
+    assert "cluster.serve serve" in cluster, cluster
+    assert forkserver.partition(" ")[2] == cluster.partition(" ")[2], (forkserver, cluster)
     # A temporary directory too deep for a Unix socket's path: the servers are spawned
     # by the cluster's own process, and the run is the same.
     deep = tmp_path / ("t" * 60) / ("u" * 60)
     deep.mkdir(parents=True)
-    parents = _parents(workflow, tmp_path, {"TOY_LOAD_SECONDS": "0", "TMPDIR": str(deep)})
-    assert parents and all("cluster.serve serve" in p for p in parents), parents
+    pairs = _parents(workflow, tmp_path, {"TOY_LOAD_SECONDS": "0", "TMPDIR": str(deep)})
+    assert pairs and all("cluster.serve serve" in parent for parent, _ in pairs), pairs
+    assert all("cluster.serve" not in grandparent for _, grandparent in pairs), pairs

@@ -20,6 +20,7 @@ import logging
 import multiprocessing.util
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -89,8 +90,6 @@ def serve(argv: Sequence[str] | None = None) -> int:
     # may be too long for the forkserver's socket in it.
     socket_dir = multiprocessing.util.get_temp_dir()
     method = start_method(socket_dir)
-    if method == "forkserver" and not args.pilots:  # a pool's servers are batch jobs
-        _start_forkserver()
 
     import dask
     import psutil
@@ -102,6 +101,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
     from .hub import FleetHub
     from .nannies import ContextNanny
 
+    if method == "forkserver" and not args.pilots:  # a pool's servers are batch jobs
+        _fork_forkserver()
     steps["imports"] = time.time()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     base = paths.local_base()
@@ -247,25 +248,62 @@ def serve(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-#: What the forkserver imports before it forks a server: Dask and the server's own
-#: modules, imported once for all servers instead of once in each.
-SERVER_PRELOAD = ["distributed", "snakemake_executor_context.server.plugin"]
+#: What multiprocessing's forkserver holds on the Pythons this was written for (3.11
+#: to 3.13); on another, its own start is used (:func:`_fork_forkserver`).
+_FORKSERVER_FIELDS = {
+    "_forkserver_address",
+    "_forkserver_alive_fd",
+    "_forkserver_pid",
+    "_inherited_fds",
+    "_lock",
+    "_preload_modules",
+}
 
 
-def _start_forkserver() -> None:
-    """Start the forkserver the nannies fork their servers from, now: it imports
-    what a server needs while this process imports Dask, on another core, instead of
-    after it. Dask's own list would start it only when the first nanny starts, and
-    leave each server to import the server's modules again (0.06 CPU-s each)."""
-    from multiprocessing import forkserver
+def _fork_forkserver() -> None:
+    """Start the forkserver the nannies fork their servers from as a fork of this
+    process, which has imported what a server needs (Dask, the server's modules) and
+    started no thread yet. multiprocessing's own start runs a new interpreter that
+    imports them again: 0.35 of a small run's CPU-seconds, and its wall, here. The
+    child runs multiprocessing's forkserver loop, as the one it spawns would."""
+    from multiprocessing import connection, forkserver, resource_tracker
 
-    forkserver.set_forkserver_preload(SERVER_PRELOAD)
-    forkserver.ensure_running()
     import distributed.utils
 
-    # Dask sets its list once per process, before its first server starts; this
-    # forkserver runs already, with this list (distributed/utils.py get_mp_context).
+    # Dask sets its own list once per process, before its first server starts: the
+    # forkserver runs already (distributed/utils.py get_mp_context).
     distributed.utils._forkserver_preload_set = True
+    state: Any = forkserver._forkserver
+    if set(vars(state)) != _FORKSERVER_FIELDS or state._forkserver_pid is not None:
+        forkserver.set_forkserver_preload(SERVER_PRELOAD)
+        forkserver.ensure_running()
+        return
+    resource_tracker.ensure_running()
+    with socket.socket(socket.AF_UNIX) as listener:
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        # The forkserver ends when every process holding the write end has ended.
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                os.close(alive_w)
+                forkserver.main(listener.fileno(), alive_r, [])
+            except SystemExit as done:  # it exits once this process is gone
+                status = done.code if isinstance(done.code, int) else 0
+            finally:
+                os._exit(status)
+        os.close(alive_r)
+    state._forkserver_address = address
+    state._forkserver_alive_fd = alive_w
+    state._forkserver_pid = pid
+
+
+#: What the forkserver imports where this Python's own start is used.
+SERVER_PRELOAD = ["distributed", "snakemake_executor_context.server.plugin"]
 
 
 def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], security: Any) -> Any:
