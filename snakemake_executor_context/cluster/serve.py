@@ -248,8 +248,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-#: What multiprocessing's forkserver holds on the Pythons this was written for (3.11
-#: to 3.13); on another, its own start is used (:func:`_fork_forkserver`).
+#: What multiprocessing's forkserver holds in Python 3.11, the fields this start sets;
+#: where it holds others (a later Python's), its own start is used.
 _FORKSERVER_FIELDS = {
     "_forkserver_address",
     "_forkserver_alive_fd",
