@@ -15,13 +15,20 @@ pytestmark = pytest.mark.slow
 
 def _cluster_processes(workdir: Path | None = None) -> list[psutil.Process]:
     """Cluster processes (of a workflow directory: its scheduler file lies there; other
-    sessions' clusters on this machine do not count)."""
+    sessions' clusters on this machine do not count). Its forkserver and servers, forks
+    of it, carry its command line: the cluster's is the one whose parent does not."""
+    serve = "snakemake_executor_context.cluster.serve serve"
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in psutil.process_iter(["cmdline", "ppid"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
         ours = workdir is None or str(workdir) in cmdline
-        if "snakemake_executor_context.cluster.serve serve" in cmdline and ours:
-            found.append(proc)
+        if serve in cmdline and ours:
+            try:
+                forked = serve in " ".join(psutil.Process(proc.info["ppid"]).cmdline())
+            except psutil.Error:
+                forked = False
+            if not forked:
+                found.append(proc)
     return found
 
 

@@ -150,10 +150,12 @@ def idle_fleet(servers: int) -> dict[str, float]:
         )  # fmt: skip
         took = time.monotonic() - started
         time.sleep(5)  # idle
+        # Its forkserver and servers are forks of it, with its command line.
         (cluster,) = [
             p for p in psutil.process_iter(["cmdline"])
             if str(scheduler_file) in " ".join(p.info["cmdline"] or ())
             and "cluster.serve" in " ".join(p.info["cmdline"] or ())
+            and "cluster.serve" not in " ".join(p.parent().cmdline())
         ]  # fmt: skip
         workers = [p for p in cluster.children(recursive=True) if p.num_threads() > 1]
         infos = [p.memory_full_info() for p in workers]
