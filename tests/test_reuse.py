@@ -48,11 +48,14 @@ def test_twenty_jobs_two_servers_two_loads(workflow):
     assert sum(1 for job in jobs if job["loaded"]) == 2
     assert "with 2 context load(s)" in run.output
     assert run.output.count("stand in for gpu=1") == 1  # said once, as there is no GPU
-    # The embedded cluster is gone with the run.
-    assert not any(
-        summary["run_id"] in " ".join(p.info["cmdline"] or [])
-        for p in psutil.process_iter(["cmdline"])
-    )
+    # The embedded cluster is gone with the run (its servers, forks of its process
+    # with its command line, as soon as the kernel has ended them: they are killed).
+    left = [
+        p for p in psutil.process_iter(["cmdline"])
+        if summary["run_id"] in " ".join(p.info["cmdline"] or [])
+    ]  # fmt: skip
+    _, alive = psutil.wait_procs(left, timeout=5)
+    assert not alive, alive
 
 
 def test_same_values_under_local_executor(workflow):
