@@ -314,9 +314,15 @@ def test_two_workflow_directories_never_share_a_server_at_once(make_workflow, fo
         runs[workdir.name] = context_run(workdir, *attach)
 
     threads = [threading.Thread(target=run, args=(w,)) for w in (first, second)]
-    for thread in threads:
-        thread.start()
-        time.sleep(0.5)
+    threads[0].start()
+    # The second starts once the first's first job is done: a run places one job of a
+    # context until one is measured, and then the rest in the server's slots at once.
+    # (Started 0.5 s after, under CI's load the two runs' jobs alternated one by one,
+    # and the first's never overlapped.)
+    deadline = time.monotonic() + 120
+    while not list(first.glob("out/*.json")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    threads[1].start()
     for thread in threads:
         thread.join(300)
     for result in runs.values():
