@@ -205,8 +205,20 @@ def _below(root: int) -> set[int] | None:
     return found
 
 
+#: A process in the middle of exec has its new name but not yet its arguments or its
+#: environment: both read empty (a detached `sleep` just started by a job, seen in CI
+#: as "[sleep]", its keep mark unread). Read again for at most this long.
+_EXEC_SETTLES_SECONDS = 0.2
+
+
 def _facts(pid: int, ppid: int, zombie: bool, started: int, name: str) -> ProcessFacts:
-    command = _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ").strip()
+    command = _read(f"/proc/{pid}/cmdline")
+    deadline = time.monotonic() + _EXEC_SETTLES_SECONDS
+    kernel = ppid in (0, 2)  # kthreadd's threads have no arguments at all
+    while not command and not zombie and not kernel and time.monotonic() < deadline:
+        time.sleep(0.005)
+        command = _read(f"/proc/{pid}/cmdline")
+    command = command.replace(b"\0", b" ").strip()
     marks = {JOB_MARK_VARIABLE: "", SERVER_MARK_VARIABLE: "", KEEP_VARIABLE: ""}
     for entry in _read(f"/proc/{pid}/environ").split(b"\0"):
         name_, _, value = entry.decode(errors="replace").partition("=")
