@@ -12,27 +12,17 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
 from .conftest import BIN, context_run
+from .test_execution import _cluster_processes
 
 MISSING_INPUT = """
 rule all:
     input: "never-made.txt"
 """
-
-
-def _cluster_processes(workdir: Path) -> list[str]:
-    """Command lines of processes started for ``workdir``'s cluster."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        command = " ".join(process.info["cmdline"] or ())
-        if "cluster.serve" in command and str(workdir) in command:
-            found.append(command)
-    return found
 
 
 def _family_of(mark: str) -> list[psutil.Process]:
