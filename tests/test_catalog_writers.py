@@ -26,9 +26,10 @@ from tests.test_catalog import MOUNTS, _job_events
 REPO = Path(__file__).parent.parent
 
 # A run's recording (executor/recording.py) exactly as the executor drives it, in
-# its own process; the Dask client is a stub whose scheduler has no hub (what an
-# embedded cluster without one looks like to Recording), since only the catalog side
-# is under test and two real clusters would not fit two cores beside the busy loops.
+# its own process, attached to a cluster whose scheduler writes no catalog (the run
+# writes its own: the same writer an embedded cluster's hub runs); the Dask client is
+# a stub, since only the catalog side is under test and two real clusters would not
+# fit two cores beside the busy loops.
 RUN = textwrap.dedent("""
     import json, sys, time
     from snakemake_executor_context.executor.recording import Recording
@@ -48,7 +49,7 @@ RUN = textwrap.dedent("""
     class Connection:
         client = Client()
         description = "stub"
-        embedded = True
+        embedded = False
 
     said = []
     class Log:
@@ -283,7 +284,7 @@ class _StubClient:
 class _StubConnection:
     client = _StubClient()
     description = "stub"
-    embedded = True
+    embedded = False
 
 
 class _Log:

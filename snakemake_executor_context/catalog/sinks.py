@@ -121,21 +121,27 @@ class QueuedSink(EventSink):
                 self._idle.wait(min(left, 0.1))
         return True
 
+    def drain(self, timeout: float = 5.0, patience: float = 60.0) -> bool:
+        """Wait until what is queued is handled, while the writer makes progress (for
+        at most ``patience`` seconds), giving up when it made none for ``timeout``
+        seconds; False if it gave up."""
+        deadline = time.monotonic() + max(timeout, patience)
+        while self._thread.is_alive():
+            with self._idle:
+                before = self.unwritten()
+            if self.flush(min(timeout, max(0.0, deadline - time.monotonic()))):
+                return True
+            with self._idle:
+                stalled = self.unwritten() >= before
+            if stalled or time.monotonic() >= deadline:
+                return False
+        return self.unwritten() == 0
+
     def close(self, timeout: float = 5.0, patience: float = 60.0) -> None:
-        """Handle what is queued, then stop the thread: wait while the writer makes
-        progress (for at most ``patience`` seconds), and give up when it made none for
-        ``timeout`` seconds; what is left is counted in :attr:`dropped`."""
+        """Handle what is queued (:meth:`drain`), then stop the thread; what is left is
+        counted in :attr:`dropped`."""
         if self._thread.is_alive():
-            deadline = time.monotonic() + max(timeout, patience)
-            while True:
-                with self._idle:
-                    before = self.unwritten()
-                if self.flush(min(timeout, max(0.0, deadline - time.monotonic()))):
-                    break
-                with self._idle:
-                    stalled = self.unwritten() >= before
-                if stalled or time.monotonic() >= deadline or not self._thread.is_alive():
-                    break
+            self.drain(timeout, patience)
             self._stop.set()
             try:
                 self._queue.put_nowait(None)
@@ -146,6 +152,23 @@ class QueuedSink(EventSink):
         with self._idle:
             # Still queued when the thread gave up: not recorded, and counted.
             self.dropped += self._pending
+
+    def abandon(self) -> list[Event]:
+        """Stop without handling what is queued, and return it (for another sink)."""
+        self._stop.set()
+        taken: list[Event] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                taken.append(item)
+        with self._idle:
+            self._pending -= len(taken)
+            self._idle.notify_all()
+        self._queue.put(None)  # wakes the thread, which ends
+        return taken
 
     def _loop(self) -> None:
         while True:
@@ -202,10 +225,23 @@ class DaskRelay(QueuedSink):
     ) -> None:
         super().__init__(warn=warn, tick=0.2, heartbeat_run=heartbeat_run)
         self.client = client
+        #: Once abandoned: what the thread took and did not send.
+        self.abandoned: list[Event] | None = None
         self.start()
+
+    def abandon(self) -> list[Event]:
+        """Stop sending (the scheduler is gone): what is queued, and what the thread
+        took meanwhile, for another sink."""
+        self.abandoned = []
+        taken = super().abandon()
+        self._thread.join(1.0)
+        return [*self.abandoned, *taken]
 
     def handle(self, batch: list[Event]) -> None:
         """Send one batch as one message; on failure warn once and drop it."""
+        if self.abandoned is not None:  # the scheduler is gone: kept for another sink
+            self.abandoned.extend(batch)
+            return
         if not batch:
             return
         from ..fleet.events import TOPIC, encode

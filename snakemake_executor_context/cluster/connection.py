@@ -90,18 +90,21 @@ class ClusterConnection:
         memory_budget: str,
         timeout: float,
         tls: bool = True,
+        catalog: str | None = None,
         extra_args: Sequence[str] = (),
         meanwhile: Callable[[], object] | None = None,
     ) -> ClusterConnection:
         """Start a cluster for this run (TLS unless ``tls=False``, for benchmarks;
-        ``extra_args``: a pool of pilots; ``meanwhile``: this process's work while the
-        cluster starts, as :meth:`LocalClusterProcess.start` runs it)."""
+        ``catalog``: the run's catalog, which the cluster's hub writes; ``extra_args``:
+        a pool of pilots; ``meanwhile``: this process's work while the cluster starts,
+        as :meth:`LocalClusterProcess.start` runs it)."""
         local = LocalClusterProcess.start(
             scheduler_file,
             servers=servers,
             memory_budget=memory_budget,
             timeout=timeout,
             parent_pid=os.getpid(),
+            catalog=catalog,
             extra_args=extra_args,
             own_directory=True,
             tls=tls,

@@ -16,9 +16,12 @@ any other Dask scheduler), it
   point (:func:`fleet_snapshot`), and whose measured rates of a context's loads and
   transfers a server asks for before it takes a template from a peer or the source
   (:data:`~..defaults.PEER_RATES_HANDLER`);
-- with a catalog (``snakemake-context up``), writes every event into it: the one
-  writer of that catalog. Executors then send their events here, never to the
-  database.
+- with a catalog (``snakemake-context up``, and a run's embedded cluster), writes
+  every event into it: the one writer of that catalog. Executors then send their
+  events here, never to the database; what the writer says (it cannot write, it
+  writes beside a catalog another writer holds, it took over a lease) goes out as a
+  :class:`~..fleet.events.CatalogWarning` for the runs' logs, and at a run's end
+  :func:`run_recorded` tells the run that its events are written.
 """
 
 from __future__ import annotations
@@ -41,14 +44,16 @@ from ..fleet.state import FleetState
 from .roster import HANDLER as ROSTER_HANDLER
 from .roster import GangRoster
 
-__all__ = ["PLUGIN_NAME", "FleetHub", "fleet_snapshot"]
+__all__ = ["PLUGIN_NAME", "FleetHub", "fleet_snapshot", "run_recorded"]
 
 PLUGIN_NAME = "snakemake-context-hub"
 logger = logging.getLogger(__name__)
 
 
 class FleetHub(SchedulerPlugin):
-    """See the module docstring. ``catalog``: a path or URL to write, or None."""
+    """See the module docstring. ``catalog``: a path or URL to write, or None;
+    ``run_id``: the run whose embedded cluster this is (its catalog's writer writes as
+    the run's would: the lease names the run, a catalog beside is the run's)."""
 
     name = PLUGIN_NAME
     idempotent = True
@@ -62,8 +67,13 @@ class FleetHub(SchedulerPlugin):
     #: where no nanny of ours reports them).
     exit_wait: float = 0.0
 
-    def __init__(self, catalog: str | None = None) -> None:
+    def __init__(self, catalog: str | None = None, run_id: str | None = None) -> None:
         self.catalog = catalog
+        self.run_id = run_id
+        #: What the catalog's writer said, for the runs that attach later.
+        self.catalog_warnings: list[str] = []
+        #: Runs whose RunFinished the hub has seen.
+        self.finished_runs: set[str] = set()
         self.injected: dict[str, int] = {}
         self.restarting: dict[str, str] = {}
         self.heartbeat_lost: set[str] = set()
@@ -93,9 +103,10 @@ class FleetHub(SchedulerPlugin):
 
                 self.writer = open_writer(
                     self.catalog,
-                    owner=f"cluster-{os.getpid()}",
-                    warn=logger.warning,
-                    say=logger.warning,
+                    owner=f"run {self.run_id}" if self.run_id else f"cluster-{os.getpid()}",
+                    warn=self._warn,
+                    say=self._warn,
+                    heartbeat_run=self.run_id,
                 )
                 store = self.writer.store
                 with store.session() as session:
@@ -107,6 +118,22 @@ class FleetHub(SchedulerPlugin):
                 logger.warning("context catalog disabled: %s", error)
         for address in list(scheduler.workers):
             self.add_worker(scheduler, address)
+
+    def _warn(self, message: str) -> None:
+        """What the catalog's writer says (from any thread): the cluster's log, the
+        runs following the fleet, and the snapshot of a run that attaches later."""
+        logger.warning("%s", message)
+        self.catalog_warnings.append(message)
+        if self.scheduler is not None:
+            event = ev.CatalogWarning(message=message)
+            self.scheduler.loop.add_callback(self._publish, event)
+
+    def close_catalog(self, timeout: float, patience: float = 0.0) -> None:
+        """Write what is queued (``timeout`` s without progress, ``patience`` s in all
+        at most) and close the catalog; events after this are not recorded."""
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.close(timeout=timeout, patience=patience)
 
     def rates(self, identity: str, model: str = "") -> dict[str, Any]:
         """The measured rates of a context's loads and transfers (a handler: plain data)."""
@@ -175,9 +202,12 @@ class FleetHub(SchedulerPlugin):
                             self.drained_crash.add(item.address)
                     elif isinstance(item, ev.JobFinished) and not item.cancelled:
                         self._job_finished(item)
-            if self.writer is not None:
+                    elif isinstance(item, ev.RunFinished):
+                        self.finished_runs.add(item.run_id)
+            writer = self.writer
+            if writer is not None:
                 for item in decoded:
-                    self.writer.submit(item)
+                    writer.submit(item)
         elif not isinstance(msg, dict):
             return
         elif msg.get("action") == "worker-ttl-timed-out":
@@ -265,12 +295,17 @@ class FleetHub(SchedulerPlugin):
             self.writer.close(timeout=5.0)
 
     def info(self) -> dict[str, Any]:
-        """Whether this plugin writes a catalog, and where."""
+        """Whether this plugin writes a catalog, where, and what its writer said."""
         location = None
         if self.writer is not None:
             loc = self.writer.store.location
             location = {"requested": loc.requested, "live": loc.describe()}
-        return {"writer": self.writer is not None, "catalog": location, "error": self.error}
+        return {
+            "writer": self.writer is not None,
+            "catalog": location,
+            "error": self.error,
+            "warnings": list(self.catalog_warnings),
+        }
 
 
 def fleet_snapshot(dask_scheduler: Any) -> dict[str, Any] | None:
@@ -282,3 +317,39 @@ def fleet_snapshot(dask_scheduler: Any) -> dict[str, Any] | None:
     with plugin.lock:
         view = plugin.view.to_wire()
     return {"view": view, "taken": time.time(), **plugin.info()}
+
+
+async def run_recorded(
+    dask_scheduler: Any, run_id: str, closing: str = "", timeout: float = 60.0
+) -> dict[str, Any] | None:
+    """Run on the scheduler at the end of run ``run_id``: wait until its RunFinished
+    has reached the hub and every event queued is written (``timeout`` s at most).
+    With ``closing`` (a run's embedded cluster, which stops with the run): record
+    every server's end with that reason and close the catalog. Returns where the
+    catalog is, what it did not record and what its writer said (None: the hub writes
+    no catalog)."""
+    hub = dask_scheduler.plugins.get(PLUGIN_NAME)
+    writer = hub.writer if hub is not None else None
+    if writer is None:
+        return None
+    deadline = time.monotonic() + timeout
+    while run_id not in hub.finished_runs and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    # A writer that makes no progress for 10 s (a catalog locked by another) is
+    # given up on: what it holds is counted as not recorded.
+    left = max(1.0, deadline - time.monotonic())
+    if closing:
+        with hub.lock:
+            ends = hub.view.closing(closing)
+        for end in ends:
+            hub._publish(end)
+        await asyncio.to_thread(hub.close_catalog, 10.0, left)
+    else:
+        await asyncio.to_thread(writer.drain, 10.0, left)
+    location = writer.store.location
+    return {
+        "warnings": list(hub.catalog_warnings),
+        "requested": location.requested,
+        "location": location.describe(),
+        "dropped": writer.dropped + (0 if closing else writer.unwritten()),
+    }

@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import paths
 from ..errors import SettingError
@@ -40,6 +40,9 @@ from .files import ClusterFiles
 from .info import ClusterInfo, PlannedServer
 from .plan import SERVER_DASK_CONFIG, plan_servers, start_method
 from .process import SERVE_MODULE
+
+if TYPE_CHECKING:
+    from .hub import FleetHub
 
 __all__ = ["HEARTBEAT_TIMEOUT", "loss_config", "serve"]
 
@@ -70,6 +73,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--catalog", default=None)
+    parser.add_argument("--run-id", default=None, help="the run whose embedded cluster this is")
     parser.add_argument("--pilots", default=None, help="PilotOptions as JSON: a batch pool")
     for name in ("min_pilots", "max_pilots", "pilot_idle_timeout"):
         add_option(parser, name)
@@ -137,6 +141,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
     except SettingError as error:  # one line in the log its starter shows
         logging.error("%s", error)
         return 2
+    # The fleet's event hub; with --catalog, the catalog's one writer.
+    hub = FleetHub(catalog=args.catalog, run_id=args.run_id)
     scheduler_options: dict[str, Any] = {
         # Dask always serves HTTP (metrics); a random loopback port avoids clashes.
         "host": args.host,
@@ -145,8 +151,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
         "dashboard_address": f"{args.host}:0",
         "scheduler_file": str(files.dask_scheduler_file),
         "local_directory": scratch,
-        # The fleet's event hub; with --catalog, the catalog's one writer.
-        "plugins": [FleetHub(catalog=args.catalog)],
+        "plugins": [hub],
         "security": security,
     }
     if args.idle_timeout > 0:
@@ -232,7 +237,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
             "closing the cluster (%s)", "asked to stop" if stop.is_set() else "its loop ended"
         )
         if stop.is_set() and args.parent_pid and not args.pilots:
-            _end_with_the_run(files, closing)
+            _end_with_the_run(files, closing, hub)
         try:
             cluster.close(timeout=10)
         except Exception as error:  # the scheduler closed first (idle timeout)
@@ -335,10 +340,11 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], sec
     return cluster
 
 
-def _end_with_the_run(files: ClusterFiles, closing: float) -> None:
+def _end_with_the_run(files: ClusterFiles, closing: float, hub: FleetHub) -> None:
     """The embedded cluster of a run that ended: its results are in and its catalog
-    is written (by the run's own process), so its servers are killed at once, as a
-    lost node's would be (nothing of theirs outlives them: their jobs and zygotes go
+    written and closed (the run asked its hub, :func:`.hub.run_recorded`; a run that
+    could not ask has what is queued written here, 2 s at most), so its servers are
+    killed at once, as a lost node's would be (nothing of theirs outlives them: their jobs and zygotes go
     with them), instead of closed one by one (0.8 s for two servers here, more for
     more), and this process ends without the interpreter's teardown. The run's exit
     waits for this process: that wait is its shutdown."""
@@ -347,6 +353,7 @@ def _end_with_the_run(files: ClusterFiles, closing: float) -> None:
     # and restart their workers meanwhile).
     stop_processes(process_tree(os.getpid())[:-1], grace=0)
     killed = time.time()
+    hub.close_catalog(timeout=2.0)
     files.remove()
     logging.info(
         "the run's servers killed in %.2f s, the cluster gone in %.2f s",

@@ -150,7 +150,7 @@ class Executor(RemoteExecutor):
     def _handle_inbox(self, first: list[v.Stimulus] | None = None, telling: bool = True) -> None:
         with self._handling:
             for early in first or ():
-                self._execute(self.dispatch.handle(early))
+                self._feed(early)
             while True:
                 try:
                     stimulus = self._inbox.get_nowait()
@@ -168,8 +168,15 @@ class Executor(RemoteExecutor):
                     if entry is not None:
                         self._summary.append(entry)
                     for lost in results.scheduler_lost_first(self.dispatch, self.connection, ended):
-                        self._execute(self.dispatch.handle(lost))
-                self._execute(self.dispatch.handle(stimulus))
+                        self._feed(lost)
+                self._feed(stimulus)
+
+    def _feed(self, stimulus: v.Stimulus) -> None:
+        """One stimulus into dispatch, its commands carried out. The scheduler's death
+        takes its hub, the catalog's writer, along: this process writes the rest."""
+        if isinstance(stimulus, v.SchedulerLost):
+            self.recording.scheduler_lost()
+        self._execute(self.dispatch.handle(stimulus))
 
     # -- commands out ------------------------------------------------------------------
 

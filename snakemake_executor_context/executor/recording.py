@@ -1,6 +1,7 @@
-"""A run's record, in Snakemake's process: where its events go (its own catalog
-writer, a relay to the hub's writer, or nowhere), the fleet as it was when the run
-attached, and the run's start and end.
+"""A run's record, in Snakemake's process: where its events go (a relay to the
+writer of the cluster's hub, which is where an embedded cluster's run writes; its own
+catalog writer, attached to a cluster whose hub writes none; or nowhere), the fleet as
+it was when the run attached, and the run's start and end.
 
 Nothing here can fail a run: a catalog problem is one warning.
 """
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from ..catalog.sinks import EventSink
     from ..cluster.connection import ClusterConnection
 
-__all__ = ["Recording", "holds_run", "versions"]
+__all__ = ["Recording", "holds_run", "run_catalog", "versions"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class Recording:
         self.sink: EventSink | None = None
         #: Whether this process writes the catalog (else a relay, or nothing).
         self.writes = False
+        #: What the hub's writer said that the run's log shows (each once).
+        self._said: set[str] = set()
         self.location: str | None = None
         #: The run's view of the fleet (from :meth:`begin`).
         self.fleet: FleetState | None = None
@@ -108,17 +111,36 @@ class Recording:
         """A relay to the cluster's writer, or this process's own writer."""
         from ..catalog.sinks import DaskRelay
 
+        for message in (snapshot or {}).get("warnings") or ():
+            self.catalog_said(str(message))
         if snapshot and snapshot.get("writer"):
             self.location = (snapshot.get("catalog") or {}).get("requested")
-            if self.catalog:
+            if self.connection.embedded:
+                private = _outside(self.location or "", self.workdir)
+                if private is not None:
+                    _make_private(private)
+            elif self.catalog:
                 self._info(
                     f"The cluster records into its own catalog ({self.location}); "
                     "--context-catalog is not used."
                 )
             return DaskRelay(self.connection.client, warn=self.warn_once, heartbeat_run=self.run_id)
         spec = self.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
+        if self.connection.embedded:  # its hub writes the run's catalog, or none
+            error = (snapshot or {}).get("error")
+            if error and not catalog_disabled(spec):
+                self.warn_once(
+                    f"Cannot open the context catalog {spec}: {error}. The run goes on "
+                    "without recording into it."
+                )
+            return None
         if catalog_disabled(spec):
             return None
+        return self._own_writer(spec, fleet)
+
+    def _own_writer(self, spec: str, fleet: FleetState | None) -> EventSink | None:
+        """This process's writer of catalog ``spec`` (None, and a warning, if it cannot
+        be opened); ``fleet`` takes the catalog's measurements."""
         writer = None
         try:
             from ..catalog.seed import placement_measurements, survival_history
@@ -138,9 +160,10 @@ class Recording:
             if private is not None:
                 where = writer.store.location
                 _make_private(Path(where.snapshot or where.path or private))
-            with writer.store.session() as session:
-                fleet.measure.merge_wire(placement_measurements(session))
-                fleet.survival.merge_wire(survival_history(session))
+            if fleet is not None:
+                with writer.store.session() as session:
+                    fleet.measure.merge_wire(placement_measurements(session))
+                    fleet.survival.merge_wire(survival_history(session))
         except Exception as error:
             if writer is not None:
                 writer.close(timeout=0.1)
@@ -214,23 +237,40 @@ class Recording:
 
     def relay(self, events: list[ev.Event]) -> None:
         """The fleet's events, as the hub sent them: recorded if this run writes the
-        catalog itself (else the cluster's own writer records them)."""
-        if self.writes:
-            for event in events:
+        catalog itself (else the cluster's own writer records them); what the hub's
+        writer says goes to the run's log."""
+        for event in events:
+            if isinstance(event, ev.CatalogWarning):
+                self.catalog_said(event.message)
+            elif self.writes:
                 self.emit(event)
 
-    def servers_closed(self) -> None:
-        """The run's own (embedded) cluster stops with it: record every server's end
-        (nothing else would: its hub writes no catalog, and the writer here closes
-        before the cluster does). An attached cluster's servers live on."""
-        if self.writes and self.connection.embedded and self.fleet is not None:
-            for left in self.fleet.closing("closed: the run's cluster stopped with the run"):
-                self.emit(left)
+    def scheduler_lost(self) -> None:
+        """The cluster's scheduler died, and with it its hub, which wrote the catalog:
+        this process writes what is left of the run (the servers' and the attempts'
+        ends, the run's) into the same catalog, taking over the dead writer's lease."""
+        from ..catalog.sinks import DaskRelay
+
+        relay = self.sink
+        if not isinstance(relay, DaskRelay) or not self.connection.embedded or not self.location:
+            return
+        self.sink = None
+        unsent = relay.abandon()
+        self.sink = self._own_writer(self.location, None)
+        for event in unsent:
+            self.emit(event)
+
+    def catalog_said(self, message: str) -> None:
+        """A line of the hub's catalog writer, in the run's log once."""
+        if message not in self._said:
+            self._said.add(message)
+            self._warn(message)
 
     def finished(self, end: ev.RunFinished) -> None:
-        """Record the servers' end (:meth:`servers_closed`), the run's ``end`` (as
-        dispatch says it ended), and write what is queued (a few seconds at most)."""
-        self.servers_closed()
+        """Record the run's ``end`` (as dispatch says it ended), and write what is
+        queued (a few seconds at most; through the hub: until the hub has written it,
+        and for the embedded cluster, which stops with the run, with every server's
+        end)."""
         self.emit(end)
         try:
             self.connection.client.unsubscribe_topic(ev.TOPIC)
@@ -243,16 +283,42 @@ class Recording:
             # (a starved thread on a loaded node can pause 5 s).
             sink.close(timeout=10.0, patience=120.0)
             store = getattr(sink, "store", None)  # this process's writer: where it ended
+            written = store.location.requested if store is not None else None
             if store is not None:
                 self.location = store.location.describe()
             dropped = getattr(sink, "dropped", 0)
+            hub = self._hub_recorded() if store is None else None
+            if hub is not None:
+                for message in hub.get("warnings") or ():
+                    self.catalog_said(str(message))
+                dropped += int(hub.get("dropped") or 0)
+                self.location = str(hub.get("location") or self.location)
+                written = str(hub.get("requested") or "") or None
             if dropped:
                 self._warn(
                     f"The context catalog {self.location} did not record {dropped} "
                     f"event(s) of run {self.run_id} (see the warning above for why). The "
                     "workflow's results are not affected."
                 )
-            self._ledger(store.location.requested if store is not None else None)
+            self._ledger(written)
+
+    def _hub_recorded(self) -> dict[str, Any] | None:
+        """The hub's word that this run's events are written (:func:`..cluster.hub.
+        run_recorded`); None if it writes no catalog or cannot be asked."""
+        from ..cluster.hub import run_recorded
+
+        closing = "closed: the run's cluster stopped with the run"
+        try:
+            told = self.connection.client.run_on_scheduler(
+                run_recorded,
+                run_id=self.run_id,
+                closing=closing if self.connection.embedded else "",
+                timeout=60.0,
+            )
+        except Exception as error:
+            logger.debug("the hub's catalog at the run's end: %r", error)
+            return None
+        return dict(told) if told else None
 
     def _ledger(self, written: str | None) -> None:
         """Write the run's GPU ledger report (``--context-report``), or name the command
@@ -283,6 +349,26 @@ class Recording:
             self._info(f"Where this run's GPU-seconds went (the ledger): {output}")
         except Exception as error:
             self._warn(f"Cannot write the run's ledger report ({command}): {error}")
+
+
+def run_catalog(catalog: str | None, workdir: str, warn: Callable[[str], None]) -> str | None:
+    """The catalog a run's embedded cluster writes (``--context-catalog``, else the
+    workflow's own), None when disabled. A missing directory outside the workflow
+    directory is made private first; if it cannot be, ``warn`` says so and the run
+    records nothing."""
+    spec = catalog or str(Path(workdir) / DEFAULT_CATALOG)
+    if catalog_disabled(spec):
+        return None
+    private = _outside(spec, workdir)
+    if private is not None and not private.parent.exists():
+        from ..cluster.credentials import private_dir
+
+        try:
+            private_dir(private.parent, fix="remove it, or choose another --context-catalog.")
+        except ContextExecutorError as error:
+            warn(f"{error} The run goes on without recording into the catalog.")
+            return None
+    return spec
 
 
 def holds_run(spec: str, run_id: str) -> bool:

@@ -20,7 +20,6 @@ from ..defaults import (
     NO_TLS_VARIABLE,
     RECYCLE_VARIABLE,
     SERVER_LEASE_SECONDS,
-    catalog_disabled,
 )
 from ..errors import ContextExecutorError
 from ..fleet.pilotkinds import PilotKinds
@@ -40,6 +39,7 @@ from ..snakemake_internals import (
 )
 from ..triples import Shape
 from .dispatch import Dispatch
+from .recording import run_catalog
 from .rulecheck import (
     check_context_rules,
     check_fleet_fits,
@@ -142,29 +142,29 @@ def _connect(
     tls = os.environ.get(NO_TLS_VARIABLE, "") != "1"
     if not tls:
         say(f"{NO_TLS_VARIABLE}=1: the embedded cluster runs WITHOUT TLS (benchmarks only).")
+    catalog = run_catalog(settings.catalog, workdir, say)
     return ClusterConnection.start_embedded(
         cluster_dir / f"{run_id}.json",
         servers=settings.servers,
         memory_budget=settings.memory_budget,
         timeout=max(settings.connect_timeout, 60.0),
+        catalog=catalog,
         extra_args=[
             *shape_of(settings).serve_args(),
             *[up_flag("server_group"), settings.server_group or ""],
             *pool,
+            *["--run-id", run_id],
         ],
         tls=tls,
-        meanwhile=lambda: _import_for_the_run(catalog_on=not catalog_disabled(settings.catalog)),
+        meanwhile=_import_for_the_run,
     )
 
 
-def _import_for_the_run(*, catalog_on: bool) -> None:
-    """Import what this process needs once the cluster is up (Dask's client, the
-    catalog's writer), while the cluster process starts on another core: 0.1-0.2 s
-    that came after the cluster's start, before the first job."""
+def _import_for_the_run() -> None:
+    """Import what this process needs once the cluster is up (Dask's client), while
+    the cluster process starts on another core: 0.1-0.2 s that came after the
+    cluster's start, before the first job."""
     import distributed  # noqa: F401
-
-    if catalog_on:
-        from ..catalog import seed, writer  # noqa: F401
 
 
 def export_local_dir(settings: ExecutorSettings) -> None:

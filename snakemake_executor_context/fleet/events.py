@@ -25,6 +25,7 @@ __all__ = [
     "TOPIC",
     "AttemptsLost",
     "CacheEntryDamaged",
+    "CatalogWarning",
     "ContextEvicted",
     "ContextLoadFailed",
     "ContextLoading",
@@ -116,6 +117,16 @@ class RunFinished(Event):
     ok: bool | None = None
     #: Cancelled (Ctrl-C) or told to stop (SIGTERM) before its jobs were done.
     interrupted: bool = False
+
+
+@dataclass(kw_only=True)
+class CatalogWarning(Event):
+    """The catalog's writer on the scheduler (the hub's) says something a run's log
+    must show: it cannot write, it writes elsewhere, it took over a lease. Recorded
+    nowhere: the runs following the fleet log it."""
+
+    kind: ClassVar[str] = "catalog-warning"
+    message: str
 
 
 # -- servers -------------------------------------------------------------------------
