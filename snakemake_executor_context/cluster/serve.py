@@ -344,9 +344,9 @@ def _end_with_the_run(files: ClusterFiles, closing: float, hub: FleetHub) -> Non
     """The embedded cluster of a run that ended: its results are in and its catalog
     written and closed (the run asked its hub, :func:`.hub.run_recorded`; a run that
     could not ask has what is queued written here, 2 s at most), so its servers are
-    killed at once, as a lost node's would be (nothing of theirs outlives them: their jobs and zygotes go
-    with them), instead of closed one by one (0.8 s for two servers here, more for
-    more), and this process ends without the interpreter's teardown. The run's exit
+    killed at once, as a lost node's would be (nothing of theirs outlives them: their
+    jobs and zygotes go with them), instead of closed one by one (0.8 s for two servers
+    here, more for more), and this process ends without the interpreter's teardown. The run's exit
     waits for this process: that wait is its shutdown."""
     # SIGKILL, not waited for: they are gone when the signal lands, and this process's
     # exit hands their remains to init (waiting here took 1.9 s: the nannies reap
