@@ -1,16 +1,20 @@
 """How a local cluster starts its servers: forked by multiprocessing's forkserver,
 itself a fork of the cluster's process once that imported Dask and the server's
-modules, or spawned where the forkserver's socket would not fit."""
+modules, or spawned where the forkserver's socket would not fit; many servers with
+no zygote each."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
+import psutil
 import pytest
 
 from snakemake_executor_context.cluster.plan import start_method
 
-from .conftest import context_run
+from .conftest import context_run, persistent_cluster
 
 # Run in a server's own process: the pid and command line of the process that started
 # it, and of that one's parent.
@@ -36,6 +40,19 @@ def test_a_short_socket_directory_forks_and_a_long_one_spawns() -> None:
     # 107 bytes is the longest Unix socket path; the listener's name takes 18.
     assert start_method("/" + "d" * 88) == "forkserver"
     assert start_method("/" + "d" * 89) == "spawn"
+
+
+def test_more_servers_than_four_a_core_start_without_zygotes(tmp_path: Path) -> None:
+    servers = 4 * (os.cpu_count() or 1) + 1
+    if servers > 33:
+        pytest.skip(f"{servers} servers: too many for a quick test")
+    with persistent_cluster(tmp_path / "c", "--servers", str(servers)) as path:
+        info = json.loads(path.with_suffix(".pid").read_text())
+        pid = info["pid"]
+        assert len(info["servers"]) == servers
+        tree = psutil.Process(pid).children(recursive=True)
+        zygotes = [p for p in tree if "server.zygote" in " ".join(p.cmdline())]
+        assert not zygotes, [p.pid for p in zygotes]
 
 
 def _parents(workflow, tmp_path: Path, env: dict[str, str]) -> set[tuple[str, str]]:

@@ -38,7 +38,12 @@ from ..triples import Shape
 from .credentials import Credentials
 from .files import ClusterFiles
 from .info import ClusterInfo, PlannedServer
-from .plan import SERVER_DASK_CONFIG, plan_servers, start_method
+from .plan import (
+    SERVER_DASK_CONFIG,
+    plan_servers,
+    start_method,
+    warm_zygotes,
+)
 from .process import SERVE_MODULE
 
 if TYPE_CHECKING:
@@ -136,6 +141,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
             shape.gpus_per_server,
         )
     )
+    # A run's embedded servers start theirs at their first plain job.
+    warm = not args.parent_pid and warm_zygotes(len(plans), os.cpu_count() or 1)
     try:
         labels = server_group_labels(args.server_group, len(plans))
     except SettingError as error:  # one line in the log its starter shows
@@ -179,7 +186,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
                             devices=plan.devices,
                             shape=shape,
                             memory_bytes=plan.memory_bytes,
-                            warm_zygote=not args.parent_pid,
+                            warm_zygote=warm,
                             group=label,
                         )
                     ),
