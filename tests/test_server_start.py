@@ -1,7 +1,7 @@
 """How a local cluster starts its servers: forked by multiprocessing's forkserver,
 itself a fork of the cluster's process once that imported Dask and the server's
 modules, or spawned where the forkserver's socket would not fit; many servers with
-no zygote each."""
+no zygote each and timeouts that grow with their count."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from snakemake_executor_context.cluster.plan import start_method
+from snakemake_executor_context.cluster.plan import (
+    connect_timeout,
+    start_method,
+    start_wait,
+    warm_zygotes,
+)
 
 from .conftest import context_run, persistent_cluster
 
@@ -40,6 +45,21 @@ def test_a_short_socket_directory_forks_and_a_long_one_spawns() -> None:
     # 107 bytes is the longest Unix socket path; the listener's name takes 18.
     assert start_method("/" + "d" * 88) == "forkserver"
     assert start_method("/" + "d" * 89) == "spawn"
+
+
+def test_many_servers_wait_longer_and_start_no_zygote_each() -> None:
+    # 128 servers on 2 cores: their zygotes held both cores, and Dask's 30 s connects
+    # and the 120 s wait of `up` ran out.
+    assert not warm_zygotes(128, 2) and not warm_zygotes(9, 2)
+    assert warm_zygotes(8, 2) and warm_zygotes(2, 2) and warm_zygotes(128, 32)
+    assert connect_timeout(2) == connect_timeout(60) == 30.0  # Dask's own
+    # A connection's first attempt (a fifth) outlasts the start's queue of handshakes.
+    assert connect_timeout(128) / 5 >= 0.1 * 128
+    # The wait grows past the embedded run's 60 s and `up`'s 120 s.
+    assert start_wait(128, 60.0) > 120.0 and start_wait(512, 120.0) >= 256
+    # A few servers: the setting as given (`up --timeout`, the embedded run's 60 s).
+    assert start_wait(2, 120.0) == 120.0 and start_wait(None, 60.0) == 62.0
+    assert start_wait(2, 3600.0) == 3600.0
 
 
 def test_more_servers_than_four_a_core_start_without_zygotes(tmp_path: Path) -> None:

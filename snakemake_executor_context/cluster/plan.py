@@ -14,8 +14,10 @@ from ..fleet.resources import server_resources
 __all__ = [
     "SERVER_DASK_CONFIG",
     "ServerPlan",
+    "connect_timeout",
     "plan_servers",
     "start_method",
+    "start_wait",
     "warm_zygotes",
 ]
 
@@ -66,6 +68,27 @@ def warm_zygotes(servers: int, cpu_count: int) -> bool:
     took 146 s (``--timeout`` is 120 s). With at most 4 per core they take about 3 s of
     every core, after the start."""
     return servers <= 4 * max(1, cpu_count)
+
+
+#: Seconds a local cluster's start takes per server, with a margin: 128 servers (CPU,
+#: no zygotes) started in 5.9-9.5 s on 2 cores shared with another user's tests (load
+#: 14-22), about 0.06 s each, all in the cluster process's one loop (its scheduler and
+#: nannies); 0.5 s is 8 times that.
+START_SECONDS_PER_SERVER = 0.5
+
+
+def connect_timeout(servers: int) -> float:
+    """Dask's ``distributed.comm.timeouts.connect`` for a cluster of ``servers``: Dask's
+    30 s, or more for many servers. Dask gives a connection's first attempt a fifth of
+    it; that fifth covers the whole start's queue of handshakes in the scheduler's loop
+    (0.1 s a server, against the 0.06 s measured)."""
+    return max(30.0, START_SECONDS_PER_SERVER * servers)
+
+
+def start_wait(servers: int | None, timeout: float) -> float:
+    """How long a cluster of ``servers`` (None: the default count, at most 4) is waited
+    for: ``timeout``, or longer where that is too short for that many servers."""
+    return max(timeout, 60.0 + START_SECONDS_PER_SERVER * (servers or 4))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from ..options import up_flag
 from ..processes import pid_alive
 from .credentials import open_private_append
 from .files import ClusterFiles, identity, kill_group, tail
+from .plan import start_wait
 
 __all__ = ["SERVE_MODULE", "LocalClusterProcess"]
 
@@ -71,7 +72,8 @@ class LocalClusterProcess:
         meanwhile: Callable[[], object] | None = None,
     ) -> LocalClusterProcess:
         """Start the cluster process and wait until its servers are up (``timeout``
-        seconds, the setting called ``timeout_setting``). Its files go to a directory
+        seconds, the setting called ``timeout_setting``, or longer where many servers
+        need it: :func:`.plan.start_wait`). Its files go to a directory
         made 0700 if missing (or, ``own_directory``, tightened to 0700); ``tls=False``
         only for benchmarks and tests (a plaintext cluster). ``meanwhile`` runs once
         the process is started, before the wait: this process's own start-up work,
@@ -119,6 +121,7 @@ class LocalClusterProcess:
             )
         finally:
             os.close(log)
+        timeout = start_wait(servers, timeout)
         deadline = time.monotonic() + timeout
         if meanwhile is not None:
             try:

@@ -40,6 +40,7 @@ from .files import ClusterFiles
 from .info import ClusterInfo, PlannedServer
 from .plan import (
     SERVER_DASK_CONFIG,
+    connect_timeout,
     plan_servers,
     start_method,
     warm_zygotes,
@@ -141,6 +142,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
             shape.gpus_per_server,
         )
     )
+    # Many servers' handshakes queue in the scheduler's one loop while they start.
+    dask.config.set({"distributed.comm.timeouts.connect": f"{connect_timeout(len(plans))}s"})
     # A run's embedded servers start theirs at their first plain job.
     warm = not args.parent_pid and warm_zygotes(len(plans), os.cpu_count() or 1)
     try:

@@ -37,7 +37,7 @@ def add_up_command(commands: Any, scheduler_file: Callable[[Any], None]) -> None
         "--timeout",
         Allowed(NUMBER, above=0, most=3600, unit="seconds"),
         default=120.0,
-        help="seconds to wait for the servers to start",
+        help="seconds to wait for the servers to start (at least 60 plus 0.5 per server)",
     )
     add_argument(
         up,
