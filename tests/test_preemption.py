@@ -196,6 +196,66 @@ def test_a_result_lost_with_its_server_sends_the_job_back_not_fails_it(tmp_path)
         assert tasks.done(key) is False and key in tasks._futures, "held until the loss"
 
 
+# A fetch that waited for the lost task would give up only at RESULT_TIMEOUT (30 s).
+@pytest.mark.timeout(25)
+def test_a_result_lost_during_a_fetch_of_several_is_held_and_the_others_arrive():
+    """Results are fetched several at a time; one of them dies with its server (a real
+    SIGKILL) before the scheduler knows. The fetch together gives up at once rather
+    than wait for the lost task to finish again (it never would: it is pinned); the
+    other result is then fetched alone, and the lost attempt is held until its
+    server's loss requeues it (Dask's own cluster)."""
+    from distributed import Client, LocalCluster
+
+    from snakemake_executor_context.executor.results import fetch_results
+    from snakemake_executor_context.executor.tasks import Tasks
+    from snakemake_executor_context.fleet.outcome import Outcome, ServerIdentity
+    from snakemake_executor_context.jobspec import JobResult
+
+    from .test_dispatch import ticket
+
+    def result(key: str) -> JobResult:
+        return JobResult(Outcome(key, ServerIdentity("s", "h", os.getpid()), ok=True))
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        kept, doomed = client.scheduler_info()["workers"]
+        keys = {address: ticket(n).key + ".1" for n, address in enumerate((kept, doomed), 1)}
+        futures = {
+            keys[address]: client.submit(
+                result, keys[address], key=keys[address], workers=[address], pure=False
+            )
+            for address in (kept, doomed)
+        }
+        deadline = time.monotonic() + 60
+        while any(future.status != "finished" for future in futures.values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert len(fetch_results(client, futures)) == 2  # together, while both live
+        os.kill(client.run(os.getpid, workers=[doomed])[doomed], signal.SIGKILL)
+        assert fetch_results(client, futures) == {}  # not a wait for the lost one
+
+        class Connection:
+            pass
+
+        connection = Connection()
+        connection.client = client  # type: ignore[attr-defined]
+        tasks = Tasks(connection)  # type: ignore[arg-type]
+        for key, future in futures.items():
+            tasks._futures[key], tasks._steps[key] = future, "warm"
+        tasks.fetch(list(futures))
+        ended, _ = tasks.ended(keys[kept], ticket(1), [].append)
+        assert ended is not None and ended.outcome is not None and ended.outcome.ok, ended
+        while futures[keys[doomed]].status == "finished":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert tasks.ended(keys[doomed], ticket(2), [].append) == (None, None)
+        assert keys[doomed] in tasks._futures, "held until the loss"
+
+
 def test_a_plain_job_whose_server_is_killed_leaves_no_process_and_writes_once(preempt):
     """SIGKILL the server running a plain job (its shell appends to the output): the
     job's process tree dies with the server, the rerun writes the output once."""

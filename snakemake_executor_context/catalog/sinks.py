@@ -247,7 +247,8 @@ class DaskRelay(QueuedSink):
         from ..fleet.events import TOPIC, encode
 
         try:
-            self.client.log_event(TOPIC, encode(batch))  # type: ignore[attr-defined]
+            payload = encode(batch, sender=self.heartbeat_run or "")
+            self.client.log_event(TOPIC, payload)  # type: ignore[attr-defined]
         except Exception as error:
             self.dropped += len(batch)
             self.warn_once(

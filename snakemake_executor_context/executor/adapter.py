@@ -59,6 +59,7 @@ class Executor(RemoteExecutor):
         self._handling = threading.Lock()
         self._ready = False
         self._held: HeldReports[SubmittedJobInfo] = HeldReports()  # finished, not yet told
+        self._submits: list[tuple[v.Submit, Any]] = []  # submitted by dispatch, not yet sent
         self._ctrl_c = CtrlC()
         super().__init__(workflow, logger)
 
@@ -95,9 +96,8 @@ class Executor(RemoteExecutor):
         planned = startup.planned_jobs(workflow, self.declarations)
         declared = list(self.declarations.values())
         total = None if planned is None else len(planned)
-        events = FleetInbox(
-            (self.recording.relay, self._loads.see), self._inbox.put, self._waker.set
-        )
+        seen = (self.recording.relay, self._loads.see)
+        events = FleetInbox(seen, self._inbox.put, self._waker.set, sender=self.run_id)
         self.dispatch.hub = self.recording.begin(
             self.dispatch.fleet, events, jobs_total=total, declarations=declared
         )
@@ -151,25 +151,38 @@ class Executor(RemoteExecutor):
         with self._handling:
             for early in first or ():
                 self._feed(early)
-            while True:
-                try:
-                    stimulus = self._inbox.get_nowait()
-                except queue.Empty:
-                    if telling:
-                        self._tell_held()
-                    return
-                if isinstance(stimulus, str):
-                    job = self._jobs.get(job_key_of(stimulus))
-                    ticket = job.ticket if job else None
-                    ended, entry = self.tasks.ended(stimulus, ticket, self._push)
-                    if ended is None:
-                        continue  # cancelled by dispatch, or lost with its server
-                    stimulus = ended
-                    if entry is not None:
-                        self._summary.append(entry)
-                    for lost in results.scheduler_lost_first(self.dispatch, self.connection, ended):
-                        self._feed(lost)
-                self._feed(stimulus)
+            self._submit()
+            while batch := self._drain_inbox():
+                self.tasks.fetch([item for item in batch if isinstance(item, str)])
+                for stimulus in batch:
+                    self._take(stimulus)
+                self._submit()
+            if telling:
+                self._tell_held()
+
+    def _drain_inbox(self) -> list[v.Stimulus | str]:
+        """What the inbox holds now."""
+        taken: list[v.Stimulus | str] = []
+        while True:
+            try:
+                taken.append(self._inbox.get_nowait())
+            except queue.Empty:
+                return taken
+
+    def _take(self, stimulus: v.Stimulus | str) -> None:
+        """One stimulus, or the key of an attempt whose future is done (its end)."""
+        if isinstance(stimulus, str):
+            job = self._jobs.get(job_key_of(stimulus))
+            ticket = job.ticket if job else None
+            ended, entry = self.tasks.ended(stimulus, ticket, self._push)
+            if ended is None:
+                return  # cancelled by dispatch, or lost with its server
+            stimulus = ended
+            if entry is not None:
+                self._summary.append(entry)
+            for lost in results.scheduler_lost_first(self.dispatch, self.connection, ended):
+                self._feed(lost)
+        self._feed(stimulus)
 
     def _feed(self, stimulus: v.Stimulus) -> None:
         """One stimulus into dispatch, its commands carried out. The scheduler's death
@@ -185,11 +198,11 @@ class Executor(RemoteExecutor):
         and reports to Snakemake."""
         for command in commands:
             if isinstance(command, v.Submit):
-                spec = self._jobs[command.ticket.key].spec
-                refused = self.tasks.submit(command, spec, self._push)
-                if refused is not None:
-                    self._inbox.put(v.AttemptEnded(command.key, time.time(), message=refused))
-            elif isinstance(command, v.Cancel):
+                self._submits.append((command, self._jobs[command.ticket.key].spec))
+                continue
+            if isinstance(command, (v.Cancel, v.Poll, v.StopRunning)):
+                self._submit()  # what was submitted before, in order
+            if isinstance(command, v.Cancel):
                 self.tasks.cancel(command.key)
             elif isinstance(command, v.Poll):
                 if self.tasks.done(command.key):
@@ -210,6 +223,13 @@ class Executor(RemoteExecutor):
                 self.report_job_error(info, msg=command.message, aux_logs=list(command.aux_logs))
             else:
                 raise TypeError(f"a command of dispatch that nothing carries out: {command!r}")
+
+    def _submit(self) -> None:
+        """Hand the attempts dispatch submitted to Dask, together (:meth:`.Tasks.submit`)."""
+        batch, self._submits = self._submits, []
+        if batch:
+            for key, why in self.tasks.submit(batch, self._push):
+                self._inbox.put(v.AttemptEnded(key, time.time(), message=why))
 
     def _tell_held(self, everything: bool = False) -> None:
         """Tell Snakemake the held successes together, when :mod:`.pacing` says so."""

@@ -4,6 +4,8 @@ death, told first when that is why Dask cancelled it)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +18,9 @@ if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
     from .dispatch import Dispatch
 
-__all__ = ["RESULT_TIMEOUT", "attempt_ended", "scheduler_lost_first"]
+__all__ = ["RESULT_TIMEOUT", "attempt_ended", "fetch_results", "scheduler_lost_first"]
+
+logger = logging.getLogger(__name__)
 
 #: Seconds a finished task's result may take to arrive (its server may die meanwhile).
 RESULT_TIMEOUT = 30.0
@@ -27,15 +31,38 @@ RESULT_TIMEOUT = 30.0
 SCHEDULER_GONE_PATIENCE = 2.0
 
 
+def fetch_results(client: Any, futures: dict[str, Any]) -> dict[str, JobResult]:
+    """The results of finished attempts' futures, fetched together: one request to the
+    scheduler, which gathers them from their servers (one per server). Empty when any
+    of them cannot be had (a server died holding one): each is then fetched alone,
+    where a lost result is told apart. Never waits for a task to finish again."""
+    if not futures:
+        return {}
+
+    async def gather() -> dict[str, JobResult]:
+        response = await asyncio.wait_for(
+            client.scheduler.gather(keys=list(futures)), RESULT_TIMEOUT
+        )
+        return dict(response["data"]) if response.get("status") == "OK" else {}
+
+    try:
+        fetched: dict[str, JobResult] = client.sync(gather)
+    except Exception as error:  # the scheduler gone, a timeout: fetched one by one
+        logger.debug("fetching %d results together: %r", len(futures), error)
+        return {}
+    return fetched
+
+
 def attempt_ended(
-    key: str, future: Any, placed_by: str, ticket: JobTicket
+    key: str, future: Any, placed_by: str, ticket: JobTicket, fetched: JobResult | None = None
 ) -> tuple[AttemptEnded | None, dict[str, Any] | None]:
     """The end of attempt ``key`` from its done future, and its entry in the run
     summary (None without a result). (None, None): the task had finished but its
     result died with its server before it could be fetched; the server's loss
     sends the job back to the queue. What the server warns about the job (threads or
-    files it left behind) goes to the run's log."""
-    ended, result = _ended(key, future, ticket.title)
+    files it left behind) goes to the run's log. ``fetched``: its result, if
+    :func:`fetch_results` had it."""
+    ended, result = _ended(key, future, ticket.title, fetched)
     if ended is None or result is None:
         return ended, None
     if result.extra.get("warnings") or result.extra.get("notes"):
@@ -71,11 +98,13 @@ def scheduler_lost_first(
     return [SchedulerLost(why, ended.now)]
 
 
-def _ended(key: str, future: Any, title: str) -> tuple[AttemptEnded | None, JobResult | None]:
+def _ended(
+    key: str, future: Any, title: str, fetched: JobResult | None
+) -> tuple[AttemptEnded | None, JobResult | None]:
     now = time.time()
     if future.status == "finished":
         try:
-            result = _fetch(future)
+            result = fetched if fetched is not None else _fetch(future)
         except Exception as error:  # the result could not be fetched
             return AttemptEnded(key, now, message=f"{title}: {error}"), None
         if result is None:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..fleet import events as ev
 from ..fleet.keys import attempt_log, attempt_number
-from ..jobspec import OutputSpec, remove_outputs
-from .results import attempt_ended
+from ..jobspec import JobResult, OutputSpec, remove_outputs
+from .results import attempt_ended, fetch_results
 from .vocabulary import AttemptEnded, JobTicket, Stopped, Submit
 
 if TYPE_CHECKING:
@@ -33,38 +33,73 @@ class Tasks:
         self.connection = connection
         self._futures: dict[str, Any] = {}
         self._steps: dict[str, str] = {}
+        #: Results fetched together, for :meth:`ended` to take.
+        self._fetched: dict[str, JobResult] = {}
 
-    def submit(self, command: Submit, spec: Any, on_done: Callable[[str], None]) -> str | None:
-        """Submit attempt ``command.key`` (``spec`` with that key); None, or why not."""
-        from ..server.calls import execute_job
+    def submit(
+        self, batch: list[tuple[Submit, Any]], on_done: Callable[[str], None]
+    ) -> list[tuple[str, str]]:
+        """Submit attempts (each ``command.key`` with its ``spec``) together: one
+        message to the scheduler for those of the same pin, resources and priority.
+        Returns (key, why not) of those refused."""
+        groups: dict[tuple[Any, ...], list[tuple[Submit, Any]]] = {}
+        for command, spec in batch:
+            wanted = tuple(sorted(command.ticket.wanted.items()))
+            where = (command.address, wanted, command.ticket.priority)
+            groups.setdefault(where, []).append((command, self._prepared(command, spec)))
+        refused = []
+        for (address, wanted, priority), members in groups.items():
+            refusal = self._send(address, dict(wanted), priority, members, on_done)
+            if refusal is not None:
+                refused += [
+                    (command.key, f"{command.ticket.title}: {refusal}") for command, _ in members
+                ]
+        return refused
 
-        pin: dict[str, Any] = {}
-        if command.address is not None:
-            # Pinned hard: work stealing leaves it where placement put it. If the
-            # server leaves, dispatch takes the job back (Dask would hold it forever).
-            pin = {"workers": [command.address], "allow_other_workers": False}
+    @staticmethod
+    def _prepared(command: Submit, spec: Any) -> Any:
+        """``spec`` as attempt ``command.key`` runs it: its own log; what a lost
+        attempt wrote removed, so that it cannot pass for the rerun's."""
         number = attempt_number(command.key)
-        if number > 1:  # what a lost attempt wrote must not pass for the rerun's
+        if number > 1:
             outputs = [o if isinstance(o, OutputSpec) else OutputSpec(str(o)) for o in spec.outputs]
             remove_outputs(o for o in outputs if not o.keep)
         log_path = attempt_log(spec.log_path, number)
+        return dataclasses.replace(spec, key=command.key, log_path=log_path)
+
+    def _send(
+        self,
+        address: str | None,
+        wanted: dict[str, float],
+        priority: int,
+        members: list[tuple[Submit, Any]],
+        on_done: Callable[[str], None],
+    ) -> str | None:
+        from ..server.calls import execute_job
+
+        pin: dict[str, Any] = {}
+        if address is not None:
+            # Pinned hard: work stealing leaves it where placement put it. If the
+            # server leaves, dispatch takes the job back (Dask would hold it forever).
+            pin = {"workers": [address], "allow_other_workers": False}
         try:
-            future = self.connection.client.submit(
+            futures = self.connection.client.map(
                 execute_job,
-                dataclasses.replace(spec, key=command.key, log_path=log_path),
-                key=command.key,
+                [spec for _, spec in members],
+                key=[command.key for command, _ in members],
                 pure=False,
                 # Pinned, placement counted the slots; Dask would count a gpu=1 job
                 # as the whole server's gpu and run one at a time whatever its slots.
-                resources=None if pin else (dict(command.ticket.wanted) or None),
-                priority=command.ticket.priority,
+                resources=None if pin else (wanted or None),
+                priority=priority,
                 **pin,
             )
         except Exception as error:
-            return f"{command.ticket.title}: could not be submitted to Dask: {error}"
-        self._futures[command.key] = future
-        self._steps[command.key] = str(command.step)
-        future.add_done_callback(lambda _: on_done(command.key))
+            return f"could not be submitted to Dask: {error}"
+        for (command, _), future in zip(members, futures, strict=True):
+            self._futures[command.key] = future
+            self._steps[command.key] = str(command.step)
+            future.add_done_callback(lambda _, key=command.key: on_done(key))
         return None
 
     def pop(self, key: str) -> tuple[Any, str] | None:
@@ -72,6 +107,17 @@ class Tasks:
         future = self._futures.pop(key, None)
         step = self._steps.pop(key, "")
         return (future, step) if future is not None else None
+
+    def fetch(self, keys: list[str]) -> None:
+        """Fetch the results of these attempts that finished, together (for
+        :meth:`ended`; what cannot be had together is fetched there, alone)."""
+        finished = {
+            key: future
+            for key in keys
+            if (future := self._futures.get(key)) is not None and future.status == "finished"
+        }
+        if len(finished) > 1:
+            self._fetched.update(fetch_results(self.connection.client, finished))
 
     def ended(
         self, key: str, ticket: JobTicket | None, on_done: Callable[[str], None]
@@ -83,9 +129,10 @@ class Tasks:
         a pinned attempt (cancelling this future), and Dask reruns an unpinned one,
         whose end comes back here."""
         found = self.pop(key)
+        fetched = self._fetched.pop(key, None)
         if found is None or ticket is None:
             return None, None
-        ended, entry = attempt_ended(key, *found, ticket)
+        ended, entry = attempt_ended(key, *found, ticket, fetched)
         if ended is None:
             future, step = found
             self._futures[key] = future

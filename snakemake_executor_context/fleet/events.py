@@ -54,10 +54,13 @@ __all__ = [
     "ServerRestarting",
     "decode",
     "encode",
+    "sender_of",
 ]
 
 #: The Dask event topic every event of this plugin is logged under.
 TOPIC = "snakemake-context"
+#: The key that marks an encoded event with its sender (no event has such a field).
+SENDER = "_sender"
 
 _KINDS: dict[str, type[Event]] = {}
 
@@ -560,9 +563,19 @@ class PilotBooked(Event, PilotRecord):
 # -- wire ----------------------------------------------------------------------------
 
 
-def encode(events: Iterable[Event]) -> list[dict[str, Any]]:
-    """Events as a list of plain dicts, for ``log_event``."""
-    return [event.to_wire() for event in events]
+def encode(events: Iterable[Event], sender: str = "") -> list[dict[str, Any]]:
+    """Events as a list of plain dicts, for ``log_event``; ``sender`` marks each with
+    who sent it (a run: its id), so that it can drop its own when they come back."""
+    wire = [event.to_wire() for event in events]
+    if sender:
+        for item in wire:
+            item[SENDER] = sender
+    return wire
+
+
+def sender_of(item: Any) -> str:
+    """Who sent one encoded event ("" if unmarked)."""
+    return str(item.get(SENDER, "")) if isinstance(item, dict) else ""
 
 
 def decode(message: Any) -> Iterator[Event]:

@@ -98,7 +98,7 @@ def cell(
         if profile is not None:
             spy = subprocess.Popen(
                 [str(BIN / "py-spy"), "record", "--pid", str(proc.pid), "--format", "raw",
-                 "--rate", "50", "--output", str(profile), "--nonblocking"],
+                 "--rate", "50", "--gil", "--output", str(profile), "--nonblocking"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
         assert proc.stdout is not None
