@@ -21,7 +21,8 @@ any other Dask scheduler), it
   events here, never to the database; what the writer says (it cannot write, it
   writes beside a catalog another writer holds, it took over a lease) goes out as a
   :class:`~..fleet.events.CatalogWarning` for the runs' logs, and at a run's end
-  :func:`run_recorded` tells the run that its events are written.
+  :func:`run_recorded` tells the run that its events are written (or, before a run
+  kills its embedded cluster, :func:`hand_over` gives the catalog to the run).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from ..fleet.state import FleetState
 from .roster import HANDLER as ROSTER_HANDLER
 from .roster import GangRoster
 
-__all__ = ["PLUGIN_NAME", "FleetHub", "fleet_snapshot", "run_recorded"]
+__all__ = ["PLUGIN_NAME", "FleetHub", "fleet_snapshot", "hand_over", "run_recorded"]
 
 PLUGIN_NAME = "snakemake-context-hub"
 logger = logging.getLogger(__name__)
@@ -353,3 +354,18 @@ async def run_recorded(
         "location": location.describe(),
         "dropped": writer.dropped + (0 if closing else writer.unwritten()),
     }
+
+
+async def hand_over(dask_scheduler: Any, events: list[dict[str, Any]], timeout: float) -> bool:
+    """Run on the scheduler of a run's embedded cluster that the run is about to kill
+    (Ctrl-C, a stop): write ``events`` (what the run had not sent) and what is queued,
+    and close the catalog (``timeout`` s at most), for the run to write the rest.
+    False if the hub writes no catalog."""
+    hub = dask_scheduler.plugins.get(PLUGIN_NAME)
+    writer = hub.writer if hub is not None else None
+    if writer is None:
+        return False
+    for event in ev.decode(events):
+        writer.submit(event)
+    await asyncio.to_thread(hub.close_catalog, timeout, timeout)
+    return True

@@ -188,7 +188,7 @@ class Executor(RemoteExecutor):
         """One stimulus into dispatch, its commands carried out. The scheduler's death
         takes its hub, the catalog's writer, along: this process writes the rest."""
         if isinstance(stimulus, v.SchedulerLost):
-            self.recording.scheduler_lost()
+            self.recording.take_over(hub_alive=False)
         self._execute(self.dispatch.handle(stimulus))
 
     # -- commands out ------------------------------------------------------------------
@@ -208,6 +208,8 @@ class Executor(RemoteExecutor):
                 if self.tasks.done(command.key):
                     self._inbox.put(command.key)
             elif isinstance(command, v.StopRunning):
+                if self.connection.embedded:  # killed to stop: its hub writes no more
+                    self.recording.take_over(hub_alive=self.dispatch.scheduler_lost is None)
                 self._inbox.put(self.tasks.stop(command.keys))  # the attempts' end
             elif isinstance(command, v.Record):
                 self.recording.emit(command.event)

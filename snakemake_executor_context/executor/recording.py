@@ -245,17 +245,28 @@ class Recording:
             elif self.writes:
                 self.emit(event)
 
-    def scheduler_lost(self) -> None:
-        """The cluster's scheduler died, and with it its hub, which wrote the catalog:
-        this process writes what is left of the run (the servers' and the attempts'
-        ends, the run's) into the same catalog, taking over the dead writer's lease."""
+    def take_over(self, hub_alive: bool) -> None:
+        """The embedded cluster's hub, which writes the catalog, is gone (its scheduler
+        died: ``hub_alive`` False) or about to be (the run kills its cluster to stop:
+        the hub first writes what it holds and lets go of the catalog, :func:`..cluster.
+        hub.hand_over`). This process writes what is left of the run (the servers' and
+        the attempts' ends, the run's) into the same catalog, taking over the lease."""
         from ..catalog.sinks import DaskRelay
+        from ..cluster.hub import hand_over
 
         relay = self.sink
         if not isinstance(relay, DaskRelay) or not self.connection.embedded or not self.location:
             return
         self.sink = None
         unsent = relay.abandon()
+        if hub_alive:
+            try:
+                self.connection.client.run_on_scheduler(
+                    hand_over, events=ev.encode(unsent), timeout=5.0
+                )
+                unsent = []
+            except Exception as error:
+                logger.debug("the hub could not hand the catalog over: %r", error)
         self.sink = self._own_writer(self.location, None)
         for event in unsent:
             self.emit(event)
