@@ -55,7 +55,10 @@ SCRIPT = textwrap.dedent("""
     with open(snakemake.output[0], "w") as f:
         f.write("done\\n")
 """)
-PLUGIN_FRAMES = ("snakemake_executor_context", "distributed/", "tornado/", "sqlalchemy/", "ssl")
+PLUGIN_FRAMES = (
+    "snakemake_executor_context", "distributed/", "tornado/", "sqlalchemy/", "ssl", "asyncio/",
+)  # fmt: skip
+SNAKEMAKE_FRAMES = ("snakemake/", "snakemake_interface", "pulp/")
 
 
 def workdir_for(size: int) -> Path:
@@ -67,16 +70,23 @@ def workdir_for(size: int) -> Path:
 
 
 def plugin_share(folded: Path) -> dict[str, float]:
-    """The share of a py-spy ``--format raw`` profile's samples with a frame of the
-    plugin (its package, Dask's client, Tornado, SQLAlchemy, TLS), and of those in the
-    catalog alone."""
+    """Shares of a py-spy ``--format raw --gil`` profile's samples (the thread holding
+    the interpreter lock) by whose code runs: each sample belongs to its innermost
+    frame of the plugin (its package, Dask's client, Tornado, SQLAlchemy, TLS, asyncio)
+    or of Snakemake (its packages, and PuLP under its selector). Snakemake's selector
+    called through the executor's thinning is Snakemake's; the executor's ``run_job``
+    called by Snakemake is the plugin's. Also the catalog's share alone."""
     total = plugin = catalog = 0
     for line in folded.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         count = int(count_text)
         total += count
-        if any(frame in stack for frame in PLUGIN_FRAMES):
-            plugin += count
+        for frame in reversed(stack.split(";")):
+            if any(mark in frame for mark in SNAKEMAKE_FRAMES):
+                break
+            if any(mark in frame for mark in PLUGIN_FRAMES):
+                plugin += count
+                break
         if "sqlalchemy/" in stack or "snakemake_executor_context/catalog" in stack:
             catalog += count
     return {"plugin_share": plugin / max(total, 1), "catalog_share": catalog / max(total, 1)}
