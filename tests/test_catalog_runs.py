@@ -17,6 +17,7 @@ import pytest
 from snakemake_executor_context.catalog import queries
 from snakemake_executor_context.catalog.models import Meta
 from snakemake_executor_context.catalog.store import open_reader, open_store
+from snakemake_executor_context.catalog.writer import open_writer
 
 from .conftest import BIN, context_run, snakemake
 
@@ -238,9 +239,13 @@ def _schema_mismatch(path: Path) -> None:
     catalog.close()
 
 
-@pytest.mark.parametrize("problem", ["schema", "unwritable", "locked"])
+@pytest.mark.parametrize("problem", ["schema", "unwritable", "locked", "held"])
 def test_a_catalog_problem_warns_once_and_the_run_goes_on(workflow, tmp_path, problem):
+    """What the catalog's writer says (in the embedded cluster's hub) reaches the run's
+    log in one line: a catalog of another schema, one that cannot be made, one locked
+    by another connection, one whose lease a live second writer holds."""
     workdir = workflow("placement")
+    holder = None
     if problem == "schema":
         path = tmp_path / "old.db"
         _schema_mismatch(path)
@@ -256,6 +261,10 @@ def test_a_catalog_problem_warns_once_and_the_run_goes_on(workflow, tmp_path, pr
         blocker.execute("BEGIN EXCLUSIVE")
         # WAL lets the run open and read it; its writes fail while the lock lasts.
         expected, then = "database is locked", "The workflow is not affected"
+    if problem == "held":
+        path = tmp_path / "shared.db"
+        holder = open_writer(str(path), owner="run other", warn=print, say=print)
+        expected, then = "is being written by run other", "records into its own catalog"
     try:
         run = context_run(
             workdir, "--context-catalog", str(path), "--config", "count=3", "sleep=0", env=FAST
@@ -264,7 +273,13 @@ def test_a_catalog_problem_warns_once_and_the_run_goes_on(workflow, tmp_path, pr
         if problem == "locked":
             blocker.rollback()
             blocker.close()
+        if holder is not None:
+            holder.close()
     assert run.returncode == 0, run.output
     assert len(_servers_of(workdir)) == 3
     assert run.output.count(expected) == 1, run.output
     assert then in run.output
+    if problem == "held":  # the run is in the catalog beside the held one
+        (beside,) = tmp_path.glob("shared.*.db")
+        with open_reader(beside).session() as session:
+            assert [row.jobs_ok for row in queries.runs(session)] == [3]

@@ -100,6 +100,9 @@ def test_two_thousand_context_jobs_under_each_scheduler(tmp_path, scheduler):
     args = ["--scheduler", scheduler, "--context-servers", "2", "--jobs", "16", "all"]
     run = context_run(workdir, *args, "--config", "size=2000", timeout=300).check()
     _every_job_once(workdir, 2000, run.output)
+    # Written by the embedded cluster's hub, not by Snakemake's process.
+    (log,) = (workdir / ".snakemake/context/cluster").glob("*.log")
+    assert "hub INFO context catalog:" in log.read_text()
 
 
 @pytest.mark.slow
