@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -60,6 +61,7 @@ def test_group_of_context_rule_and_shell_rule(make_workflow):
     assert (workdir / "b.txt").read_text() == "5+shell"
     assert "Group 'g' runs as one subprocess: its context rule(s) a load" in run.output
     assert run.output.count("runs as one subprocess") == 1
+    assert re.search(r"server\(s\) on the embedded cluster .*, started in \d+\.\d s\.", run.output)
 
 
 def test_group_with_an_integer_name(make_workflow):

@@ -82,7 +82,9 @@ class Executor(RemoteExecutor):
         self._group_warnings = announce.GroupWarnings()
         startup.log_dask_to_file(self.workdir, self.run_id)
         settings, say, warn = self.settings, self.logger.info, self.logger.warning
+        connecting = time.monotonic()
         self.connection = connection = startup.connect(settings, self.workdir, self.run_id, warn)
+        connected = time.monotonic() - connecting
         steps.marks(connection.start_steps())
         steps.mark("client")
         self.tasks = Tasks(connection)
@@ -108,7 +110,8 @@ class Executor(RemoteExecutor):
             self.dispatch.handle(v.DagPlanned(planned, time.time()))
         if not self.dispatch.hub:  # no hub, no events: Dask's list is the membership
             self.dispatch.handle(v.ServersPolled(self.connection.workers(), time.time()))
-        announce.announce_fleet(len(self.dispatch.fleet.servers), workflow, connection, say)
+        servers = len(self.dispatch.fleet.servers)
+        announce.announce_fleet(servers, workflow, connection, say, took=connected)
         announce.announce_walltime(settings, say)
         steps.mark("plan")
         self.logger.debug(steps.line())

@@ -27,11 +27,20 @@ def announce_walltime(settings: ExecutorSettings, say: Callable[[str], None]) ->
 
 
 def announce_fleet(
-    servers: int, workflow: Any, connection: ClusterConnection, say: Callable[[str], None]
+    servers: int,
+    workflow: Any,
+    connection: ClusterConnection,
+    say: Callable[[str], None],
+    took: float,
 ) -> None:
-    """One line on the fleet (``servers`` known now), and one on CPU servers standing
-    in for GPUs (if a rule of the workflow asks for a GPU)."""
-    say(f"Context executor: {servers} server(s) on the {connection.description}.")
+    """One line on the fleet (``servers`` known now, started or attached to in ``took``
+    seconds), and one on CPU servers standing in for GPUs (if a rule of the workflow
+    asks for a GPU)."""
+    how = "started" if connection.local is not None else "attached"
+    say(
+        f"Context executor: {servers} server(s) on the {connection.description}, "
+        f"{how} in {took:.1f} s."
+    )
     wants_gpu = any(constant_resource(rule, "gpu") for rule in workflow_rules(workflow))
     info = connection.local.files.read_info() if connection.local else None
     stand_ins = [s for s in info.servers if s.gpu is None] if info else []
