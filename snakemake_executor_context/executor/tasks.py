@@ -116,7 +116,7 @@ class Tasks:
             for key in keys
             if (future := self._futures.get(key)) is not None and future.status == "finished"
         }
-        if len(finished) > 1:
+        if finished:
             self._fetched.update(fetch_results(self.connection.client, finished))
 
     def ended(
