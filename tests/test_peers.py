@@ -31,7 +31,7 @@ from snakemake_executor_context.catalog.models import Placement, Transfer
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.contexts import ContextDeclaration, make_declaration
 from snakemake_executor_context.errors import UnsafePathError
-from snakemake_executor_context.server.peers.holder import TransferSessions, _read
+from snakemake_executor_context.server.peers.holder import CHUNK_BYTES, TransferSessions, _read
 
 from .conftest import BIN, WORKFLOWS, context_run, persistent_cluster
 
@@ -498,6 +498,19 @@ def test_a_holder_serves_at_most_its_limit_and_forgets_a_silent_receiver():
     assert [s.identity for s in sessions.expire(now=62)] == ["c"]  # the second, silent
     assert sessions.get(second, now=62) is None
     assert sessions.begin("c", Path("/x"), {}, now=62) is not None
+
+
+def test_a_holder_tells_no_wait_from_a_transfer_that_has_sent_less_than_a_chunk():
+    """Its rate so far says nothing until a chunk's worth is sent: a template whose
+    first file was a few bytes had its holder say it would be busy for a day, and a
+    cold server read the source instead (CI run of issue 53)."""
+    sessions = TransferSessions(limit=1, idle=60)
+    token = sessions.begin("c", Path("/x"), {"config.json": 100, "model.bin": 50 << 20}, now=0)
+    session = sessions.get(token, now=1)
+    session.sent = 100
+    assert sessions.wait(now=1) is None
+    session.sent = CHUNK_BYTES
+    assert sessions.wait(now=2) == pytest.approx(2 * ((50 << 20) + 100 - CHUNK_BYTES) / CHUNK_BYTES)
 
 
 def test_reading_a_template_file_follows_no_symlink_and_checks_its_size(tmp_path):

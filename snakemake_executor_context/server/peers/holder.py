@@ -114,13 +114,17 @@ class TransferSessions:
     def wait(self, now: float, rate: float = 0.0) -> float | None:
         """Seconds until the first open session is expected to end: what is left of
         it at ``rate`` (bytes a second each session is paced at), else at the rate it
-        has run at so far; None when none is open or none has sent anything yet."""
+        has run at so far, once it has sent a chunk's worth; None when none is open or
+        none has yet. (A template's first file may be a few bytes: 100 bytes of 50 MB
+        sent in its first second had the holder say 500,000 s, and its receiver read
+        the source instead.)"""
         ends = []
         for session in self.open.values():
-            left = max(0, sum(session.sizes.values()) - session.sent)
+            total = sum(session.sizes.values())
+            left = max(0, total - session.sent)
             if rate > 0:
                 ends.append(max(0.0, session.paced_until - now) + left / rate)
-            elif session.sent > 0 and now > session.started:
+            elif session.sent >= min(CHUNK_BYTES, total) > 0 and now > session.started:
                 ends.append(left * (now - session.started) / session.sent)
         return min(ends) if ends else None
 
