@@ -446,10 +446,12 @@ def test_a_forged_manifest_is_refused_in_one_line_before_anything_is_written(thr
 
 def test_cold_servers_of_a_run_warm_from_a_peer_and_the_source_is_read_once(workflow, tmp_path):
     """The real command line: a run on one server fills its cache from the source;
-    a run on four servers with caches of their own gets the three others' from peers."""
+    a run on four servers with caches of their own gets the three others' from peers.
+    The source takes 2 s: the second run's hub knows it from the catalog (the first
+    run's load), and a source faster than a peer is rightly read instead."""
     workdir = workflow("peers")
     caches, log = tmp_path / "caches", tmp_path / "source.log"
-    config = [f"megabytes={MEGABYTES}", f"source_log={log}", "sleep=0.5"]
+    config = [f"megabytes={MEGABYTES}", f"source_log={log}", "sleep=0.5", "source_seconds=2"]
     common = ["--context-own-caches", str(caches)]
     context_run(workdir, "--context-servers", "1", *common, "--config", "count=1", *config).check()
     assert len(log.read_text().splitlines()) == 1
