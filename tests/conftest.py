@@ -112,7 +112,8 @@ class Run:
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 300, env: dict | None = None) -> Run:
-    """Run the real snakemake CLI in ``workdir`` (output captured, a clean environment)."""
+    """Run the real snakemake CLI in ``workdir`` (output captured, a clean environment,
+    SIGINT as in a terminal: the local executor's scripts inherit it)."""
     environment = dict(os.environ)
     environment.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"})
     environment.update(env or {})
@@ -124,6 +125,7 @@ def snakemake(workdir: Path, *args: str, timeout: float = 300, env: dict | None 
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )
     try:
         output, _ = process.communicate(timeout=timeout)
