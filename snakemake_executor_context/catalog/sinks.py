@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -156,14 +157,7 @@ class QueuedSink(EventSink):
     def abandon(self) -> list[Event]:
         """Stop without handling what is queued, and return it (for another sink)."""
         self._stop.set()
-        taken: list[Event] = []
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                taken.append(item)
+        taken = self._queued(sys.maxsize)
         with self._idle:
             self._pending -= len(taken)
             self._idle.notify_all()
@@ -177,13 +171,7 @@ class QueuedSink(EventSink):
             except queue.Empty:
                 first = None
             batch = [first] if first is not None else []
-            while len(batch) < BATCH_SIZE:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is not None:
-                    batch.append(item)
+            batch += self._queued(BATCH_SIZE - len(batch))
             taken = len(batch)
             now = time.monotonic()
             if self.heartbeat_run and now - self._last_heartbeat >= HEARTBEAT_SECONDS:
@@ -199,6 +187,18 @@ class QueuedSink(EventSink):
                     self._idle.notify_all()
             if self._stop.is_set() and self._queue.empty():
                 return
+
+    def _queued(self, limit: int) -> list[Event]:
+        """Up to ``limit`` events queued now (not waiting for more)."""
+        taken: list[Event] = []
+        while len(taken) < limit:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                taken.append(item)
+        return taken
 
     def handle(self, batch: list[Event]) -> None:
         """Write or send one batch (may be empty: a tick)."""
