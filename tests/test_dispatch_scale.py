@@ -57,7 +57,9 @@ def scanning_choose(view, wanted, identity, *, remaining=1, demand=None, now, pr
             and view.measure.job_seconds(identity, view.servers[a].gpu_model) is not None
         ]
         if room:
-            best = min(room, key=lambda s: (s.busy, s.address))
+            best = min(
+                room, key=lambda s: (s.busy, placement._working_since(s, identity, now), s.address)
+            )
             return Decision(
                 best.address, PlacementStep.QUEUED, f"behind {best.busy} job(s) on a warm server"
             )

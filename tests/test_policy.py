@@ -314,6 +314,22 @@ def test_prefetch_queues_behind_a_warm_job_instead_of_waiting():
     assert (decision.address, decision.step) == (None, "wait")
 
 
+def test_a_queued_job_goes_behind_the_warm_job_that_ends_first():
+    """Equally busy warm servers: the job is queued behind the running job that
+    started first, not by address. (A replay in CI queued by the cluster's random
+    ports and missed the measured makespan by 16%: one job of 3 s behind a job that
+    had just started while another server's job was about to end.)"""
+    view = _fleet(warm=(0, 1))
+    view.measure.job[(A, "h200")] = _mean(3.0)
+    view.measure.load[(A, "h200")] = _mean(30.0)
+    view.dispatched("late", "tcp://s0", A, at=8.0)
+    view.mark_started("late", 8.0)
+    view.dispatched("early", "tcp://s1", A, at=5.0)
+    view.mark_started("early", 5.0)
+    queued = choose_server(view, GPU1, A, now=8.1)
+    assert (queued.address, queued.step) == ("tcp://s1", "queued")
+
+
 def _mean(seconds: float):
     from snakemake_executor_context.fleet.measure import Mean
 

@@ -153,7 +153,7 @@ def choose_server(
             and view.measure.job_seconds(identity, server.gpu_model) is not None
         ]
         if room:
-            best = min(room, key=lambda s: (s.busy, s.address))
+            best = min(room, key=lambda s: (s.busy, _working_since(s, identity, now), s.address))
             return Decision(
                 best.address, PlacementStep.QUEUED, f"behind {best.busy} job(s) on a warm server"
             )
@@ -354,6 +354,14 @@ def context_slots(view: FleetState, server: ServerState, identity: str | None) -
 
 def _held(server: ServerState, identity: str | None) -> int:
     return sum(1 for held in server.holding.values() if held == identity)
+
+
+def _working_since(server: ServerState, identity: str, now: float) -> float:
+    """When the longest-running job on ``server`` began its work (counted from when
+    ``identity`` was ready there, since a job waits for its load): the server whose
+    job began first is the likeliest to free a slot first. ``now`` if none started."""
+    ready = server.contexts[identity].at
+    return min((max(started, ready) for started in server.started.values()), default=now)
 
 
 def _running_for(warm: Sequence[ServerState], identity: str, now: float) -> float:
