@@ -19,6 +19,7 @@ from .fleet.outcome import Outcome
 
 __all__ = [
     "ContextJobSpec",
+    "GroupJobSpec",
     "JobResult",
     "OutputSpec",
     "PlainJobSpec",
@@ -99,6 +100,43 @@ class PlainJobSpec:
 
 
 @dataclass
+class GroupJobSpec:
+    """A Snakemake group with a context member, run as one dispatch on one server:
+    each member by its own route (a context member in-process, a plain member as
+    its own job command), layer after layer of the group's topological order, the
+    members of a layer at once as the server's slots allow."""
+
+    key: str
+    title: str
+    workdir: str
+    #: The group's own log (which member ran, how each ended), relative to ``workdir``.
+    log_path: str
+    #: The members, by layer (a layer's members do not depend on each other).
+    layers: list[list[ContextJobSpec | PlainJobSpec]]
+    #: Per layer: the ``temp()`` files only the group needs, removed after it.
+    temp_ends: list[list[str]] = field(default_factory=list)
+    run_id: str = ""
+    #: The group's id, for messages about its limits.
+    rule: str = ""
+    #: The members' ``runtime`` added up (Snakemake adds them for a group).
+    runtime_minutes: float | None = None
+
+    @property
+    def members(self) -> list[ContextJobSpec | PlainJobSpec]:
+        """Every member, in the order they run."""
+        return [member for layer in self.layers for member in layer]
+
+    @property
+    def outputs(self) -> list[OutputSpec]:
+        """Every member's outputs."""
+        return [
+            out if isinstance(out, OutputSpec) else OutputSpec(out)
+            for member in self.members
+            for out in member.outputs
+        ]
+
+
+@dataclass
 class JobResult:
     """A job's result, as a server reports it back to the executor: its
     :class:`~.fleet.outcome.Outcome` (the one record of what it did there), and what
@@ -112,6 +150,8 @@ class JobResult:
     #: What the server says beside: "warnings" and "notes" for the run's log,
     #: "leaks", "batches" (batched calls the job led, by size).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: A group's: the result of each member that ran, in the order they started.
+    members: list[JobResult] = field(default_factory=list)
 
     @property
     def key(self) -> str:

@@ -58,6 +58,7 @@ ALLOWED = {
     ("server/leftovers.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}, a line appended "
     "at its end",
     ("server/inprocess.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}",
+    ("server/groupjob.py", "open"): f"a group's log {WORKFLOW_DIRECTORY}",
     ("server/processwide.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}, made with the "
     "server's umask",
     ("server/processwide.py", "mkdir"): f"the directories of a job's log and outputs "

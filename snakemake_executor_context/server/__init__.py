@@ -18,6 +18,7 @@
   receiver, the survey of holders, the holder, how a server reaches its peers, and
   the records of their calls);
 - :mod:`.contextjob`: a context job's way through its slot and its contexts;
+  :mod:`.groupjob`: a Snakemake group's members, layer by layer, on one server;
   :mod:`.slots`: which jobs run at once (the gate, what they share, memory);
 - :mod:`.inprocess`: a context job's script run in this process, :mod:`.isolation`,
   what it may change here and how that is undone (:mod:`.processwide`: the umask,

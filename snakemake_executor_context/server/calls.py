@@ -15,13 +15,13 @@ from .._version import __version__
 
 if TYPE_CHECKING:
     from ..contexts import ContextDeclaration
-    from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
+    from ..jobspec import ContextJobSpec, GroupJobSpec, JobResult, PlainJobSpec
 
 __all__ = ["cancel_jobs", "execute_job", "probe_caches", "server_inventory", "server_versions"]
 
 
-def execute_job(spec: ContextJobSpec | PlainJobSpec) -> JobResult:
-    """Run a job on the server of the worker this task landed on."""
+def execute_job(spec: ContextJobSpec | PlainJobSpec | GroupJobSpec) -> JobResult:
+    """Run a job (or a group of them) on the server of the worker this task landed on."""
     from .server import ContextServer
 
     return ContextServer.current().jobs.run_bounded(spec)

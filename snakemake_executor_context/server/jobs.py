@@ -16,11 +16,12 @@ from distributed.protocol.pickle import dumps as dumps_pickle
 
 from ..fleet import events as ev
 from ..fleet.outcome import Outcome, ServerIdentity
-from ..jobspec import ContextJobSpec, JobResult, PlainJobSpec
+from ..jobspec import ContextJobSpec, GroupJobSpec, JobResult, PlainJobSpec
 from ..terminal import error_text
 from .blackhole import gpu_failure
 from .cache import ContextCache, free_gpu_cache
 from .contextjob import run_context
+from .groupjob import run_group
 from .inventory import ServerStats
 from .leftovers import JobSpans
 from .limits import STOP_GRACE_SECONDS, ServerLimits, broken_limit, memory_message
@@ -31,6 +32,8 @@ from .running import RunningJob
 from .slots.serverslots import ServerSlots
 
 __all__ = ["ServerJobs"]
+
+Spec = ContextJobSpec | PlainJobSpec | GroupJobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +69,7 @@ class ServerJobs:
         #: What its in-process jobs leave running is ended (:mod:`.leftovers`).
         self.spans = JobSpans(identity.describe(), emit)
 
-    def run_bounded(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
+    def run_bounded(self, spec: Spec) -> JobResult:
         """Run one job under its limits (runtime, memory cap), if it has any: in a
         thread of its own, watched from this one (see :mod:`.limits`)."""
         if spec.runtime_minutes is None and self.limits.memory_cap is None:
@@ -97,7 +100,7 @@ class ServerJobs:
             return box[0]
         return self._stop_for_limit(spec, reason, done, box, started)
 
-    def _caught(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
+    def _caught(self, spec: Spec) -> JobResult:
         """:meth:`run`, with what it raises (the plugin's fault, not the job's) turned
         into the job's failure, naming the job: never a bare error in Dask."""
         started = time.time()
@@ -107,17 +110,16 @@ class ServerJobs:
             logger.error("%s raised on this server", spec.title, exc_info=error)
             return self._failed(spec, started, error_text(error))
 
-    def _failed(self, spec: ContextJobSpec | PlainJobSpec, started: float, what: str) -> JobResult:
+    def _failed(self, spec: Spec, started: float, what: str) -> JobResult:
         """The failed result of a job that ended without one of its own."""
-        context = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
         outcome = Outcome(
-            spec.key, self.identity, started=started, finished=time.time(), context=context
+            spec.key, self.identity, started=started, finished=time.time(), context=_identity(spec)
         )
         log_path = os.path.join(spec.workdir, spec.log_path)
         message = f"{spec.title}: failed on {self.identity.describe()}: {what} (log: {log_path})."
         return JobResult(outcome, message=message, log_path=log_path)
 
-    def _sendable(self, spec: ContextJobSpec | PlainJobSpec, result: JobResult) -> JobResult:
+    def _sendable(self, spec: Spec, result: JobResult) -> JobResult:
         """The result, or its failure if Dask could not send it or its end's event
         (an unpicklable value in ``extra``, an int beyond msgpack's): Dask turns the
         one into a nameless error, and the other closes the server's connections."""
@@ -131,7 +133,7 @@ class ServerJobs:
 
     def _stop_for_limit(
         self,
-        spec: ContextJobSpec | PlainJobSpec,
+        spec: Spec,
         reason: str,
         done: threading.Event,
         box: list[JobResult],
@@ -178,17 +180,13 @@ class ServerJobs:
         for job in jobs:
             job.limit = memory_message(cap or 0, rss)
 
-    def run(self, spec: ContextJobSpec | PlainJobSpec) -> JobResult:
-        """Run one job and report its outcome; never raises for a job's own failure."""
-        identity = spec.declaration.identity if isinstance(spec, ContextJobSpec) else None
+    def run(self, spec: Spec) -> JobResult:
+        """Run one job (or group) and report its outcome; never raises for a job's
+        own failure."""
+        identity = _identity(spec)
         while self.draining():  # never started here: placed again once the server is gone
             time.sleep(1.0)
-        running = RunningJob(
-            spec.key, threading.get_ident(), identity=identity, started=time.time()
-        )
-        with self._lock:
-            self._running[spec.key] = running
-            self.groups.started(spec.key)
+        running = self._enter(spec.key, identity)
         self.emit(
             ev.JobStarted(
                 run_id=spec.run_id, key=spec.key, address=self.identity.address, context=identity
@@ -196,23 +194,17 @@ class ServerJobs:
         )
         trace = self.cache.track()
         try:
-            if isinstance(spec, ContextJobSpec):
-                result = run_context(
-                    spec,
-                    running,
-                    cache=self.cache,
-                    slots=self.slots,
-                    identity=self.identity,
-                    threads_per_slot=self.threads_per_slot,
-                    spans=self.spans,
-                )
+            if isinstance(spec, GroupJobSpec):
+                width = max(1, self.slots.slots)
+                result = run_group(spec, running, self._member, self.identity, width)
             else:
-                result = run_plain_job(spec, self.identity, running, self.groups)
+                result = self._one(spec, running)
             result.end(
                 evicted=tuple(trace.evicted),
                 conversions=trace.conversions,
                 reload_seconds=trace.reload_seconds,
-                context=identity,
+                # A group's time is its members': measured from each of them.
+                context=None if isinstance(spec, GroupJobSpec) else identity,
                 gpu_model=self.gpu_model,
             )
             result = self._sendable(spec, result)
@@ -223,13 +215,56 @@ class ServerJobs:
                 logger.warning("%s handed back: its result is dropped", spec.key)
                 threading.Event().wait()
         finally:
-            running.leave_phase()
             self.cache.stop_tracking()
-            with self._lock:
-                self._running.pop(spec.key, None)
-                self.groups.finished(spec.key)
-            running.done.set()
+            self._leave(running)
         self.emit(result.outcome.finished_event(spec.run_id))
+        if not isinstance(spec, GroupJobSpec):  # a group's members were counted each
+            self._after(spec.key, result)
+        return result
+
+    def _enter(self, key: str, identity: str | None) -> RunningJob:
+        running = RunningJob(key, threading.get_ident(), identity=identity, started=time.time())
+        with self._lock:
+            self._running[key] = running
+            self.groups.started(key)
+        return running
+
+    def _leave(self, running: RunningJob) -> None:
+        running.leave_phase()
+        with self._lock:
+            self._running.pop(running.key, None)
+            self.groups.finished(running.key)
+        running.done.set()
+
+    def _one(self, spec: ContextJobSpec | PlainJobSpec, running: RunningJob) -> JobResult:
+        if isinstance(spec, ContextJobSpec):
+            return run_context(
+                spec,
+                running,
+                cache=self.cache,
+                slots=self.slots,
+                identity=self.identity,
+                threads_per_slot=self.threads_per_slot,
+                spans=self.spans,
+            )
+        return run_plain_job(spec, self.identity, running, self.groups)
+
+    def _member(self, spec: ContextJobSpec | PlainJobSpec, group: RunningJob) -> JobResult | None:
+        """Run one member of a running group (None: the group was cancelled first);
+        cancelling the group cancels it."""
+        running = self._enter(spec.key, _identity(spec))
+        if not group.adopt(running):
+            self._leave(running)
+            return None
+        started = time.time()
+        try:
+            result = self._one(spec, running)
+            result.end(context=_identity(spec), gpu_model=self.gpu_model)
+        except BaseException as error:
+            logger.error("%s raised on this server", spec.title, exc_info=error)
+            result = self._failed(spec, started, error_text(error))
+        finally:
+            self._leave(running)
         self._after(spec.key, result)
         return result
 
@@ -293,3 +328,11 @@ class ServerJobs:
         none yet; ``identity`` None: plain jobs)."""
         count, total = self._durations.get(identity, (0, 0.0))
         return total / count if count else None
+
+
+def _identity(spec: Spec) -> str | None:
+    """The context a job runs against (None: a plain job); a group's is its first
+    context member's (the one it was placed for)."""
+    if isinstance(spec, GroupJobSpec):
+        return next((_identity(m) for m in spec.members if isinstance(m, ContextJobSpec)), None)
+    return spec.declaration.identity if isinstance(spec, ContextJobSpec) else None

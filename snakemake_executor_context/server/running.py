@@ -32,6 +32,17 @@ class RunningJob:
     started: float = 0.0
     #: Why a limit stopped the job (its runtime, the server's memory cap), if one did.
     limit: str | None = None
+    #: A group's members running now: cancelling the group cancels them.
+    members: list[RunningJob] = field(default_factory=list)
+
+    def adopt(self, member: RunningJob) -> bool:
+        """Take a group's member in (False: the group is being cancelled: it must
+        not start)."""
+        with self.lock:
+            if self.cancel_requested:
+                return False
+            self.members = [m for m in self.members if not m.done.is_set()] + [member]
+            return True
 
     def request_cancel(self) -> None:
         """Stop the job: kill a plain job's process tree, or raise JobCancelled in
@@ -42,12 +53,16 @@ class RunningJob:
             if self.cancel_requested:
                 return
             self.cancel_requested = True
+            members = list(self.members)
             if self.process is not None:
                 self.kill_process()
             elif self.interruptible:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
                     ctypes.c_ulong(self.thread_id), ctypes.py_object(JobCancelled)
                 )
+        for member in members:
+            member.limit = member.limit or self.limit
+            member.request_cancel()
 
     def kill_process(self, grace: float = 3.0) -> None:
         """SIGTERM the plain job's process tree, SIGKILL what is left after ``grace``."""

@@ -1,0 +1,126 @@
+"""A Snakemake group on its server: its members run against the loaded contexts,
+layer after layer of the group's topological order, the members of one layer at once
+as the server's slots let them (each member still passes the slot gate).
+
+Snakemake's semantics for a group: a member that fails fails the group, and no
+member starts after it (the ones running finish); a ``temp()`` file only members
+need is removed once its last consumer is done; the group's result carries each
+member's own result, so that the executor records every member as a job of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from ..fleet.outcome import Outcome, ServerIdentity
+from ..jobspec import ContextJobSpec, GroupJobSpec, JobResult, PlainJobSpec, remove_path
+from .processwide import open_own_file
+from .running import RunningJob
+
+__all__ = ["run_group"]
+
+Member = ContextJobSpec | PlainJobSpec
+
+
+def run_group(
+    spec: GroupJobSpec,
+    running: RunningJob,
+    run_member: Callable[[Member, RunningJob], JobResult | None],
+    server: ServerIdentity,
+    width: int,
+) -> JobResult:
+    """Run the group's members (``run_member`` runs one, or returns None when the
+    group was cancelled before it started) at most ``width`` at once."""
+    started = time.time()
+    stop = threading.Event()
+    results: list[JobResult] = []
+    lock = threading.Lock()
+
+    def one(member: Member) -> None:
+        if stop.is_set() or running.cancel_requested:
+            return
+        result = run_member(member, running)
+        if result is None:
+            return
+        with lock:
+            results.append(result)
+        if not result.ok:
+            stop.set()
+
+    for number, layer in enumerate(spec.layers):
+        if stop.is_set() or running.cancel_requested:
+            break
+        if len(layer) == 1 or width <= 1:
+            for member in layer:
+                one(member)
+        else:
+            with ThreadPoolExecutor(max_workers=min(width, len(layer))) as pool:
+                list(pool.map(one, layer))
+        if not stop.is_set() and number < len(spec.temp_ends):
+            for path in spec.temp_ends[number]:
+                remove_path(os.path.join(spec.workdir, path))
+    return _sealed(spec, running, server, started, results)
+
+
+def _sealed(
+    spec: GroupJobSpec,
+    running: RunningJob,
+    server: ServerIdentity,
+    started: float,
+    results: list[JobResult],
+) -> JobResult:
+    ran = len(results)
+    failed = next((r for r in results if not r.ok and not r.outcome.cancelled), None)
+    cancelled = running.cancel_requested or any(r.outcome.cancelled for r in results)
+    ok = failed is None and not cancelled and ran == len(spec.members)
+    outcomes = [r.outcome for r in results]
+    outcome = Outcome(
+        spec.key,
+        server,
+        ok=ok,
+        cancelled=cancelled and failed is None,
+        started=started,
+        finished=time.time(),
+        items=sum(o.items for o in outcomes),
+        load_seconds=sum(o.load_seconds for o in outcomes),
+        loaded=tuple(dict.fromkeys(i for o in outcomes for i in o.loaded)),
+        reused=tuple(dict.fromkeys(i for o in outcomes for i in o.reused)),
+    )
+    log_path = os.path.join(spec.workdir, spec.log_path)
+    _write_log(log_path, spec, results)
+    message = None
+    if failed is not None:
+        message = (
+            f"{spec.title}: its member {failed.message or failed.key} "
+            f"({ran} of {len(spec.members)} members ran; group log: {log_path})"
+        )
+    elif not ok:
+        message = f"{spec.title}: cancelled on {server.describe()} after {ran} member(s)."
+    result = JobResult(
+        outcome,
+        message=message,
+        log_path=failed.log_path if failed is not None else log_path,
+        members=results,
+    )
+    for member in results:
+        for say in ("warnings", "notes"):
+            result.extra.setdefault(say, []).extend(member.extra.get(say, ()))
+    return result
+
+
+def _write_log(path: str, spec: GroupJobSpec, results: list[JobResult]) -> None:
+    titles = {member.key: member.title for member in spec.members}
+    lines = [f"{spec.title}: {len(results)} of {len(spec.members)} member(s) ran"]
+    for result in results:
+        o = result.outcome
+        how = "ok" if o.ok else ("cancelled" if o.cancelled else "failed")
+        lines.append(
+            f"{titles.get(o.key, o.key)}: {how} in {o.finished - o.started:.2f} s "
+            f"(log: {result.log_path})"
+        )
+    with open(open_own_file(path), "w", encoding="utf-8") as log:
+        log.write("\n".join(lines) + "\n")
