@@ -51,6 +51,7 @@ __all__ = [
     "dag_workflow",
     "graceful_shutdown_requested",
     "graceful_stop_off_the_main_thread",
+    "group_temp_ends",
     "is_directory",
     "is_flagged",
     "is_local_rule",
@@ -110,9 +111,12 @@ INTERNALS: dict[str, str] = {
     "workflow.rules, .config, .is_local(rule), ._localrules, .sourcecache, .dag": (
         "snakemake.workflow:Workflow.rules .config .is_local(rule) ._localrules .sourcecache .dag"
     ),
-    "workflow.dag.needrun_jobs(), .jobs, ._group, .dependencies, .workflow": (
-        "snakemake.dag:DAG.needrun_jobs .jobs ._group .dependencies .workflow"
+    "workflow.dag.needrun_jobs(), .jobs, ._group, .dependencies, .depending, .targetfiles, "
+    ".workflow": (
+        "snakemake.dag:DAG.needrun_jobs .jobs ._group .dependencies .depending .targetfiles "
+        ".workflow"
     ),
+    "a group job's .toposorted, .jobs, .dag": "snakemake.jobs:GroupJob.toposorted .jobs .dag",
     "workflow.execution_settings.latency_wait, .cleanup_scripts, "
     "workflow.output_settings.benchmark_extended, "
     "workflow.remote_execution_settings.preemptible_retries": (
@@ -520,6 +524,24 @@ def wildcards_dict(job: Any) -> Mapping[str, Any]:
 def job_priority(job: Any) -> Any:
     """Snakemake's priority of the job."""
     return getattr(job, "priority", 0) or 0
+
+
+def group_temp_ends(group: Any) -> list[list[str]]:
+    """Per layer of a group's topological order: the ``temp()`` outputs of its
+    members that only members need (no job outside the group, no target), whose last
+    consumer is in that layer. Snakemake's own run of a group removes each once
+    that consumer is done; a server running the group does the same."""
+    dag = group.dag
+    layer_of = {job: i for i, layer in enumerate(group.toposorted) for job in layer}
+    ends: list[list[str]] = [[] for _ in group.toposorted]
+    for job in layer_of:
+        for file in job.output:
+            if not is_flagged(file, "temp") or file in dag.targetfiles:
+                continue
+            consumers = [j for j, files in dag.depending[job].items() if file in files]
+            if consumers and all(j in layer_of for j in consumers):
+                ends[max(layer_of[j] for j in consumers)].append(str(file))
+    return ends
 
 
 def is_flagged(file: Any, flag: str) -> bool:

@@ -577,3 +577,67 @@ def test_cache_probes_run_in_the_background_one_at_a_time_and_coalesce():
         time.sleep(0.01)
     time.sleep(0.2)
     assert len(calls) == 2 and [a.found for a in answers] == [{"tcp://s0": ("a" * 64,)}] * 2
+
+
+def test_a_groups_members_are_recorded_from_its_result_and_leave_the_demand():
+    """A group of two context jobs is one attempt; its result records each member as
+    a job of its own (placed with the group, its end, its report), measures each, and
+    takes both members out of the run's demand. A group lost with its server records
+    no member: its rerun records each once."""
+    members = tuple(
+        v.JobTicket(
+            key=f"score-{n}-a1-0000000{n}",
+            label="rule 'score'",
+            title=f"Rule 'score' (i={n})",
+            rule="score",
+            jobid=str(n),
+            kind="context",
+            identity=A,
+            context="m",
+        )
+        for n in (1, 2)
+    )
+    group = v.JobTicket(
+        key="g-9-a1-00000009",
+        label="group 'g'",
+        title="Group 'g'",
+        rule="group g",
+        jobid="9",
+        kind="group",
+        requirements=GPU1,
+        wanted=job_resources(GPU1),
+        identity=A,
+        context="m",
+        members=members,
+    )
+    dispatch = machine()
+    dispatch.handle(v.DagPlanned({"1": A, "2": A, "3": A}, 0.0))
+    (first,) = of(dispatch.handle(v.JobReady(group, 0.0)), v.Submit)
+    assert dispatch.demand.counts(()) == {A: 3}
+    dispatch.handle(started(first.key, first.address))
+    out = leave(dispatch, first.address)
+    assert not recorded(out, ev.JobReported)
+    (again,) = of(out, v.Submit)
+    server = ServerIdentity("s", "host", 1, again.address)
+    outcomes = [
+        Outcome(f"{m.key}.2", server, ok=True, started=1.0, finished=1.0 + n, context=A)
+        for n, m in enumerate(members, 1)
+    ]
+    whole = Outcome(again.key, server, ok=True, started=1.0, finished=4.0)
+    ended_group = v.AttemptEnded(
+        again.key, 5.0, outcome=whole, members=tuple((o, None) for o in outcomes)
+    )
+    out = dispatch.handle(ended_group)
+    assert [type(c) for c in out if not isinstance(c, v.Record)] == [v.ReportSuccess]
+    dispatched = recorded(out, ev.JobDispatched)
+    assert [(d.key, d.jobid, d.reason, d.target) for d in dispatched] == [
+        (f"{m.key}.2", m.jobid, "group", again.address) for m in members
+    ]
+    reported = recorded(out, ev.JobReported)
+    assert sorted((r.key, r.outcome) for r in reported) == [
+        (again.key, "ok"),
+        (f"{members[0].key}.2", "ok"),
+        (f"{members[1].key}.2", "ok"),
+    ]
+    assert dispatch.demand.counts(()) == {A: 1}
+    assert dispatch.fleet.measure.job_seconds(A, "cpu") == pytest.approx(1.5)

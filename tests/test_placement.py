@@ -13,6 +13,7 @@ from snakemake_executor_context.fleet.resources import (
     job_resources,
     requirements_from,
     server_resources,
+    widest,
 )
 from snakemake_executor_context.fleet.state import ServerState
 from snakemake_executor_context.server.cache import resolve_budget
@@ -261,3 +262,13 @@ def test_memory_budget():
     assert resolve_budget("60MB", 1000) == 60_000_000
     with pytest.raises(ValueError):
         resolve_budget("1.5", 1000)
+
+
+def test_a_groups_members_need_the_widest_of_them_not_their_sum():
+    """50 members of gpu=1 need one server of one GPU (Snakemake sums a group's
+    resources: gpu=50, which no server has)."""
+    members = [Requirements(gpu=1, mem_mb=1000)] * 49 + [
+        Requirements(gpu=2, gpu_model="h200", mem_mb=4000)
+    ]
+    assert widest(members) == Requirements(gpu=2, gpu_model="h200", mem_mb=4000)
+    assert widest([Requirements()]) == Requirements()

@@ -289,6 +289,11 @@ def _attempts(
         query = query.where(Attempt.server_id.in_(only))
     # An attempt of no length takes no time; Core rows (no ORM) for 100,000 of them.
     query = query.where(or_(Attempt.finished.is_(None), Attempt.finished > Attempt.started))
+    # A group that ended with a result is its members' time (each recorded as a job);
+    # one lost with its server recorded no member: its own time is the loss.
+    query = query.where(
+        or_(Job.kind.is_(None), Job.kind != "group", Attempt.outcome.not_in(("ok", "failed")))
+    )
     names: dict[int | None, str] = {pk: name for pk, name in runs.items()}
     contexts: dict[int | None, str] = {None: ""}
     contexts.update(

@@ -177,12 +177,12 @@ class Executor(RemoteExecutor):
         if isinstance(stimulus, str):
             job = self._jobs.get(job_key_of(stimulus))
             ticket = job.ticket if job else None
-            ended, entry = self.tasks.ended(stimulus, ticket, self._push)
+            ended, entries = self.tasks.ended(stimulus, ticket, self._push)
             if ended is None:
                 return  # cancelled by dispatch, or lost with its server
             stimulus = ended
-            if entry is not None:
-                self._summary.append(entry)
+            if entries is not None:
+                self._summary.extend(entries)
             for lost in results.scheduler_lost_first(self.dispatch, self.connection, ended):
                 self._feed(lost)
         self._feed(stimulus)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..snakemake_internals import workflow_rules
+from .jobbuild import on_servers
 from .rulecheck import constant_resource
 from .settings import ExecutorSettings
 
@@ -70,10 +71,11 @@ class GroupWarnings:
 def group_warning(job: Any) -> str | None:
     """Why a group's context rules do not use the servers' loaded contexts (or None)."""
     members = sorted({j.rule.name for j in job.jobs if j.resources.get("context")})
-    if not members:
+    if not members or on_servers(job):
         return None
     return (
-        f"Group '{job.groupid}' runs as one subprocess: its context rule(s) "
+        f"Group '{job.groupid}' runs as one subprocess (a member writes a pipe() or "
+        f"service() output, whose jobs run at once in one process): its context rule(s) "
         f"{', '.join(members)} load their context in that subprocess, not on a "
         "context server. Fix: take them out of the group to reuse loaded contexts."
     )

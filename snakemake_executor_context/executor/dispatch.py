@@ -41,7 +41,7 @@ from statistics import mean
 
 from ..errors import ContextExecutorError, NoServerError
 from ..fleet import events as ev
-from ..fleet.keys import attempt_key, attempt_log
+from ..fleet.keys import attempt_key, attempt_log, attempt_number
 from ..fleet.losses import Budgets, loss_line, ran_there
 from ..fleet.pilotkinds import PilotKinds
 from ..fleet.placement import PlacementStep, choose_server
@@ -235,7 +235,8 @@ class Dispatch:
         self._seq += 1
         job = self._jobs[ticket.key] = QueuedJob(ticket, self._seq)
         self._tell(ticket, "ready")
-        self.demand.ready(ticket.identity, ticket.jobid)
+        for one in ticket.members or (ticket,):
+            self.demand.ready(one.identity, one.jobid)
         self.fleet.note_context(ticket.identity, shareable=ticket.shareable)
         if not self._runnable(job):
             job.waiting_since = stimulus.now
@@ -356,6 +357,7 @@ class Dispatch:
             self.fleet.learn(outcome)
             if attempt.event_seen is None:  # record the end from the result
                 out.append(Record(outcome.finished_event(self.run_id, at=ended.now)))
+            self._members_ended(attempt, ended, out)
         if ended.ok:
             out.append(ReportSuccess(job.ticket))
             out.append(self._reported(attempt.key, job.ticket, ev.JobOutcome.OK, None))
@@ -368,6 +370,29 @@ class Dispatch:
             self._report_error(
                 job.ticket, message, ev.JobOutcome.FAILED, out, ended.aux_logs, key=attempt.key
             )
+
+    def _members_ended(self, attempt: Attempt, ended: AttemptEnded, out: list[Command]) -> None:
+        """A group's members that ran, each recorded as a job of its own (placed with
+        the group, its end, its report) and measured. Only from the group's result: a
+        group lost with its server records none, and its rerun records each once."""
+        number = attempt_number(attempt.key)
+        tickets = {attempt_key(t.key, number): t for t in attempt.job.ticket.members}
+        group = attempt.job.ticket.label
+        for outcome, message in ended.members:
+            ticket = tickets.get(outcome.key)
+            if ticket is None:
+                continue
+            self.fleet.learn(outcome)
+            how = ev.JobOutcome.OK if ended.ok else ev.JobOutcome.FAILED
+            if ended.cancelled and attempt.job.cancelled:
+                how = ev.JobOutcome.CANCELLED
+            at = outcome.started
+            address = outcome.server.address
+            out.append(Record(ticket.dispatched(self.run_id, outcome.key, address, "group", at)))
+            out.append(Record(outcome.finished_event(self.run_id, at=ended.now)))
+            said = message or (None if ended.ok else f"{group} failed: {ended.message}")
+            out.append(Record(ticket.reported(self.run_id, outcome.key, how, said)))
+            self._tell(ticket, "ran", f"in {group}, attempt {attempt.key}", outcome.key, out)
 
     def _unsealed_end(self, attempt: Attempt, now: float) -> Record:
         """The end of a cancelled attempt that no server sealed, as dispatch knows
@@ -418,7 +443,8 @@ class Dispatch:
         self._tell(ticket, "reported", outcome, attempt=key)
         if outcome not in (ev.JobOutcome.OK, ev.JobOutcome.CANCELLED):
             self.failures += 1
-        self.demand.ended(ticket.identity, ticket.jobid)
+        for one in ticket.members or (ticket,):
+            self.demand.ended(one.identity, one.jobid)
         return Record(ticket.reported(self.run_id, key, outcome, message))
 
     def _fail_unrunnable(

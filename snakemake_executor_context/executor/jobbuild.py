@@ -10,6 +10,7 @@ import pickle
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from ..contexts import ContextDeclaration, undeclared
 from ..defaults import CONTEXT_DIR
 from ..errors import ContextExecutorError
 from ..fleet.keys import job_key, safe_name
-from ..fleet.resources import job_resources, requirements_from
+from ..fleet.resources import Requirements, job_resources, requirements_from, widest
 from ..jobspec import OutputSpec
 from ..terminal import shown
 from .vocabulary import JobTicket
@@ -30,6 +31,7 @@ __all__ = [
     "SpecBuilder",
     "job_wildcards",
     "label",
+    "on_servers",
     "output_paths",
     "output_specs",
     "priority",
@@ -62,6 +64,8 @@ class SpecBuilder:
         self, job: Any, declarations: Mapping[str, ContextDeclaration]
     ) -> tuple[JobTicket, Any, ContextExecutorError | None]:
         """A job's ticket and spec, or (an invalid job) its ticket and why it is one."""
+        if on_servers(job):
+            return self.group(job, declarations)
         context = None if job.is_group() else job.resources.get("context")
         try:
             if context:
@@ -76,6 +80,57 @@ class SpecBuilder:
             return dataclasses.replace(made, log_path=spec.log_path), spec, None
         except ContextExecutorError as error:
             return ticket(job, kind="invalid"), None, error
+
+    def group(
+        self, job: Any, declarations: Mapping[str, ContextDeclaration]
+    ) -> tuple[JobTicket, Any, ContextExecutorError | None]:
+        """A group with a context member: one dispatch, each member built as a job
+        of its own (its ticket, key, log and spec), the group's requirements those
+        of its widest member (:func:`..fleet.resources.widest`)."""
+        from ..jobspec import GroupJobSpec
+
+        layers: list[list[Any]] = []
+        members: list[JobTicket] = []
+        for layer in job.toposorted:
+            specs = []
+            for member in sorted(layer, key=lambda m: m.jobid):
+                made, spec, error = self.build(member, declarations)
+                if error is not None:
+                    return ticket(job, kind="invalid"), None, error
+                members.append(made)
+                specs.append(spec)
+            layers.append(specs)
+        models = {t.requirements.gpu_model for t in members if t.requirements.gpu_model}
+        if len(models) > 1:
+            error = ContextExecutorError(
+                f"{title(job)} asks for GPU models {', '.join(sorted(models))} in one "
+                "group: its members run on one server. Fix: give its rules one "
+                "gpu_model, or put them in groups of their own."
+            )
+            return ticket(job, kind="invalid"), None, error
+        identities = Counter(t.identity for t in members if t.identity)
+        lead = next(t for t in members if t.identity == identities.most_common(1)[0][0])
+        made = ticket(job, kind="group", requirements=widest(t.requirements for t in members))
+        made = dataclasses.replace(
+            made,
+            identity=lead.identity,
+            context=lead.context,
+            shareable=all(t.shareable for t in members),
+            members=tuple(members),
+        )
+        minutes = [t for t in (runtime_minutes(m) for m in job.jobs) if t is not None]
+        spec = GroupJobSpec(
+            key=made.key,
+            title=made.title,
+            workdir=self.workdir,
+            log_path=self.log_path(job, made.key),
+            layers=layers,
+            temp_ends=internals.group_temp_ends(job),
+            run_id=self.run_id,
+            rule=made.rule,
+            runtime_minutes=sum(minutes) if minutes else None,
+        )
+        return dataclasses.replace(made, log_path=spec.log_path), spec, None
 
     def log_path(self, job: Any, key: str) -> str:
         """The job's log under the workflow's context directory (group ids may be
@@ -156,10 +211,31 @@ class SpecBuilder:
         return found
 
 
-def ticket(job: Any, *, kind: str, declaration: ContextDeclaration | None = None) -> JobTicket:
+def on_servers(job: Any) -> bool:
+    """Whether a group job runs as one dispatch on a server (it has a context member
+    and no member writes a pipe or a service, whose members must run at once in a
+    process of their own), rather than as Snakemake's own group subprocess."""
+    if not job.is_group():
+        return False
+    members = list(job.jobs)
+    return any(m.resources.get("context") for m in members) and not any(
+        internals.is_flagged(f, "pipe") or internals.is_flagged(f, "service")
+        for m in members
+        for f in m.output
+    )
+
+
+def ticket(
+    job: Any,
+    *,
+    kind: str,
+    declaration: ContextDeclaration | None = None,
+    requirements: Requirements | None = None,
+) -> JobTicket:
     """What dispatch knows of a job: a fresh job key, names, requirements, priority."""
     name = job.groupid if job.is_group() else job.rule.name
-    requirements = requirements_from(job.resources)
+    if requirements is None:
+        requirements = requirements_from(job.resources)
     return JobTicket(
         key=job_key(name, job.jobid, int(job.attempt or 1), uuid.uuid4().hex[:8]),
         label=label(job),

@@ -55,10 +55,11 @@ def fetch_results(client: Any, futures: dict[str, Any]) -> dict[str, JobResult]:
 
 def attempt_ended(
     key: str, future: Any, placed_by: str, ticket: JobTicket, fetched: JobResult | None = None
-) -> tuple[AttemptEnded | None, dict[str, Any] | None]:
-    """The end of attempt ``key`` from its done future, and its entry in the run
-    summary (None without a result). (None, None): the task had finished but its
-    result died with its server before it could be fetched; the server's loss
+) -> tuple[AttemptEnded | None, list[dict[str, Any]] | None]:
+    """The end of attempt ``key`` from its done future, and its entries in the run
+    summary (a group's: one per member that ran; None without a result). (None,
+    None): the task had finished but its result died with its server before it
+    could be fetched; the server's loss
     sends the job back to the queue. What the server warns about the job (threads or
     files it left behind) goes to the run's log. ``fetched``: its result, if
     :func:`fetch_results` had it."""
@@ -73,14 +74,18 @@ def attempt_ended(
             logger.warning(printable(str(warning)))  # may quote the job's names
         for note in result.extra.get("notes", ()):
             logger.info(printable(str(note)))
-    entry = summary_entry(
-        result.outcome,
-        result.extra,
-        placed_by=placed_by,
-        submitted=ticket.submitted,
-        reported=time.time(),
-    )
-    return ended, entry
+    reported = time.time()
+    entries = [
+        summary_entry(
+            one.outcome,
+            one.extra,
+            placed_by="group" if result.members else placed_by,
+            submitted=ticket.submitted,
+            reported=reported,
+        )
+        for one in result.members or [result]
+    ]
+    return ended, entries
 
 
 def scheduler_lost_first(
@@ -110,7 +115,10 @@ def _ended(
         if result is None:
             return None, None
         aux = (result.log_path,) if result.log_path and not result.ok else ()
-        ended = AttemptEnded(key, now, outcome=result.outcome, message=result.message, aux_logs=aux)
+        members = tuple((m.outcome, m.message) for m in result.members)
+        ended = AttemptEnded(
+            key, now, outcome=result.outcome, message=result.message, aux_logs=aux, members=members
+        )
         return ended, result
     if future.status == "cancelled":
         return AttemptEnded(

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..fleet import events as ev
-from ..fleet.keys import attempt_log, attempt_number
-from ..jobspec import JobResult, OutputSpec, remove_outputs
+from ..fleet.keys import attempt_key, attempt_log, attempt_number
+from ..jobspec import GroupJobSpec, JobResult, OutputSpec, remove_outputs
 from .results import attempt_ended, fetch_results
 from .vocabulary import AttemptEnded, JobTicket, Stopped, Submit
 
@@ -59,12 +59,24 @@ class Tasks:
     @staticmethod
     def _prepared(command: Submit, spec: Any) -> Any:
         """``spec`` as attempt ``command.key`` runs it: its own log; what a lost
-        attempt wrote removed, so that it cannot pass for the rerun's."""
+        attempt wrote removed, so that it cannot pass for the rerun's. A group's
+        members take the group's attempt number."""
         number = attempt_number(command.key)
         if number > 1:
             outputs = [o if isinstance(o, OutputSpec) else OutputSpec(str(o)) for o in spec.outputs]
             remove_outputs(o for o in outputs if not o.keep)
         log_path = attempt_log(spec.log_path, number)
+        if isinstance(spec, GroupJobSpec):
+            layers = [
+                [
+                    dataclasses.replace(
+                        m, key=attempt_key(m.key, number), log_path=attempt_log(m.log_path, number)
+                    )
+                    for m in layer
+                ]
+                for layer in spec.layers
+            ]
+            return dataclasses.replace(spec, key=command.key, log_path=log_path, layers=layers)
         return dataclasses.replace(spec, key=command.key, log_path=log_path)
 
     def _send(
@@ -121,8 +133,8 @@ class Tasks:
 
     def ended(
         self, key: str, ticket: JobTicket | None, on_done: Callable[[str], None]
-    ) -> tuple[AttemptEnded | None, dict[str, Any] | None]:
-        """The end of attempt ``key``, whose future is done, and its run-summary entry.
+    ) -> tuple[AttemptEnded | None, list[dict[str, Any]] | None]:
+        """The end of attempt ``key``, whose future is done, and its run-summary entries.
         (None, None) if dispatch cancelled it, or if the task had finished but its
         result died with its server before it was fetched (a job that crashed the
         server next): then the future is held again, since the server's loss requeues
@@ -132,13 +144,13 @@ class Tasks:
         fetched = self._fetched.pop(key, None)
         if found is None or ticket is None:
             return None, None
-        ended, entry = attempt_ended(key, *found, ticket, fetched)
+        ended, entries = attempt_ended(key, *found, ticket, fetched)
         if ended is None:
             future, step = found
             self._futures[key] = future
             self._steps[key] = step
             future.add_done_callback(lambda _: on_done(key))
-        return ended, entry
+        return ended, entries
 
     def cancel(self, key: str) -> None:
         """Drop attempt ``key`` in Dask; its result, if one comes, is ignored."""

@@ -62,7 +62,7 @@ class JobTicket:
     jobid: str = ""
     snakemake_attempt: int = 1
     wildcards: Mapping[str, str] = field(default_factory=dict)
-    #: "context", "plain" or "invalid".
+    #: "context", "plain", "group" (with a context member) or "invalid".
     kind: str = "plain"
     requirements: Requirements = field(default_factory=Requirements)
     #: The job's Dask resources (:func:`..fleet.resources.job_resources`).
@@ -80,6 +80,8 @@ class JobTicket:
     log_path: str = ""
     #: Its output files, for the catalog (:attr:`..fleet.events.JobDispatched.outputs`).
     outputs: tuple[str, ...] = ()
+    #: A group's members, each a job of its own for the catalog and the run's demand.
+    members: tuple[JobTicket, ...] = ()
 
     def dispatched(
         self, run_id: str, key: str, address: str | None, step: str, now: float
@@ -95,8 +97,9 @@ class JobTicket:
             rule=self.rule,
             wildcards=dict(self.wildcards),
             job_kind=self.kind,
-            context=self.identity,
-            context_name=self.context,
+            # A group's context is its members' (its time is theirs, counted once).
+            context=None if self.members else self.identity,
+            context_name=None if self.members else self.context,
             target=address,
             submitted=self.submitted,
             reason=step,
@@ -158,6 +161,8 @@ class AttemptEnded:
     aux_logs: tuple[str, ...] = ()
     #: Cancelled in Dask (an attempt without an outcome).
     dask_cancelled: bool = False
+    #: A group's: how each member that ran ended (its outcome, its failure's message).
+    members: tuple[tuple[Outcome, str | None], ...] = ()
 
     @property
     def ok(self) -> bool:

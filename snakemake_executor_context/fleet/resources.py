@@ -34,6 +34,7 @@ __all__ = [
     "job_resources",
     "requirements_from",
     "server_resources",
+    "widest",
 ]
 
 GPU = "gpu"
@@ -99,6 +100,21 @@ def requirements_from(resources: Mapping[str, object]) -> Requirements:
         gpu_model=text("gpu_model"),
         gpu_manufacturer=text("gpu_manufacturer"),
         mem_mb=integer("mem_mb"),
+    )
+
+
+def widest(each: Iterable[Requirements]) -> Requirements:
+    """What one server needs to run each of several jobs (a group's members), as it
+    runs them, each in its own slots: the most GPUs and memory any of them asks,
+    never their sum; the GPU model and manufacturer of the first that names one
+    (the caller checks that they agree)."""
+    each = list(each)
+    memory = [r.mem_mb for r in each if r.mem_mb]
+    return Requirements(
+        gpu=max((r.gpu for r in each), default=0),
+        gpu_model=next((r.gpu_model for r in each if r.gpu_model), None),
+        gpu_manufacturer=next((r.gpu_manufacturer for r in each if r.gpu_manufacturer), None),
+        mem_mb=max(memory) if memory else None,
     )
 
 
