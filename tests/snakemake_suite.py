@@ -35,6 +35,21 @@ from snakemake_executor_context import declare_context
 declare_context(config, "toy", "context_loader.py:load")
 """
 CONTEXT_LOADER = "def load():\n    return {}\n"
+#: The script a shell rule becomes in a case whose shell rules run in-process: the
+#: rule's own command, formatted with the job's values as ``shell:`` formats it.
+CONTEXT_SHELL = """from snakemake.shell import shell
+
+job = snakemake
+shell(
+    job.params.cmd,
+    input=job.input,
+    output=job.output,
+    log=job.log,
+    wildcards=job.wildcards,
+    threads=job.threads,
+    resources=job.resources,
+)
+"""
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,9 @@ class Case:
     check_md5: bool = True
     #: Script rules given a context (run in-process on a server).
     context_rules: tuple[str, ...] = ()
+    #: Every shell rule made a context rule whose script runs its command (in-process
+    #: on a server, a group's members with it).
+    context_shell: bool = False
     #: Output that a failing case must show (its own reason to fail).
     failure_text: str = ""
     #: A directory, relative to the workdir, that must be non-empty afterwards.
@@ -73,6 +91,34 @@ CASES = [
         failure_text="touch b/",
     ),
     Case("test_group_temp", "test_group_temp"),
+    # The group cases again with every shell rule a context rule: each group runs as
+    # one dispatch on a server, its members in-process.
+    Case("test_group_jobs[in-process]", "test_group_jobs", context_shell=True),
+    Case(
+        "test_multicomp_group_jobs[in-process]",
+        "test_multicomp_group_jobs",
+        ("--groups", "a=group0", "b=group0", "--group-components", "group0=2"),
+        context_shell=True,
+    ),
+    Case(
+        "test_group_job_fail[in-process]",
+        "test_group_job_fail",
+        shouldfail=True,
+        failure_text="touch b/",
+        context_shell=True,
+    ),
+    Case("test_group_temp[in-process]", "test_group_temp", context_shell=True),
+    Case(
+        "test_group_jobs_attempts[in-process]",
+        "test_group_jobs_attempts",
+        ("--retries", "2"),
+        context_shell=True,
+    ),
+    Case(
+        "test_groupid_expand_cluster[in-process]",
+        "test_groupid_expand_cluster",
+        context_shell=True,
+    ),
     Case("test_group_jobs_attempts", "test_group_jobs_attempts", ("--retries", "2")),
     Case("test_groupid_expand_cluster", "test_groupid_expand_cluster"),
     # Its rule a_1 asks for mem_mb=40000, more than a server of the embedded cluster
@@ -208,7 +254,35 @@ def prepare(case: Case, tests: Path, workdir: Path) -> Path:
             assert found == 1, f"rule {rule} not found in {case.directory}"
         snakefile.write_text(CONTEXT_HEADER + text)
         (workdir / "context_loader.py").write_text(CONTEXT_LOADER)
+    if case.context_shell:
+        snakefile = workdir / "Snakefile"
+        rules = re.split(r"(?m)^(?=rule )", snakefile.read_text())
+        converted = [_shell_made_context(rule) for rule in rules]
+        assert converted != rules, f"no shell rule in {case.directory}"
+        snakefile.write_text(CONTEXT_HEADER + "".join(converted))
+        (workdir / "context_loader.py").write_text(CONTEXT_LOADER)
+        (workdir / "context_shell.py").write_text(CONTEXT_SHELL)
     return workdir
+
+
+def _shell_made_context(rule: str) -> str:
+    """A rule's ``shell:`` made a context rule's script that runs the same command
+    (the command's literal is everything up to the rule's next directive)."""
+    lines = rule.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith("    shell:")), None)
+    if at is None:
+        return rule
+    end = next(
+        (i for i in range(at + 1, len(lines)) if re.match(r"(\S|    \w+:)", lines[i])),
+        len(lines),
+    )
+    literal = "\n".join([lines[at][len("    shell:") :], *lines[at + 1 : end]]).strip()
+    command = f"    params: cmd=lambda wildcards: {literal}"
+    text = "\n".join([*lines[:at], command, '    script: "context_shell.py"', "", *lines[end:]])
+    with_context, given = re.subn(r"(?m)^    resources:\s*", '    resources: context="toy", ', text)
+    if given:
+        return with_context
+    return text.replace("    script:", '    resources: context="toy"\n    script:', 1)
 
 
 def differences(case: Case, tests: Path, workdir: Path) -> list[str]:
