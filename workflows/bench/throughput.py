@@ -114,9 +114,12 @@ def cell(
         assert proc.stdout is not None
         finished: list[float] = []
         tail: list[str] = []
+        selected = None
         for line in proc.stdout:
             if line.startswith("Finished jobid") and "(Rule: noop)" in line:
                 finished.append(time.monotonic())
+            elif selected is None and line.startswith("Select jobs to execute"):
+                selected = time.monotonic()
             tail = [*tail[-40:], line]
         proc.wait()
         wall = time.monotonic() - started
@@ -132,6 +135,10 @@ def cell(
         span = finished[-1] - finished[0]
         result = {
             "jobs_per_s": (size - 1) / max(span, 1e-9),
+            # From the first selection: a group's members end together, so the span
+            # between ends leaves out the first group's run.
+            "jobs_per_s_from_first_selection": size / (finished[-1] - (selected or started)),
+            "most_loads_on_a_server": _most_loads(workdir),
             "wall_s": wall,
             "snakemake_cpu_s": (after.children_user + after.children_system)
             - (before.children_user + before.children_system),
@@ -142,6 +149,18 @@ def cell(
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _most_loads(workdir: Path) -> int:
+    """The most context loads any one server made, from the run's catalog (0: none)."""
+    import sqlite3
+
+    catalog = workdir / ".snakemake/context/catalog.db"
+    if not catalog.exists():
+        return 0
+    with sqlite3.connect(catalog) as db:
+        query = "SELECT count(*) FROM placements GROUP BY server_id"
+        return max((count for (count,) in db.execute(query)), default=0)
 
 
 def idle_fleet(servers: int) -> dict[str, float]:
