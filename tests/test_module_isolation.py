@@ -3,6 +3,7 @@ cluster): a real ContextCache loading real loader files from a temporary workflo
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 
@@ -217,3 +218,23 @@ def test_the_plugins_hold_of_a_template_is_not_the_jobs_leak(tmp_path):
     )
     assert found.returncode == 0, found.stderr
     assert found.stdout.strip() == f"['{tmp_path / 'kept'}']"
+
+
+def test_a_job_limits_the_thread_pools_a_job_before_it_loaded():
+    # The controller of thread pools is found once and kept while no module is
+    # imported; a library loaded since (numpy's OpenBLAS, here imported after the first
+    # job) must still be limited. A fresh interpreter, so that numpy is not loaded yet.
+    code = textwrap.dedent("""
+        import sys, threadpoolctl
+        from snakemake_executor_context.server.isolation import thread_limits
+        assert "numpy" not in sys.modules
+        with thread_limits(1, None):
+            pass
+        import numpy
+        with thread_limits(1, None):
+            print(sorted(p["num_threads"] for p in threadpoolctl.threadpool_info()))
+    """)
+    shown = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert shown.strip() == "[1]"

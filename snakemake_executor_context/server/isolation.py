@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from types import ModuleType
+from typing import Any
 
 from ..jobspec import ContextJobSpec
 
@@ -92,15 +93,35 @@ def thread_limits(
     threads: int, set_torch_threads: Callable[[int], Callable[[], None] | None] | None
 ) -> Iterator[None]:
     """Thread pools (BLAS/OpenMP through threadpoolctl, torch) sized to the rule's threads."""
-    from threadpoolctl import threadpool_limits
-
     restore_torch = set_torch_threads(threads) if set_torch_threads else None
     try:
-        with threadpool_limits(limits=threads):
+        with _thread_pools().limit(limits=threads):
             yield
     finally:
         if restore_torch is not None:
             restore_torch()
+
+
+_found_pools: tuple[int, Any] | None = None
+
+
+def _thread_pools() -> Any:
+    """threadpoolctl's controller of the loaded thread pools, found again only after a
+    module was imported: finding them walks every loaded library, about 1 ms, which a
+    no-op job would pay each time. Pools come with extension modules, so a library
+    loaded since shows as a longer ``sys.modules`` (or as a workflow module forgotten)."""
+    global _found_pools
+    from threadpoolctl import ThreadpoolController
+
+    modules = len(sys.modules)
+    if _found_pools is None or _found_pools[0] != modules:
+        _found_pools = (modules, ThreadpoolController())
+    return _found_pools[1]
+
+
+def _forget_thread_pools() -> None:
+    global _found_pools
+    _found_pools = None
 
 
 def torch_threads(threads: int) -> Callable[[], None] | None:
@@ -205,3 +226,4 @@ def fresh_modules(
                 forgotten.append(name)
         if forgotten:
             importlib.invalidate_caches()
+            _forget_thread_pools()  # a forgotten extension's library stays loaded
