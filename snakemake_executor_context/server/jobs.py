@@ -222,18 +222,24 @@ class ServerJobs:
             self._after(spec.key, result)
         return result
 
-    def _enter(self, key: str, identity: str | None) -> RunningJob:
-        running = RunningJob(key, threading.get_ident(), identity=identity, started=time.time())
+    def _enter(self, key: str, identity: str | None, *, recorded: bool = True) -> RunningJob:
+        """Register a running job; ``recorded``: also in the file that blames a crash
+        on it (a group's members are not: the crash is the group's, its one attempt)."""
+        running = RunningJob(
+            key, threading.get_ident(), identity=identity, started=time.time(), recorded=recorded
+        )
         with self._lock:
             self._running[key] = running
-            self.groups.started(key)
+            if recorded:
+                self.groups.started(key)
         return running
 
     def _leave(self, running: RunningJob) -> None:
         running.leave_phase()
         with self._lock:
             self._running.pop(running.key, None)
-            self.groups.finished(running.key)
+            if running.recorded:
+                self.groups.finished(running.key)
         running.done.set()
 
     def _one(self, spec: ContextJobSpec | PlainJobSpec, running: RunningJob) -> JobResult:
@@ -252,7 +258,7 @@ class ServerJobs:
     def _member(self, spec: ContextJobSpec | PlainJobSpec, group: RunningJob) -> JobResult | None:
         """Run one member of a running group (None: the group was cancelled first);
         cancelling the group cancels it."""
-        running = self._enter(spec.key, _identity(spec))
+        running = self._enter(spec.key, _identity(spec), recorded=False)
         if not group.adopt(running):
             self._leave(running)
             return None

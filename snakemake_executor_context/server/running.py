@@ -32,6 +32,9 @@ class RunningJob:
     started: float = 0.0
     #: Why a limit stopped the job (its runtime, the server's memory cap), if one did.
     limit: str | None = None
+    #: Whether the server's record of running jobs names it (a crash is blamed on the
+    #: jobs it names); a group's member is not named, its group is.
+    recorded: bool = True
     #: A group's members running now: cancelling the group cancels them.
     members: list[RunningJob] = field(default_factory=list)
 
