@@ -98,7 +98,7 @@ def cell(
     """One snakemake run: its rate, wall and CPU, and (profiled) the plugin's share."""
     workdir = workdir_for(size)
     try:
-        command = [str(BIN / "snakemake"), *flags, "all", "--config", f"size={size}"]
+        command = [str(BIN / "snakemake"), "all", "--config", f"size={size}", *flags]
         started = time.monotonic()
         before = os.times()
         proc = subprocess.Popen(
