@@ -212,14 +212,16 @@ def fresh_modules(
     """Forget, at the end, the workflow modules the job imported, except those
     ``keep()`` names (modules of loaded contexts). Yields the names forgotten."""
     before = set(sys.modules)
-    real_roots = sorted({os.path.realpath(root) for root in roots if root})
     forgotten: list[str] = []
     try:
         yield forgotten
     finally:
-        kept = set(keep())
-        for name, module in list(sys.modules.items()):
-            if name in before or name in kept or name == "__main__":
+        new = [(n, m) for n, m in list(sys.modules.items()) if n not in before]
+        kept = set(keep()) if new else set()
+        # Resolved only when the job imported something: most jobs import nothing.
+        real_roots = sorted({os.path.realpath(root) for root in roots if root}) if new else []
+        for name, module in new:
+            if name in kept or name == "__main__":
                 continue
             if is_workflow_module(name, module, real_roots):
                 sys.modules.pop(name, None)
