@@ -3,6 +3,8 @@ Snakemake, no clock), in the spirit of distributed's ``WorkerState`` tests."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from snakemake_executor_context import ContextDeclarationError, NoServerError
@@ -230,6 +232,23 @@ def test_an_unrunnable_group_names_the_group():
     dispatch = machine(embedded=True)
     (error,) = of(dispatch.handle(v.JobReady(ticket(0, gpu=2, group=True), 0.0)), v.ReportError)
     assert error.message.startswith("No context server can run group '0': gpu=2")
+
+
+def test_an_unrunnable_group_of_context_jobs_names_its_widest_member():
+    """A group of context jobs needs one server of its widest member's GPUs: the one
+    line says so, and names the member's rule, whose resources the fix changes."""
+    members = tuple(
+        dataclasses.replace(ticket(n, gpu=gpu), label=f"rule '{rule}'")
+        for n, (rule, gpu) in enumerate([("small", 1), ("wide", 2)], 1)
+    )
+    group = dataclasses.replace(ticket(0, gpu=2, group=True), kind="group", members=members)
+    (error,) = of(machine(embedded=True).handle(v.JobReady(group, 0.0)), v.ReportError)
+    assert error.message.startswith(
+        "No context server can run rule 'wide' in group '0' (a group's members run on one "
+        "server, which needs its widest member's resources, not their sum): gpu=2 but the "
+        "servers have at most 1"
+    ), error.message
+    assert "--set-resources wide:" in error.message
 
 
 def test_an_unrunnable_job_waits_for_servers_on_an_attached_cluster():

@@ -136,6 +136,46 @@ def test_a_group_no_server_can_run_gets_the_unrunnable_message(make_workflow):
     assert "AttributeError" not in run.output
 
 
+def test_a_group_of_context_jobs_no_server_can_run_names_its_widest_member(make_workflow):
+    """Two context jobs of gpu=1 share a group on a one-GPU server (Snakemake's gpu=2
+    for the group is not what it needs); a member asking for 2 GPUs is named, with the
+    fix on its rule, in the one line the user sees."""
+    workdir = make_workflow(
+        {
+            "Snakefile": HEADER
+            + textwrap.dedent("""
+            rule all:
+                input: "b.txt"
+
+            rule a:
+                output: "a.txt"
+                group: "g"
+                resources: context="toy", gpu=1
+                script: "scripts/use.py"
+
+            rule b:
+                input: "a.txt"
+                output: "b.txt"
+                group: "g"
+                resources: context="toy", gpu=lambda wildcards: config.get("gpus", 1)
+                script: "scripts/use.py"
+        """),
+            "loader.py": TOY_LOADER,
+            "scripts/use.py": TOY_SCRIPT,
+        }
+    )
+    context_run(workdir, "--context-servers", "1").check()
+    (workdir / "b.txt").unlink()
+    run = context_run(workdir, "--context-servers", "1", "--config", "gpus=2")
+    assert run.returncode != 0
+    assert (
+        "No context server can run rule 'b' in group 'g' (a group's members run on one "
+        "server, which needs its widest member's resources, not their sum): gpu=2 but the "
+        "servers have at most 1"
+    ) in run.output, run.output
+    assert "--set-resources b:" in run.output
+
+
 def test_dry_run_and_touch_start_no_cluster(make_workflow):
     workdir = make_workflow(
         {

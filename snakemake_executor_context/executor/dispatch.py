@@ -452,7 +452,7 @@ class Dispatch:
     ) -> None:
         waited = 0.0 if job.waiting_since is None else now - job.waiting_since
         message = message or explain_unrunnable(
-            job.ticket.label,
+            job.ticket.unplaced_label(),
             job.ticket.requirements,
             self.fleet.servers.values(),
             waited=waited,
@@ -631,7 +631,9 @@ class Dispatch:
             if job.waiting_since is None or self._runnable(job):
                 continue
             ticket, pool = job.ticket, self.pool
-            refused = pool and pool.refusal(ticket.label, ticket.requirements, ticket.wanted)
+            refused = pool and pool.refusal(
+                ticket.unplaced_label(), ticket.requirements, ticket.wanted
+            )
             if refused:
                 self._fail_unrunnable(job, now, out, refused)
                 continue

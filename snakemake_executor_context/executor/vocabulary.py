@@ -83,6 +83,17 @@ class JobTicket:
     #: A group's members, each a job of its own for the catalog and the run's demand.
     members: tuple[JobTicket, ...] = ()
 
+    def unplaced_label(self) -> str:
+        """How a job no server can run is named: a group by its widest member (whose
+        rule the fix changes), as a group's members share one server."""
+        if not self.members:
+            return self.label
+        need = max(self.members, key=lambda t: (t.requirements.gpu, t.requirements.mem_mb or 0))
+        return (
+            f"{need.label} in {self.label} (a group's members run on one server, which "
+            "needs its widest member's resources, not their sum)"
+        )
+
     def dispatched(
         self, run_id: str, key: str, address: str | None, step: str, now: float
     ) -> ev.JobDispatched:
