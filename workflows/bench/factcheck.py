@@ -46,9 +46,15 @@ GGUF_LOADER = "../llm/smollm2.py:load_from_gguf"
 
 
 def run_workflow(
-    mode: str, n_claims: int, templates: list[str], claims_per_job: int, root: Path
+    mode: str,
+    n_claims: int,
+    templates: list[str],
+    claims_per_job: int,
+    root: Path,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """One snakemake run of the workflow in a fresh copy; wall time and server stats."""
+    """One snakemake run of the workflow in a fresh copy (``extra``: more flags for
+    Snakemake); wall time and server stats."""
     workdir = Path(tempfile.mkdtemp(dir=root, prefix=f"{mode}-{claims_per_job}-"))
     shutil.copytree(
         WORKFLOW, workdir / "factcheck", ignore=shutil.ignore_patterns("results", ".snakemake")
@@ -82,6 +88,7 @@ def run_workflow(
         args += ["--executor", "context", "--jobs", "8", "--context-servers", "2"]
     else:
         args += ["--executor", "local", "--cores", "2"]
+    args += extra
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     started = time.perf_counter()
     done = subprocess.run(args, cwd=workdir / "factcheck", capture_output=True, text=True, env=env)

@@ -10,6 +10,10 @@ catalog: a group loads once per server for the whole run.
     python workflows/bench/groups.py --out /tmp/groups [--sizes 2000 8000] \\
         [--groups 10 50 200] [--servers 2] [--jobs 8]
 
+With ``--factcheck R``, also the RQ1-shaped fact-check (128 claims x 4 templates, the
+real model, 2 servers), R times interleaved: 32 claims a job ungrouped against 1 claim a
+job, ungrouped and in groups of 32 (``--groups verify=v --group-components v=32``).
+
 Writes ``groups.json`` in ``--out`` and prints a table.
 """
 
@@ -17,9 +21,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import tempfile
 from pathlib import Path
 
+from factcheck import RQ1_TEMPLATES, run_workflow
 from throughput import cell
+
+FACTCHECK = {
+    "32 claims a job": (32, ()),
+    "1 claim a job": (1, ()),
+    "1 claim a job, groups of 32": (1, ("--groups", "verify=v", "--group-components", "v=32")),
+}
 
 
 def main() -> None:
@@ -30,6 +43,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, nargs="+", default=[10, 50, 200])
     parser.add_argument("--servers", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--factcheck", type=int, default=0, metavar="REPEATS")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     context = ["--executor", "context", "--jobs", str(args.jobs)]
@@ -52,7 +66,26 @@ def main() -> None:
                 f"wall {measured['wall_s']:.1f} s",
                 flush=True,
             )
-    (args.out / "groups.json").write_text(json.dumps({"cells": rows}, indent=1) + "\n")
+    walls = factcheck(args.factcheck)
+    (args.out / "groups.json").write_text(
+        json.dumps({"cells": rows, "factcheck_walls": walls}, indent=1) + "\n"
+    )
+
+
+def factcheck(repeats: int) -> dict[str, list[float]]:
+    """The fact-check's wall times per granularity, interleaved; prints medians."""
+    walls: dict[str, list[float]] = {name: [] for name in FACTCHECK}
+    with tempfile.TemporaryDirectory(prefix="groups-factcheck-") as root:
+        for _ in range(repeats):
+            for name, (claims_per_job, extra) in FACTCHECK.items():
+                run = run_workflow("full", 128, RQ1_TEMPLATES, claims_per_job, Path(root), extra)
+                walls[name].append(run["wall"])
+    if repeats:
+        base = statistics.median(walls["32 claims a job"])
+        for name, seconds in walls.items():
+            median = statistics.median(seconds)
+            print(f"fact-check, {name:<28} {median:6.1f} s  ({median / base - 1:+.1%})")
+    return walls
 
 
 if __name__ == "__main__":
