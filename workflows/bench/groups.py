@@ -39,7 +39,7 @@ def main() -> None:
     """Run every cell and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 8000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[2000, 8000])
     parser.add_argument("--groups", type=int, nargs="+", default=[10, 50, 200])
     parser.add_argument("--servers", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=8)
