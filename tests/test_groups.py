@@ -8,12 +8,13 @@ from __future__ import annotations
 import shutil
 import signal
 import sqlite3
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import WORKFLOWS, context_run
+from .conftest import TOY_LOADER, WORKFLOWS, context_run
 from .test_preemption import _background_run, _signal_busy_server
 
 pytestmark = pytest.mark.slow
@@ -97,3 +98,63 @@ def test_a_server_killed_during_a_group_reruns_the_group_and_counts_each_member_
         "WHERE j.kind = 'context'",
     )
     assert len(members) == 6 and {o for _, o in members} == {"ok"}, members
+
+
+KEEP_GOING = textwrap.dedent("""
+    from snakemake_executor_context import declare_context
+
+    declare_context(config, "toy", "loader.py:load", value=5)
+
+    rule all:
+        input: "ok/b.txt", "flaky/b.txt", "bad/b.txt"
+
+    rule a:
+        output: "{g}/a.txt"
+        group: "{g}"
+        resources: context="toy"
+        script: "scripts/a.py"
+
+    rule b:
+        input: "{g}/a.txt"
+        output: "{g}/b.txt"
+        group: "{g}"
+        resources: context="toy"
+        script: "scripts/b.py"
+""")
+# Each member notes its run; b fails in group "bad" always, in "flaky" at its first run.
+MEMBER_SCRIPT = textwrap.dedent("""
+    from snakemake_executor_context import load_context
+
+    group, rule = snakemake.wildcards.g, snakemake.rule
+    with open(f"{group}-runs.txt", "a") as f:
+        f.write(rule + "\\n")
+    with open(f"{group}-runs.txt") as f:
+        runs = f.read().split().count(rule)
+    if rule == "b" and (group == "bad" or (group == "flaky" and runs == 1)):
+        raise SystemExit(f"b of {group} fails at its run {runs}")
+    with open(snakemake.output[0], "w") as f:
+        f.write(str(load_context(snakemake)["value"]))
+""")
+
+
+def test_keep_going_and_retries_rerun_and_fail_a_group_whole(make_workflow):
+    """Three groups of two context jobs, with --keep-going --retries 1, as Snakemake
+    treats a group under any remote executor (the local one runs no groups): the
+    group whose second member fails once runs whole again and is made; the one whose
+    second member always fails runs twice and fails, its first member's output
+    removed; the third is made, and the run exits non-zero."""
+    workdir = make_workflow(
+        {
+            "Snakefile": KEEP_GOING,
+            "loader.py": TOY_LOADER,
+            "scripts/a.py": MEMBER_SCRIPT,
+            "scripts/b.py": MEMBER_SCRIPT,
+        }
+    )
+    run = context_run(workdir, "--context-servers", "1", "--keep-going", "--retries", "1")
+    assert run.returncode != 0, run.output
+    made = sorted(str(p.relative_to(workdir)) for p in workdir.glob("*/*.txt"))
+    assert made == ["flaky/a.txt", "flaky/b.txt", "ok/a.txt", "ok/b.txt"], run.output
+    assert (workdir / "flaky-runs.txt").read_text().split() == ["a", "b", "a", "b"]
+    assert (workdir / "bad-runs.txt").read_text().split() == ["a", "b", "a", "b"]
+    assert (workdir / "ok-runs.txt").read_text().split() == ["a", "b"]
