@@ -12,7 +12,9 @@ catalog: a group loads once per server for the whole run.
 
 With ``--factcheck R``, also the RQ1-shaped fact-check (128 claims x 4 templates, the
 real model, 2 servers), R times interleaved: 32 claims a job ungrouped against 1 claim a
-job, ungrouped and in groups of 32 (``--groups verify=v --group-components v=32``).
+job, ungrouped and in groups of 32 (``--groups verify=v --group-components v=32``),
+with one slot a server and with 4 (a group's members then run 4 at once, their forward
+passes merged by the model's batcher).
 
 Writes ``groups.json`` in ``--out`` and prints a table.
 """
@@ -28,10 +30,12 @@ from pathlib import Path
 from factcheck import RQ1_TEMPLATES, run_workflow
 from throughput import cell
 
+GROUPED = ("--groups", "verify=v", "--group-components", "v=32")
 FACTCHECK = {
     "32 claims a job": (32, ()),
     "1 claim a job": (1, ()),
-    "1 claim a job, groups of 32": (1, ("--groups", "verify=v", "--group-components", "v=32")),
+    "1 claim a job, groups of 32": (1, GROUPED),
+    "the same, 4 slots a server": (1, (*GROUPED, "--context-slots", "4")),
 }
 
 
