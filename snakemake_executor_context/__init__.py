@@ -26,7 +26,7 @@ bottom, ``catalog`` above it, then ``server``, ``cluster``, ``executor`` and ``c
   (which processes those are: pure decisions), :mod:`.allowed` (what each setting
   allows, declared once beside it), :mod:`.options` (every option of the servers and
   pilots, declared once, from which each front end's flags are made) with
-  :mod:`.triples` (the fleet's shape, one typed record of the servers' options),
+  :mod:`.fleetshape` (the fleet's shape, one typed record of the servers' options),
   :mod:`.walltime` (a walltime as each batch system reads it), :mod:`.batch` (each
   batch system pilots are submitted to, one module each, behind one protocol),
   :mod:`.terminal` (values from a workflow or a catalog shown with their control

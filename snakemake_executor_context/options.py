@@ -9,7 +9,7 @@ The front ends are made from this table, never typed again:
 - ``snakemake-context up`` and the cluster process add theirs with :func:`add_option`
   (``--NAME``, or the shorter flag an option declares: ``--queue`` for
   ``pilot_queue``), under the same names in their parsed arguments;
-- :class:`~.triples.Shape` and the pilots' options take their defaults from it.
+- :class:`~.fleetshape.Shape` and the pilots' options take their defaults from it.
 
 A help text names another option as ``{name}``, shown as that option's flag in the
 front end showing it, and never types a default: :meth:`Option.help_for` adds it.

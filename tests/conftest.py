@@ -28,6 +28,20 @@ SHARED_SERVICES = {
 }
 WORKFLOWS = TESTS / "workflows"
 REPO = TESTS.parent
+
+
+def bench_module(name: str):
+    """A module of ``workflows/bench/`` (the paper's apparatus lives there, beside the
+    benchmarks that call it), imported by file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "workflows/bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 BIN = Path(sys.executable).parent
 
 

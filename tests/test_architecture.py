@@ -16,7 +16,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 ROOT = "snakemake_executor_context"
 #: Packages, and the command line on top of them (a module, but a layer of its own).
-PACKAGES = ("fleet", "catalog", "server", "cluster", "executor", "report", "simulate", "cli")
+PACKAGES = (
+    "fleet", "dispatch", "catalog", "server", "cluster", "executor", "report", "simulate", "cli"
+)  # fmt: skip
 
 
 def _module_name(path: Path, base: Path) -> str:
@@ -90,8 +92,8 @@ def test_the_graph_is_read():
         target.startswith(f"{ROOT}.catalog") for target in GRAPH[f"{ROOT}.catalog.writer"]
     )
     assert f"{ROOT}.fleet.events" in closure([f"{ROOT}.catalog.record"])
-    assert f"{ROOT}.executor.dispatch" in GRAPH[f"{ROOT}.executor.fleetpoll"]
-    assert f"{ROOT}.executor.dispatch" in closure([f"{ROOT}.executor.adapter"])
+    assert f"{ROOT}.dispatch.machine" in GRAPH[f"{ROOT}.executor.fleetpoll"]
+    assert f"{ROOT}.dispatch.machine" in closure([f"{ROOT}.executor.adapter"])
 
 
 def test_the_fleet_imports_nothing_above_it():
@@ -102,20 +104,20 @@ def test_the_fleet_imports_nothing_above_it():
 @pytest.mark.parametrize("module", ["fleet.placement", "fleet.state"])
 def test_placement_and_the_fleet_state_import_no_catalog(module):
     reached = closure([f"{ROOT}.{module}"])
-    for package in ("catalog", "server", "cluster", "executor"):
+    for package in ("dispatch", "catalog", "server", "cluster", "executor"):
         assert not reached & under(package), f"{module} reaches {package}"
 
 
 def test_the_catalog_imports_the_fleets_vocabulary_and_never_the_reverse():
     reached = closure(under("catalog"))
-    for package in ("executor", "server", "cluster"):
+    for package in ("dispatch", "executor", "server", "cluster"):
         assert not reached & under(package), f"the catalog reaches {package}"
     assert f"{ROOT}.fleet.events" in reached
 
 
 def test_the_dispatch_machine_imports_neither_dask_nor_snakemake():
-    for module in ("executor.dispatch", "executor.vocabulary"):
-        tree = ast.parse(SOURCES[f"{ROOT}.{module}"].read_text())
+    for module in under("dispatch"):
+        tree = ast.parse(SOURCES[module].read_text())
         names = {
             alias.name
             for node in ast.walk(tree)
@@ -123,17 +125,10 @@ def test_the_dispatch_machine_imports_neither_dask_nor_snakemake():
             for alias in node.names
         } | {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert not {n.split(".")[0] for n in names} & {"distributed", "dask", "snakemake"}
-    reached = closure([f"{ROOT}.executor.dispatch"])
+    reached = closure(under("dispatch"))
     # errors escapes its messages' control characters through terminal.
-    allowed = under("fleet") | under("executor") | {f"{ROOT}.errors", f"{ROOT}.terminal"}
+    allowed = under("fleet") | under("dispatch") | {f"{ROOT}.errors", f"{ROOT}.terminal"}
     assert reached <= allowed, sorted(reached)
-    assert reached & under("executor") == {
-        f"{ROOT}.executor.vocabulary",
-        f"{ROOT}.executor.demand",
-        f"{ROOT}.executor.inflight",
-        f"{ROOT}.executor.refusals",
-        f"{ROOT}.executor.story",
-    }
 
 
 def test_nothing_below_the_command_line_imports_the_simulator():
@@ -144,7 +139,7 @@ def test_nothing_below_the_command_line_imports_the_simulator():
             continue
         reached = closure([name]) & under("simulate")
         assert not reached, f"{name} reaches {sorted(reached)}"
-    assert f"{ROOT}.executor.dispatch" in closure(under("simulate"))
+    assert f"{ROOT}.dispatch.machine" in closure(under("simulate"))
 
 
 def test_the_monitor_imports_only_the_catalog_errors_and_terminal_text():

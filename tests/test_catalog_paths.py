@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from snakemake_executor_context import paths
-from snakemake_executor_context.cluster.files import ClusterFiles
+from snakemake_executor_context.cluster.infofiles import ClusterFiles
 from snakemake_executor_context.cluster.nannies import held_until
 from snakemake_executor_context.errors import ContextExecutorError, UnsafePathError
 from snakemake_executor_context.fleet.keys import is_run_id, new_run_id

@@ -18,7 +18,7 @@ from snakemake_executor_context.cluster.credentials import (
     private_file,
     write_private,
 )
-from snakemake_executor_context.cluster.files import ClusterFiles, identity
+from snakemake_executor_context.cluster.infofiles import ClusterFiles, identity
 from snakemake_executor_context.errors import ClusterError, UnsafePathError
 from snakemake_executor_context.executor.recording import _outside
 from snakemake_executor_context.options import option

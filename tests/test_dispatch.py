@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from snakemake_executor_context import ContextDeclarationError, NoServerError
-from snakemake_executor_context.executor import vocabulary as v
-from snakemake_executor_context.executor.dispatch import FLEET_CHECK_SECONDS, Dispatch
+from snakemake_executor_context.dispatch import vocabulary as v
+from snakemake_executor_context.dispatch.machine import FLEET_CHECK_SECONDS, Dispatch
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.outcome import Outcome, ServerIdentity
 from snakemake_executor_context.fleet.resources import Requirements, job_resources

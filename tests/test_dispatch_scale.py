@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from snakemake_executor_context.executor import dispatch as dispatch_module
-from snakemake_executor_context.executor import vocabulary as v
-from snakemake_executor_context.executor.dispatch import Dispatch
-from snakemake_executor_context.executor.refusals import WHATEVER_REMAINS, Refusals
+from snakemake_executor_context.dispatch import machine as dispatch_module
+from snakemake_executor_context.dispatch import vocabulary as v
+from snakemake_executor_context.dispatch.inflight import WHATEVER_REMAINS, Refusals
+from snakemake_executor_context.dispatch.machine import Dispatch
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet import placement
 from snakemake_executor_context.fleet.loads import LoadKind

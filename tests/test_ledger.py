@@ -22,9 +22,7 @@ from snakemake_executor_context.catalog.ledger import (
 from snakemake_executor_context.catalog.models import ForwardBatch, Pilot
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.fleet import events as ev
-from snakemake_executor_context.fleet.buckets import Bucket
-from snakemake_executor_context.fleet.intervals import intersect, merge
-from snakemake_executor_context.fleet.ledger import (
+from snakemake_executor_context.fleet.accounting import (
     Load,
     ServerLife,
     Work,
@@ -32,6 +30,8 @@ from snakemake_executor_context.fleet.ledger import (
     bucket_seconds,
     load_stretches,
 )
+from snakemake_executor_context.fleet.buckets import Bucket
+from snakemake_executor_context.fleet.intervals import intersect, merge
 from snakemake_executor_context.fleet.loads import LoadKind, load_parts
 from tests.catalog_builder import EPOCH, CatalogBuilder
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_context.executor import vocabulary as v
+from snakemake_executor_context.dispatch import vocabulary as v
 from snakemake_executor_context.fleet.losses import (
     Budgets,
     LossHistory,

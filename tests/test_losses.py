@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from snakemake_executor_context.cluster.inject import choose_targets
-from snakemake_executor_context.executor import vocabulary as v
+from snakemake_executor_context.dispatch import vocabulary as v
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.keys import attempt_log
 from snakemake_executor_context.fleet.losses import Budgets, LossKind, classify

@@ -13,6 +13,7 @@ import pytest
 from snakemake_executor_context.cluster.pilot_args import pilot_settings_args
 from snakemake_executor_context.cluster.pilots import PilotOptions
 from snakemake_executor_context.executor.settings import ExecutorSettings
+from snakemake_executor_context.fleetshape import Shape
 from snakemake_executor_context.options import (
     OPTIONS,
     SERVER,
@@ -23,7 +24,6 @@ from snakemake_executor_context.options import (
     up_flag,
 )
 from snakemake_executor_context.server.config import PilotServerSettings
-from snakemake_executor_context.triples import Shape
 
 
 def _up_parser() -> argparse.ArgumentParser:

@@ -50,7 +50,7 @@ ALLOWED = {
     "made again (umask) as catalog/store.py makes it; the file in it is made 0600",
     ("catalog/lease.py", "mkdir"): "the same directory, for the catalog's writer lease",
     ("server/slots/serverslots.py", "open"): "/proc/self (the kernel's)",
-    ("cluster/files.py", "open"): "/proc/<pid> (the kernel's)",
+    ("cluster/infofiles.py", "open"): "/proc/<pid> (the kernel's)",
     ("processes.py", "open"): "/proc/<pid> (the kernel's)",
     ("server/output.py", "open"): "a descriptor the job's output goes to, not a path",
     ("server/plain.py", "open"): f"a plain job's log {WORKFLOW_DIRECTORY}",

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from snakemake_executor_context.cluster.files import ClusterFiles, identity
+from snakemake_executor_context.cluster.infofiles import ClusterFiles, identity
 
 from .conftest import BIN
 

@@ -13,15 +13,15 @@ from snakemake_executor_context.batch.registry import BACKENDS
 from snakemake_executor_context.cluster.pilots import PilotOptions, jobqueue_arguments
 from snakemake_executor_context.defaults import PILOT_VARIABLE
 from snakemake_executor_context.errors import ClusterError
-from snakemake_executor_context.fleet.pool import (
+from snakemake_executor_context.fleet.poolsizing import (
     DemandWatch,
     PoolDemand,
     PoolShape,
     pilots_to_release,
     pilots_wanted,
 )
+from snakemake_executor_context.fleetshape import Shape
 from snakemake_executor_context.server.pilot import pilot_gpus, pilot_settings
-from snakemake_executor_context.triples import Shape
 
 OPTIONS = dict(
     queue="gpuq",
@@ -214,7 +214,7 @@ def test_the_demand_crosses_the_scheduler_as_its_own_wire_form() -> None:
     withdrawal (or no publication) reads as no demand."""
     import msgpack
 
-    from snakemake_executor_context.fleet.pool import WITHDRAWN
+    from snakemake_executor_context.fleet.poolsizing import WITHDRAWN
 
     sent = PoolDemand(
         ready=5,
@@ -241,7 +241,7 @@ def test_idle_pilots_are_released_longest_idle_first_keeping_the_minimum() -> No
 
 
 def test_a_mixed_pool_adds_the_kind_the_ready_jobs_need() -> None:
-    from snakemake_executor_context.fleet.pool import next_kind
+    from snakemake_executor_context.fleet.poolsizing import next_kind
 
     assert next_kind([0, 0], [0, 0]) == 0
     assert next_kind([0, 0], [1, 0]) == 1  # no demand per type: balance the kinds
@@ -294,7 +294,7 @@ def test_the_pools_books_cross_the_scheduler_as_their_own_wire_form() -> None:
 
 
 def test_the_pool_grows_one_pilot_beyond_those_proving_useful() -> None:
-    from snakemake_executor_context.fleet.pool import growth_limit
+    from snakemake_executor_context.fleet.poolsizing import growth_limit
 
     shape = PoolShape(minimum=1, maximum=6)
     assert growth_limit(useful=1, pending=0, shape=shape) == 2
@@ -308,7 +308,7 @@ def test_which_pilots_prove_useful_is_decided_at_the_time_given() -> None:
     """The pool's usefulness check reads no clock: the time is an argument (a
     simulation drives it)."""
     from snakemake_executor_context.fleet.pilotbook import PilotRecord
-    from snakemake_executor_context.fleet.pool import useful_pilots
+    from snakemake_executor_context.fleet.poolsizing import useful_pilots
 
     records = [
         PilotRecord("busy", registered=0.0),

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_context.cluster.files import identity
+from snakemake_executor_context.cluster.infofiles import identity
 
 from .batchpools import wait
 from .conftest import ATTACKER, BIN, WORKFLOWS, need_second_user

@@ -23,10 +23,10 @@ import pytest
 from snakemake_executor_context import modelcache, paths
 from snakemake_executor_context.catalog.store import open_store
 from snakemake_executor_context.cluster.credentials import Credentials, private_file
-from snakemake_executor_context.cluster.files import ClusterFiles
+from snakemake_executor_context.cluster.infofiles import ClusterFiles
 from snakemake_executor_context.cluster.process import LocalClusterProcess
 from snakemake_executor_context.errors import UnsafePathError
-from snakemake_executor_context.server.pgroups import GroupRecord
+from snakemake_executor_context.server.processgroups import GroupRecord
 
 from .conftest import need_second_user
 

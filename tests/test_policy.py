@@ -372,7 +372,7 @@ def test_a_load_costs_what_its_kind_costs():
 
 
 def test_demand_comes_from_the_plan_then_follows_the_jobs():
-    from snakemake_executor_context.executor.demand import Demand
+    from snakemake_executor_context.dispatch.inflight import Demand
 
     demand = Demand()
     assert demand.counts([A, A, B]) == {A: 2, B: 1}  # no plan: what the executor holds

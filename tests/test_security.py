@@ -25,7 +25,7 @@ import pytest
 
 from snakemake_executor_context.cluster.connection import ClusterConnection
 from snakemake_executor_context.cluster.credentials import Credentials
-from snakemake_executor_context.cluster.files import ClusterFiles
+from snakemake_executor_context.cluster.infofiles import ClusterFiles
 
 from .conftest import BIN
 

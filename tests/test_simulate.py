@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_context.executor import dispatch as dispatch_module
-from snakemake_executor_context.executor.vocabulary import StopRunning
+from snakemake_executor_context.dispatch import machine as dispatch_module
+from snakemake_executor_context.dispatch.vocabulary import StopRunning
 from snakemake_executor_context.fleet.buckets import Bucket
 from snakemake_executor_context.fleet.loads import LoadKind
 from snakemake_executor_context.fleet.placement import Decision, PlacementStep
-from snakemake_executor_context.simulate import engine, paper
+from snakemake_executor_context.simulate import engine
 from snakemake_executor_context.simulate.clock import Clock
-from snakemake_executor_context.simulate.ledger import ledger
 from snakemake_executor_context.simulate.model import (
     Fleet,
     JobTimes,
@@ -33,11 +32,14 @@ from snakemake_executor_context.simulate.model import (
 )
 from snakemake_executor_context.simulate.result import describe
 from snakemake_executor_context.simulate.shared import Shared
+from snakemake_executor_context.simulate.simledger import ledger
 from snakemake_executor_context.simulate.workload import from_spec
 
-from .conftest import BIN
+from .conftest import BIN, bench_module
 
 REPO = Path(__file__).resolve().parents[1]
+
+paper = bench_module("paper")
 PACKAGE = REPO / "snakemake_executor_context"
 SIMULATE = PACKAGE / "simulate"
 
@@ -111,16 +113,16 @@ def test_the_simulator_imports_the_decision_code_and_copies_none_of_it():
                 module = "." * node.level + node.module
                 imported.update(f"{module}.{alias.name}" for alias in node.names)
     for needed in (
-        "..executor.dispatch.Dispatch",
-        "..fleet.pool.pilots_wanted",
-        "..fleet.pool.growth_limit",
-        "..fleet.pool.useful_pilots",
-        "..fleet.pool.next_kind",
-        "..fleet.pool.pilots_to_release",
+        "..dispatch.machine.Dispatch",
+        "..fleet.poolsizing.pilots_wanted",
+        "..fleet.poolsizing.growth_limit",
+        "..fleet.poolsizing.useful_pilots",
+        "..fleet.poolsizing.next_kind",
+        "..fleet.poolsizing.pilots_to_release",
         "..fleet.eviction.to_evict",
         "..fleet.losses.finishes_in_grace",
         "..fleet.peerchoice.choose_origin",
-        "..fleet.ledger.account",
+        "..fleet.accounting.account",
         "..server.slots.gate.may_start",
     ):
         assert needed in imported, f"the simulator does not import {needed}"

@@ -1,4 +1,4 @@
-"""How the simulator models a load (snakemake_executor_context/simulate/servers.py,
+"""How the simulator models a load (snakemake_executor_context/simulate/simservers.py,
 docs/simulator.md): from the source, a read of the context's bytes over the shared
 filesystem, in a turn where the pool limits reads from one source, then the software
 start and state creation outside the turn; from a peer, the transfer then the state
@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from snakemake_executor_context.defaults import PEER_WAIT_SECONDS
+from snakemake_executor_context.dispatch.vocabulary import JobTicket
 from snakemake_executor_context.executor.settings import ExecutorSettings
-from snakemake_executor_context.executor.vocabulary import JobTicket
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.loads import LoadKind
 from snakemake_executor_context.fleet.outcome import Outcome
 from snakemake_executor_context.fleet.peerchoice import Rates
 from snakemake_executor_context.options import setting_default
-from snakemake_executor_context.simulate import defaults, paper
+from snakemake_executor_context.simulate import simdefaults
 from snakemake_executor_context.simulate.clock import Clock
 from snakemake_executor_context.simulate.hosting import Serving, Turns
 from snakemake_executor_context.simulate.model import (
@@ -31,9 +31,13 @@ from snakemake_executor_context.simulate.model import (
     ServerKind,
     Storage,
 )
-from snakemake_executor_context.simulate.servers import SimServer
 from snakemake_executor_context.simulate.shared import Shared
+from snakemake_executor_context.simulate.simservers import SimServer
 from snakemake_executor_context.walltime import read_walltime
+
+from .conftest import bench_module
+
+paper = bench_module("paper")
 
 #: 4 GB read at 1 GB/s from the source (4 s alone), 0.5 GB/s from a peer (8 s).
 NBYTES = 4_000_000_000
@@ -258,7 +262,7 @@ def test_the_simulators_defaults_are_the_plugins() -> None:
     a pool spec's limit are the plugin's."""
     declared: dict[str, Any] = {f.name: f.default for f in fields(ExecutorSettings)}
     limit, transfers = declared["pilot_loads_per_source"], declared["peer_transfers"]
-    assert (limit, transfers) == (defaults.LOADS_PER_SOURCE, defaults.PEER_TRANSFERS)
+    assert (limit, transfers) == (simdefaults.LOADS_PER_SOURCE, simdefaults.PEER_TRANSFERS)
     assert PoolSpec().loads_per_source == limit
     spec, walltime = PoolSpec(), read_walltime("slurm", declared["pilot_walltime"]).seconds
     assert (spec.minimum, spec.maximum, spec.idle_timeout, spec.retire_margin) == (

@@ -191,7 +191,7 @@ def test_a_run_with_lifetimes_is_deterministic():
 
 
 def test_pilots_draw_lives_and_the_pool_asks_for_survival_when_on(monkeypatch):
-    from snakemake_executor_context.simulate import pilots
+    from snakemake_executor_context.simulate import simpool as pilots
 
     asked: list[object] = []
     real = pilots.next_kind

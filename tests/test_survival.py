@@ -10,7 +10,7 @@ import pytest
 from snakemake_executor_context.catalog.seed import survival_history
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.placement import choose_server
-from snakemake_executor_context.fleet.pool import PoolDemand, kind_survival, next_kind
+from snakemake_executor_context.fleet.poolsizing import PoolDemand, kind_survival, next_kind
 from snakemake_executor_context.fleet.resources import Requirements, job_resources
 from snakemake_executor_context.fleet.state import FleetState
 from snakemake_executor_context.fleet.survival import (

@@ -30,7 +30,7 @@ from snakemake_executor_context.fleet.survival import (
     Life,
     kaplan_meier,
 )
-from snakemake_executor_context.report.command import read_report
+from snakemake_executor_context.report.reportcommand import read_report
 from tests.catalog_builder import EPOCH, CatalogBuilder
 from tests.test_monitor import drive, make_app, rows, text
 

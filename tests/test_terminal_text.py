@@ -115,7 +115,7 @@ def test_what_the_executor_tells_snakemake_is_escaped():
     wildcards raw in Snakemake's own job lines, which are Snakemake's."""
     from types import SimpleNamespace
 
-    from snakemake_executor_context.executor import vocabulary as v
+    from snakemake_executor_context.dispatch import vocabulary as v
     from snakemake_executor_context.executor.jobbuild import label, title
 
     job = SimpleNamespace(

@@ -54,8 +54,8 @@ def test_the_cluster_processs_record_reads_back_whole(tmp_path) -> None:
     import os
     from dataclasses import replace
 
-    from snakemake_executor_context.cluster.files import ClusterFiles
     from snakemake_executor_context.cluster.info import ClusterInfo, PlannedServer
+    from snakemake_executor_context.cluster.infofiles import ClusterFiles
     from snakemake_executor_context.fleet.gpus import GpuInfo
 
     gpu = GpuInfo(index=0, uuid="GPU-1", name="NVIDIA H200", memory_bytes=141 * 10**9)

@@ -3,7 +3,7 @@ went (``snakemake-context report``, its CSV and JSON export, the monitor's view)
 
 :func:`read_ledger` reads, for the servers alive in the window, their attempts,
 loads, contexts held, drains and pilots' batch allocations, and accounts each server
-with :func:`~..fleet.ledger.account` (every second in one bucket,
+with :func:`~..fleet.accounting.account` (every second in one bucket,
 :class:`~..fleet.buckets.Bucket`). :class:`Ledger` sums the segments by server, GPU
 model, context, rule and run; :data:`EXPORT_COLUMNS` are the export's columns. The
 report adds, per survival group, how long the window's servers lived against what
@@ -24,8 +24,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from ..errors import ContextExecutorError
-from ..fleet.buckets import BUCKET_HELP, Bucket
-from ..fleet.ledger import (
+from ..fleet.accounting import (
     Load,
     RunSpan,
     Segment,
@@ -36,6 +35,7 @@ from ..fleet.ledger import (
     life_seconds,
     load_stretches,
 )
+from ..fleet.buckets import BUCKET_HELP, Bucket
 from ..fleet.loads import load_parts
 from .lives import GroupLives
 from .models import Attempt, Context, Job, Pilot, Placement, Run, Server

@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from ..fleet.accounting import Segment
 from ..fleet.buckets import Bucket
-from ..fleet.ledger import Segment
 from .ledger import Window, read_ledger
 from .models import Attempt, EventRecord, Run, Server
 from .report_queries import pool_books

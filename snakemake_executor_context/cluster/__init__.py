@@ -7,13 +7,13 @@ pilots on batch systems.
   hub, and the catalog's writer on a persistent cluster; :mod:`.roster`: gang
   pilots assembled there into servers that span nodes;
 - :mod:`.plan`: which servers a local cluster starts, and their Dask settings (the
-  fleet's shape, servers x slots x threads per slot, is :mod:`..triples`);
+  fleet's shape, servers x slots x threads per slot, is :mod:`..fleetshape`);
 - :mod:`.nannies`: the servers' nanny (exit codes, orphans, held restarts, a server
   that lost its scheduler started again);
   :mod:`.inject`: the preemption injector;
 - :mod:`.process`: the cluster process seen from the one that starts or stops it;
   :mod:`.upcommand`: ``snakemake-context up``, its flags and the start;
-  :mod:`.files`: the scheduler, pid, log and catalog files of a local cluster;
+  :mod:`.infofiles`: the scheduler, pid, log and catalog files of a local cluster;
   :mod:`.info`: the cluster process's record of itself, in its pid file;
   :mod:`.credentials`: its TLS authority and certificate, and private files;
 - :mod:`.attach`: where a client attaches, checked in one line;

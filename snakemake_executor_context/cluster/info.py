@@ -1,10 +1,10 @@
 """The cluster process's record of itself: :class:`ClusterInfo`, written once it is up
-(beside the scheduler file, 0600: :meth:`.files.ClusterFiles.write_info`) and read by
+(beside the scheduler file, 0600: :meth:`.infofiles.ClusterFiles.write_info`) and read by
 the executor, ``up``, ``down``, ``status`` and the injector, all other processes.
 
 What tells the cluster process from a later process given the same pid (its start
 time and command line) travels in it too: a record whose process is gone names
-nothing (:meth:`.files.ClusterFiles.running_pid`).
+nothing (:meth:`.infofiles.ClusterFiles.running_pid`).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class ClusterInfo:
     slots: int = setting_default("slots")
     threads_per_slot: int = setting_default("threads_per_slot")
     #: Its process's start time (clock ticks since boot) and command line, as
-    #: :func:`.files.identity` reads them.
+    #: :func:`.infofiles.identity` reads them.
     start_ticks: int | None = None
     cmdline: tuple[str, ...] = ()
 

@@ -30,10 +30,10 @@ import psutil
 from .. import paths
 from ..errors import ClusterError
 from ..fleet import events as ev
-from ..server.pgroups import GroupRecord, nanny_pid
+from ..server.processgroups import GroupRecord, nanny_pid
 from ..server.server import survival_group_here
 from .credentials import FIX, private_dir, write_private
-from .files import ClusterFiles
+from .infofiles import ClusterFiles
 
 __all__ = ["add_parser", "choose_targets", "inject", "servers_of_group"]
 

@@ -4,11 +4,11 @@ process, before it comes back:
 
 - its process's exit code goes to the hub (:attr:`.hub.FleetHub.exits`), which
   classifies the loss with it (a crash or a preemption, :mod:`..fleet.losses`);
-- the process groups its plain jobs left are killed (:mod:`..server.pgroups`), and
+- the process groups its plain jobs left are killed (:mod:`..server.processgroups`), and
   what its jobs detached, which this process adopted as a subreaper
   (:mod:`..server.orphans`);
 - a restart a preemption injector holds back (a file in
-  :attr:`.files.ClusterFiles.hold_dir`) waits until the hold ends;
+  :attr:`.infofiles.ClusterFiles.hold_dir`) waits until the hold ends;
 - a server that closes itself because it lost its scheduler comes back too (Dask's
   nanny would close with it for good).
 """
@@ -27,9 +27,9 @@ from .. import paths
 from ..defaults import SERVER_MARK_VARIABLE
 from ..errors import UnsafePathError
 from ..server.orphans import ServerWatch
-from ..server.pgroups import GroupRecord
-from .files import ClusterFiles
+from ..server.processgroups import GroupRecord
 from .hub import FleetHub
+from .infofiles import ClusterFiles
 
 __all__ = ["LOST_SCHEDULER", "ContextNanny", "held_until"]
 

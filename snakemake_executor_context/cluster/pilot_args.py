@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from ..batch.registry import batch_system
+from ..fleetshape import Shape
 from ..options import (
     OPTIONS,
     PILOT,
@@ -18,7 +19,6 @@ from ..options import (
     server_group_counted,
     up_flag,
 )
-from ..triples import Shape
 from .pilots import PilotOptions, jobqueue_arguments
 
 __all__ = [

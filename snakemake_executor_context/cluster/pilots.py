@@ -38,9 +38,9 @@ from ..defaults import (
     SOURCE_MBPS_VARIABLE,
 )
 from ..errors import ClusterError
+from ..fleetshape import Shape
 from ..options import setting_default
 from ..server.config import PilotServerSettings
-from ..triples import Shape
 from ..walltime import WalltimeError, WalltimeReading, read_walltime
 from .plan import SERVER_DASK_CONFIG
 
@@ -131,8 +131,8 @@ class PilotOptions:
         ]
 
     def lifetime_seconds(self) -> float:
-        """When a pilot retires (:func:`~..fleet.pool.pilot_lifetime`)."""
-        from ..fleet.pool import pilot_lifetime
+        """When a pilot retires (:func:`~..fleet.poolsizing.pilot_lifetime`)."""
+        from ..fleet.poolsizing import pilot_lifetime
 
         return pilot_lifetime(walltime_of(self).seconds, self.retire_margin, self.lifetime_stagger)
 

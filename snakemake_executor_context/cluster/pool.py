@@ -1,7 +1,7 @@
 """A pool of pilots that follows the run's demand (runs in the cluster process).
 
 :class:`DemandAdaptive` replaces Dask's task-count target with
-:func:`~..fleet.pool.pilots_wanted` over the demand the executor publishes in the
+:func:`~..fleet.poolsizing.pilots_wanted` over the demand the executor publishes in the
 scheduler's metadata (:data:`~..defaults.DEMAND_KEY`), releases only pilots idle longer than the
 idle timeout, and forgets pilots that left (retired at their lifetime, preempted,
 cancelled) so that the pool submits replacements while work remains: dask-jobqueue
@@ -22,7 +22,7 @@ from ..batch.registry import batch_state
 from ..defaults import DEMAND_KEY, DEMAND_STALE_SECONDS
 from ..fleet import events as ev
 from ..fleet.pilotbook import PilotRecord, PoolBooks
-from ..fleet.pool import (
+from ..fleet.poolsizing import (
     DemandWatch,
     PoolDemand,
     PoolShape,
@@ -109,7 +109,7 @@ class DemandAdaptive(Adaptive):
         return min(wanted, growth_limit(self._useful(), self._unregistered(), self.shape))
 
     def _useful(self) -> int:
-        """Pilots that are proving useful now (:func:`~..fleet.pool.useful_pilots`)."""
+        """Pilots that are proving useful now (:func:`~..fleet.poolsizing.useful_pilots`)."""
         return useful_pilots(self.book.values(), self._idle_since, time.time(), self.idle_timeout)
 
     def _unregistered(self) -> int:
@@ -259,7 +259,7 @@ def kind_wanted(cluster: Any, kinds: list[Any]) -> int:
     """Which kind of pilot to submit next: the GPU type with the most ready jobs per
     pilot of that type (as published by the executor); where the run weighs survival,
     the kind whose pilots live longer by the hub's estimates; else the kind with fewest."""
-    from ..fleet.pool import kind_survival, next_kind
+    from ..fleet.poolsizing import kind_survival, next_kind
     from ..fleet.survival import survival_group
 
     held = [0] * len(kinds)

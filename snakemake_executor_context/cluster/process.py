@@ -21,7 +21,7 @@ from ..errors import ClusterError, UnsafePathError
 from ..options import up_flag
 from ..processes import pid_alive
 from .credentials import open_private_append
-from .files import ClusterFiles, identity, kill_group, tail
+from .infofiles import ClusterFiles, identity, kill_group, tail
 from .plan import start_wait
 
 __all__ = ["SERVE_MODULE", "LocalClusterProcess"]

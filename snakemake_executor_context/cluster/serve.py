@@ -2,7 +2,7 @@
 
 Runs a local cluster (a scheduler with the hub, one server per GPU or CPU servers)
 until it is shut down, idle too long, or orphaned, in a session of its own (see
-:mod:`.process`). Writes the files of :mod:`.files`.
+:mod:`.process`). Writes the files of :mod:`.infofiles`.
 
 Dask's local directory (``local_directory``) of the scheduler and of every nanny and
 server is the private root's scratch space (:func:`..paths.scratch_dir`): by default
@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from .. import paths
 from ..errors import SettingError
+from ..fleetshape import Shape
 from ..options import add_option, server_group_labels
 from ..processes import become_subreaper, process_tree, stop_processes
-from ..triples import Shape
 from .credentials import Credentials
-from .files import ClusterFiles
 from .info import ClusterInfo, PlannedServer
+from .infofiles import ClusterFiles
 from .plan import (
     SERVER_DASK_CONFIG,
     connect_timeout,
@@ -325,7 +325,7 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], sec
     """A batch system's pool of pilots, scaled by the run's demand. Pilots present the
     cluster's credentials, read from beside the scheduler file: that directory must be
     on a filesystem the compute nodes share."""
-    from ..fleet.pool import PoolShape
+    from ..fleet.poolsizing import PoolShape
     from .pilotcluster import start_pilot_cluster
     from .pilots import PilotOptions
     from .pool import DemandAdaptive

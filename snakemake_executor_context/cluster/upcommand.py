@@ -11,8 +11,8 @@ from typing import Any
 
 from ..allowed import NUMBER, TEXT, Allowed, add_argument, filled
 from ..defaults import DEFAULT_SCHEDULER_FILE, catalog_disabled
+from ..fleetshape import Shape
 from ..options import add_option, check_environment, up_flag
-from ..triples import Shape
 from .pilot_args import add_pilot_arguments, walltime_line
 
 __all__ = ["add_up_command"]
@@ -75,7 +75,7 @@ def _up(args: argparse.Namespace) -> int:
     if not args.backend:  # the servers start on this node (pilots make theirs on theirs)
         shape.check_own_caches(up_flag("own_caches"))
     from .credentials import private_file
-    from .files import ClusterFiles
+    from .infofiles import ClusterFiles
 
     catalog = args.catalog or str(ClusterFiles(args.scheduler_file.resolve()).catalog_file)
     if catalog_disabled(catalog):

@@ -1,13 +1,8 @@
 """What runs in Snakemake's process: the executor plugin.
 
 - :mod:`.adapter`: :class:`~.adapter.Executor`, the ``RemoteExecutor`` Snakemake
-  talks to (thin: stimuli in, commands out);
-- :mod:`.dispatch` and :mod:`.vocabulary`: the dispatch state machine and what it
-  takes and returns (pure: no Dask, no Snakemake); :mod:`.inflight`: the jobs and
-  attempts it holds; :mod:`.story`: every decision it took about a job, with its
-  stimulus; :mod:`.demand`: the work still to come per context, which placement
-  weighs against a load; :mod:`.refusals`: placement's refusals, remembered for
-  the rest of one pass over the queue;
+  talks to (thin: stimuli in, commands out), which feeds the dispatch machine
+  (:mod:`..dispatch`) and carries out its commands;
 - :mod:`.tasks`: the attempts' Dask futures; :mod:`.results`: what a finished one says;
   :mod:`.pacing`: when finished jobs are told to Snakemake (together, while work is queued);
 - :mod:`.jobbuild`: a Snakemake job as a ticket and a spec; :mod:`.rulecheck`: the

@@ -17,6 +17,7 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
+from ..dispatch import vocabulary as v
 from ..fleet.keys import job_key_of, new_run_id
 from ..jobspec import remove_outputs
 from ..snakemake_internals import (
@@ -26,7 +27,6 @@ from ..snakemake_internals import (
     told_not_finished,
 )
 from . import announce, results, startup
-from . import vocabulary as v
 from .fleetpoll import FleetPoll
 from .interrupt import CtrlC
 from .jobbuild import SpecBuilder, output_specs

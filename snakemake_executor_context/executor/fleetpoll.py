@@ -13,9 +13,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..defaults import DEMAND_KEY
-from ..fleet.pool import WITHDRAWN
-from .dispatch import FLEET_CHECK_SECONDS, Dispatch
-from .vocabulary import ServersPolled, Stimulus, Tick
+from ..dispatch.machine import FLEET_CHECK_SECONDS, Dispatch
+from ..dispatch.vocabulary import ServersPolled, Stimulus, Tick
+from ..fleet.poolsizing import WITHDRAWN
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from .. import snakemake_internals as internals
 from ..contexts import ContextDeclaration, undeclared
 from ..defaults import CONTEXT_DIR
+from ..dispatch.vocabulary import JobTicket
 from ..errors import ContextExecutorError
 from ..fleet.keys import job_key, safe_name
 from ..fleet.resources import Requirements, job_resources, requirements_from, widest
 from ..jobspec import OutputSpec
 from ..terminal import shown
-from .vocabulary import JobTicket
 
 if TYPE_CHECKING:
     from ..jobspec import ContextJobSpec, PlainJobSpec

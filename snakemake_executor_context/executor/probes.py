@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from .vocabulary import CachesProbed
+from ..dispatch.vocabulary import CachesProbed
 
 __all__ = ["CacheProbes"]
 

@@ -336,7 +336,7 @@ class Recording:
         that writes it, from the catalog this process wrote (``written``, where it
         ended: beside the shared one, or again after the file was deleted) only when it
         holds the run. Never fails the run."""
-        from ..report.command import build_report, write_report
+        from ..report.reportcommand import build_report, write_report
 
         spec = written or self.catalog or str(Path(self.workdir) / DEFAULT_CATALOG)
         if "://" not in spec and self.location and not self.writes:

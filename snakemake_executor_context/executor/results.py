@@ -9,14 +9,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..dispatch.vocabulary import AttemptEnded, JobTicket, SchedulerLost, Stimulus
 from ..jobspec import JobResult
 from ..terminal import printable
 from .summary import summary_entry
-from .vocabulary import AttemptEnded, JobTicket, SchedulerLost, Stimulus
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection
-    from .dispatch import Dispatch
+    from ..dispatch.machine import Dispatch
 
 __all__ = ["RESULT_TIMEOUT", "attempt_ended", "fetch_results", "scheduler_lost_first"]
 

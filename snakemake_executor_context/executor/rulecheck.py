@@ -186,7 +186,7 @@ def check_pool_fits(rules: Iterable[Any], kinds: Sequence[Mapping[str, Any]]) ->
     """Every rule a pool's pilots must run fits one kind of pilot: a job that fits
     waits for a pilot however long the batch queue takes; one that fits none fails
     here, at start, naming the rule, the kinds and the fix."""
-    from ..fleet.pool import kind_resources
+    from ..fleet.poolsizing import kind_resources
     from ..fleet.resources import covers
 
     offered = [

@@ -32,6 +32,7 @@ from ..allowed import (
 from ..allowed import settings_field as _checked
 from ..defaults import LOCAL_DIR_METADATA, MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE
 from ..errors import SettingError
+from ..fleetshape import Shape
 from ..options import (
     EXECUTOR_PREFIX,
     check_environment,
@@ -39,7 +40,6 @@ from ..options import (
     existing_dir,
     table_field,
 )
-from ..triples import Shape
 from .pilotsettings import ATTACH_SETTINGS, PilotSettings
 
 __all__ = ["ExecutorSettings", "common_settings", "settings_table"]

@@ -21,8 +21,11 @@ from ..defaults import (
     RECYCLE_VARIABLE,
     SERVER_LEASE_SECONDS,
 )
+from ..dispatch.machine import Dispatch
+from ..dispatch.vocabulary import SchedulerLost, Stimulus, StopQueued
 from ..errors import ContextExecutorError
 from ..fleet.pilotkinds import PilotKinds
+from ..fleetshape import Shape
 from ..options import up_flag
 from ..snakemake_internals import (
     check_snakemake,
@@ -37,8 +40,6 @@ from ..snakemake_internals import (
     workflow_config,
     workflow_rules,
 )
-from ..triples import Shape
-from .dispatch import Dispatch
 from .recording import run_catalog
 from .rulecheck import (
     check_context_rules,
@@ -49,7 +50,6 @@ from .rulecheck import (
     constant_resource,
 )
 from .settings import ExecutorSettings
-from .vocabulary import SchedulerLost, Stimulus, StopQueued
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..dispatch.vocabulary import AttemptEnded, JobTicket, Stopped, Submit
 from ..fleet import events as ev
 from ..fleet.keys import attempt_key, attempt_log, attempt_number
 from ..jobspec import GroupJobSpec, JobResult, OutputSpec, remove_outputs
 from .results import attempt_ended, fetch_results
-from .vocabulary import AttemptEnded, JobTicket, Stopped, Submit
 
 if TYPE_CHECKING:
     from ..cluster.connection import ClusterConnection

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..dispatch.vocabulary import FleetEvent
 from ..fleet import events as ev
-from .vocabulary import FleetEvent
 
 __all__ = ["WAKING_EVENTS", "FleetInbox", "Waker"]
 

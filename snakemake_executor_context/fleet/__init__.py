@@ -21,11 +21,11 @@ servers and the catalog all import it, and it imports none of them.
 - :mod:`.placement`: the placement policy, as pure functions of that view;
 - :mod:`.survival`: how long a server is likely to live (Kaplan-Meier over the lives
   seen, per group), which placement and the pool may weigh;
-- :mod:`.pool` and :mod:`.pilotbook`: how many pilots a pool holds, and its books;
+- :mod:`.poolsizing` and :mod:`.pilotbook`: how many pilots a pool holds, and its books;
   :mod:`.pilotkinds`: what each kind of pilot can run, once one has registered;
 - :mod:`.loads`: the kinds of context load (conversion, local cache, source, peer);
   :mod:`.peerchoice`: a template from a peer or from the source, by measured rates;
 - :mod:`.buckets`: the ledger's buckets, where a GPU-second went (one name each);
-- :mod:`.ledger`: the ledger's accounting, a server's life cut into those buckets, over
+- :mod:`.accounting`: the ledger's accounting, a server's life cut into those buckets, over
   :mod:`.intervals` (sets of time intervals).
 """

@@ -1,7 +1,7 @@
 """The ledger's buckets: where a GPU-second of the fleet went, one name each.
 
 Every second of a server's life (times its GPUs: a CPU server counts as its one
-stand-in GPU) lands in exactly one bucket. The ledger (:mod:`.ledger`, over the
+stand-in GPU) lands in exactly one bucket. The ledger (:mod:`.accounting`, over the
 catalog's records) and the simulator print these names, so that their numbers
 compare line by line. The order below is the order reports list them in.
 """

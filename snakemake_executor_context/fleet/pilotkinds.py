@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .pool import kind_resources
+from .poolsizing import kind_resources
 from .resources import GPU, Requirements, covers, describe_offer
 
 __all__ = ["PilotKinds"]

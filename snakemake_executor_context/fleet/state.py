@@ -1,7 +1,7 @@
 """The in-memory state of the fleet that placement reads, maintained from events.
 
 One :class:`FleetState` lives in each executor (fed by its dispatch state machine,
-:mod:`..executor.dispatch`) and one in the scheduler's hub (:mod:`..cluster.hub`),
+:mod:`..dispatch.machine`) and one in the scheduler's hub (:mod:`..cluster.hub`),
 which hands a snapshot to every run that attaches. It is updated by
 :meth:`FleetState.apply` from the fleet's events (:mod:`.events`), and by an
 executor's own dispatches and results; placement (:func:`.placement.choose_server`)
@@ -136,7 +136,7 @@ class FleetState:
         """Update the state from one event of the fleet (idempotent; late ones lose).
 
         An executor passes here only the events of jobs that are not its own: it
-        learns about its own from their results (see :mod:`..executor.dispatch`).
+        learns about its own from their results (see :mod:`..dispatch.machine`).
         """
         if isinstance(event, ServerJoined):
             joined = self.add_server(

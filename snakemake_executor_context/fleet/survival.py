@@ -26,7 +26,7 @@ off a pilot that retires before the job would end).
 the fleet's events arrive) and answers, for one server now: the chance it lives
 through a span (:meth:`~SurvivalBook.survives`), and its expected remaining life
 (:meth:`~SurvivalBook.remaining`). Placement (:mod:`.placement`) and the pool
-(:func:`.pool.next_kind`) ask; neither reads a clock.
+(:func:`.poolsizing.next_kind`) ask; neither reads a clock.
 """
 
 from __future__ import annotations

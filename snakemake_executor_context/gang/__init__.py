@@ -11,7 +11,7 @@ process under another executor) and in the rank processes it starts:
   when a rank dies;
 - :mod:`.rank`: :class:`~.rank.Rank`, what a shard loader gets, and the rank process's
   ``main``, which ``__main__`` runs (``python -m snakemake_executor_context.gang``);
-- :mod:`.store`: the rendezvous, kept by the driver and reached over each rank's own
+- :mod:`.rendezvous`: the rendezvous, kept by the driver and reached over each rank's own
   connection to it (no listener, no file);
 - :mod:`.devices`: the devices a process owns (:func:`~.devices.server_devices`), for
   a loader that splits a model over them itself (``device_map="auto"``) and for a

@@ -34,7 +34,7 @@ from typing import Any, cast
 
 from ..errors import GangBroken, RankError
 from .rank import CLOSE
-from .store import STORE, StoreBook
+from .rendezvous import STORE, StoreBook
 
 __all__ = ["Gang", "RankLoss", "RankProcess", "receive"]
 

@@ -4,7 +4,7 @@
 the gang's driver (:mod:`.driver`) starts, one per device. ``FD`` is its end of a
 socket pair that only the driver holds the other end of: every message arrives
 there, nothing listens for it. The process reads its :class:`RankStart`, joins the
-gang's ``torch.distributed`` group (its rendezvous, :mod:`.store`, answered by the
+gang's ``torch.distributed`` group (its rendezvous, :mod:`.rendezvous`, answered by the
 driver over that same socket pair: no listener, no file; gloo's and NCCL's own
 connections are not authenticated, see the docs), calls the context's shard loader
 with a :class:`Rank`, then runs the driver's calls until it is told to close, its
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _join_and_load(conn: Any, start: RankStart) -> Any:
     """Join the group and call the shard loader; tell the driver how it went."""
-    from .store import relay_store
+    from .rendezvous import relay_store
 
     try:
         import datetime

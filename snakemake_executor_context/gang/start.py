@@ -3,7 +3,7 @@ process owns (:class:`GangOptions`).
 
 The rank processes are started with ``subprocess`` (never forked: CUDA cannot be used
 after a fork, and a server's threads hold locks), each given its end of a socket
-pair, over which the driver also answers their rendezvous (:mod:`.store`). See
+pair, over which the driver also answers their rendezvous (:mod:`.rendezvous`). See
 :mod:`.driver` for what the gang then is.
 """
 
@@ -26,7 +26,7 @@ from ..processes import OWN
 from ..terminal import format_bytes
 from .driver import POLL_SECONDS, Gang, RankLoss, RankProcess, receive
 from .rank import Channel, Rank, RankStart
-from .store import StoreBook
+from .rendezvous import StoreBook
 
 __all__ = ["GangOptions", "RemoteDevice", "spawn_rank", "start_gang"]
 

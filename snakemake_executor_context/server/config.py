@@ -12,8 +12,8 @@ from typing import Any
 
 from ..defaults import DRAIN_GRACE_SECONDS, SERVER_LEASE_SECONDS
 from ..fleet.gpus import GpuInfo
+from ..fleetshape import Shape
 from ..options import setting_default
-from ..triples import Shape
 
 __all__ = ["PilotServerSettings", "ServerConfig", "resolve_budget"]
 

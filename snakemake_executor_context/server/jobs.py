@@ -26,8 +26,8 @@ from .inventory import ServerStats
 from .leftovers import JobSpans
 from .limits import STOP_GRACE_SECONDS, ServerLimits, broken_limit, memory_message
 from .memwatch import process_tree_rss
-from .pgroups import GroupRecord
 from .plain import run_plain_job
+from .processgroups import GroupRecord
 from .running import RunningJob
 from .slots.serverslots import ServerSlots
 

@@ -23,7 +23,7 @@ from typing import Any
 from ..defaults import LEFTOVER_GRACE_SECONDS, SERVER_MARK_VARIABLE
 from ..leftbehind import ProcessFacts, describe, server_orphans
 from ..processes import become_subreaper, end_leftovers, facts_of, read_processes
-from .pgroups import GroupRecord, server_mark
+from .processgroups import GroupRecord, server_mark
 
 __all__ = ["ServerWatch", "dask_setup"]
 

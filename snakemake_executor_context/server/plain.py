@@ -12,7 +12,7 @@ from ..fleet.outcome import Outcome, ServerIdentity
 from ..jobspec import JobResult, PlainJobSpec
 from ..processes import OWN, kill_process_group
 from .leftovers import end_plain_leftovers, plain_environment, tell_job
-from .pgroups import GroupRecord, with_parent_death_signal
+from .processgroups import GroupRecord, with_parent_death_signal
 from .processwide import make_dirs, open_own_file, server_umask
 from .running import RunningJob
 from .zygote import Zygote, parse_command

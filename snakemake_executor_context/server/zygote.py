@@ -159,7 +159,7 @@ def _child(request: dict[str, Any], wakeup: tuple[int, int]) -> None:
         for number in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
             signal.signal(number, signal.SIG_DFL)
         # A process group of its own, which the server records and a restarted server
-        # kills whole (server/pgroups.py); killed if the zygote dies (single-threaded:
+        # kills whole (server/processgroups.py); killed if the zygote dies (single-threaded:
         # the death signal follows the zygote itself).
         os.setpgid(0, 0)
         if sys.platform.startswith("linux"):

@@ -19,8 +19,8 @@ from typing import Any
 
 from ..allowed import NUMBER, SIZE, WHOLE, Allowed, check_value
 from ..errors import SettingError
-from .defaults import SLOTS
 from .model import Options, ServerKind
+from .simdefaults import SLOTS
 
 __all__ = [
     "BYTES",

@@ -1,12 +1,12 @@
 """The simulator: the real dispatch machine, driven through simulated time.
 
 :class:`Simulation` plays the executor's adapter (:mod:`..executor.adapter`): it
-hands the real :class:`~..executor.dispatch.Dispatch` the stimuli a run would
+hands the real :class:`~..dispatch.machine.Dispatch` the stimuli a run would
 (Snakemake's jobs, the fleet's events, the attempts' results, a tick every fleet
 check) and carries out its commands (a submission reaches the simulated server a
 Dask round trip later; a report reaches Snakemake's side, :mod:`.release`). Placement,
 the demand it weighs, the pool's sizing, loss classification and budgets are the
-real code, imported; the servers (:mod:`.servers`), the pool (:mod:`.pilots`) and the
+real code, imported; the servers (:mod:`.simservers`), the pool (:mod:`.simpool`) and the
 preemptions (:mod:`.preempt`) are simulated. The CPU time the dispatch machine spends
 is measured as it runs.
 """
@@ -19,27 +19,27 @@ import random
 import time
 from collections import Counter
 
-from ..executor import vocabulary as v
-from ..executor.dispatch import FLEET_CHECK_SECONDS, Dispatch
+from ..dispatch import vocabulary as v
+from ..dispatch.machine import FLEET_CHECK_SECONDS, Dispatch
 from ..fleet import events as ev
 from ..fleet.gpus import GpuInfo
 from ..fleet.keys import job_key
 from ..fleet.outcome import Outcome
 from ..fleet.peerchoice import Rates
-from ..fleet.pool import PoolDemand
+from ..fleet.poolsizing import PoolDemand
 from ..fleet.resources import job_resources, server_resources
 from ..fleet.servers import CPU_MODEL
 from .clock import Clock
-from .defaults import WAIT_FOR_SERVER
 from .hosting import Serving, Turns
-from .ledger import ledger
 from .model import ContextModel, Fleet, JobTimes, Options, Preemption, ServerKind, Storage
-from .pilots import SimPool
 from .preempt import Preempter
 from .release import Release
 from .result import Counts, SimResult, summarise
-from .servers import SimServer
 from .shared import Shared
+from .simdefaults import WAIT_FOR_SERVER
+from .simledger import ledger
+from .simpool import SimPool
+from .simservers import SimServer
 from .workload import SimJob, Workload
 
 __all__ = ["Simulation"]

@@ -12,9 +12,9 @@ from typing import Any
 from ..allowed import FLAG, NUMBER, TEXT, WHOLE, WORDS, Allowed, add_argument, filled
 from ..options import option
 from .bounds import BYTES, MAX_SERVERS, SPAN, pair_form, parse_counts, parse_gpus, parse_rates
-from .defaults import LOADS_PER_SOURCE, MIN_PILOTS, PEER_TRANSFERS, PILOT_WALLTIME, SLOTS
 from .hazard import parse_lifetimes
 from .model import PoolSpec
+from .simdefaults import LOADS_PER_SOURCE, MIN_PILOTS, PEER_TRANSFERS, PILOT_WALLTIME, SLOTS
 
 __all__ = ["add_flags"]
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from ..executor.vocabulary import JobTicket
+from ..dispatch.vocabulary import JobTicket
 from ..fleet import events as ev
-from ..fleet.ledger import Load, load_stretches
+from ..fleet.accounting import Load, load_stretches
 from ..fleet.loads import LoadKind
 from ..fleet.outcome import Outcome, ServerIdentity
 from ..fleet.peerchoice import Holder, Rates
@@ -196,7 +196,7 @@ class LoadMade(NamedTuple):
 
     def stretches(self) -> list[Load]:
         """The ledger's stretches of it, one per kind, as the catalog's account of a
-        real load cuts them (:func:`~..fleet.ledger.load_stretches`)."""
+        real load cuts them (:func:`~..fleet.accounting.load_stretches`)."""
         if self.lost:
             return [Load(self.start, self.end, self.kind, self.context, lost=True)]
         return load_stretches(

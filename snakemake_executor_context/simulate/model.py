@@ -1,6 +1,6 @@
 """What a simulation is told: the times of jobs and loads, the fleet, its pilots and
 its preemptions. Plain data; the simulator (:mod:`.engine`) reads it, the catalog
-(:mod:`.measured`) and the command line (:mod:`.command`) fill it.
+(:mod:`.measured`) and the command line (:mod:`.simcommand`) fill it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from ..defaults import DRAIN_GRACE_SECONDS
 from ..fleet.loads import LoadKind
 from ..fleet.losses import Budgets
-from .defaults import (
+from .hazard import Hazard
+from .simdefaults import (
     LIFETIME_STAGGER,
     LOADS_PER_SOURCE,
     MAX_PILOTS,
@@ -21,7 +22,6 @@ from .defaults import (
     RETIRE_MARGIN,
     SLOTS,
 )
-from .hazard import Hazard
 
 __all__ = [
     "ANY_MODEL",
@@ -85,7 +85,7 @@ class Storage:
     #: Whether a server fetches a context's template a peer holds from that peer
     #: (the paper's peer-to-peer transfer, as the plugin's servers do:
     #: ``server/peers/receiver.py``), and how many transfers each holder serves at once
-    #: (the plugin's default, :mod:`.defaults`).
+    #: (the plugin's default, :mod:`.simdefaults`).
     peer: bool = False
     peer_transfers: int = PEER_TRANSFERS
 
@@ -165,14 +165,14 @@ class PoolSpec:
     queue_draw: str = "exp"
     #: Seconds from a pilot's start to its server's registration (charged, "allocated_before").
     startup: float = 3.0
-    #: The plugin's defaults (:mod:`.defaults`): a pilot retires ``retire_margin``
+    #: The plugin's defaults (:mod:`.simdefaults`): a pilot retires ``retire_margin``
     #: before its walltime, up to ``stagger`` earlier at random.
     walltime: float = PILOT_WALLTIME
     retire_margin: float = RETIRE_MARGIN
     stagger: float = LIFETIME_STAGGER
     idle_timeout: float = PILOT_IDLE_TIMEOUT
     #: Servers reading one context from its source at once (0: no limit): a turn
-    #: covers the read of its bytes alone (the plugin's default, :mod:`.defaults`).
+    #: covers the read of its bytes alone (the plugin's default, :mod:`.simdefaults`).
     loads_per_source: int = LOADS_PER_SOURCE
     #: Seconds between two of the pool's decisions (Dask's Adaptive: 1 s).
     interval: float = 1.0

@@ -5,7 +5,7 @@ end of each server's life (its partition's hazard, :mod:`.hazard`).
 Each preemption picks a running server of its partition with the run's seeded
 generator and kills it (announced, as the injector does, so the loss is classified
 a preemption and charged to the preemption budget), or with ``TERM`` lets it drain
-for the grace period (:meth:`.servers.SimServer.drain`). A trace's lines are read by
+for the grace period (:meth:`.simservers.SimServer.drain`). A trace's lines are read by
 :func:`trace_from`.
 
 A server's life is drawn when it joins (a fixed fleet's, a restarted one, a pilot)
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from ..errors import SettingError
 from .clock import Clock
 from .model import Preemption
-from .servers import SimServer
+from .simservers import SimServer
 
 __all__ = ["Preempter", "trace_from"]
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..fleet.loads import LoadKind
-from .ledger import Ledger
-from .servers import SimServer
+from .simledger import Ledger
+from .simservers import SimServer
 
 __all__ = ["Counts", "SimResult", "describe", "summarise"]
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from snakemake_executor_context.catalog import queries
 from snakemake_executor_context.catalog.store import open_reader, open_store
 from snakemake_executor_context.catalog.writer import CatalogWriter
-from snakemake_executor_context.executor.demand import Demand
+from snakemake_executor_context.dispatch.inflight import Demand
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.placement import choose_server
 from snakemake_executor_context.fleet.resources import Requirements, job_resources

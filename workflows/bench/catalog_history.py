@@ -25,7 +25,7 @@ from snakemake_executor_context.catalog.monitor_queries import MonitorReader
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.catalog.writer import open_writer
 from snakemake_executor_context.fleet import events as ev
-from snakemake_executor_context.report.command import build_report
+from snakemake_executor_context.report.reportcommand import build_report
 
 SERVERS = ("tcp://127.0.0.1:4001", "tcp://127.0.0.1:4002")
 IDENTITY = "noop-" + "0" * 59

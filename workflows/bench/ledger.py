@@ -27,7 +27,7 @@ from snakemake_executor_context.catalog.ledger import export_csv, read_ledger, w
 from snakemake_executor_context.catalog.ledger_live import LiveLedger
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.fleet import events
-from snakemake_executor_context.report.command import build_report
+from snakemake_executor_context.report.reportcommand import build_report
 
 
 def main() -> None:

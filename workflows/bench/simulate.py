@@ -25,11 +25,10 @@ from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import paper
 import yaml
 
 from snakemake_executor_context.fleet.loads import LoadKind
-from snakemake_executor_context.simulate import paper
-from snakemake_executor_context.simulate.defaults import LOADS_PER_SOURCE, PEER_TRANSFERS
 from snakemake_executor_context.simulate.engine import Simulation
 from snakemake_executor_context.simulate.model import (
     Fleet,
@@ -40,6 +39,7 @@ from snakemake_executor_context.simulate.model import (
 )
 from snakemake_executor_context.simulate.replay import Replay, replay
 from snakemake_executor_context.simulate.result import describe
+from snakemake_executor_context.simulate.simdefaults import LOADS_PER_SOURCE, PEER_TRANSFERS
 from snakemake_executor_context.simulate.workload import from_spec
 
 

@@ -33,7 +33,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from snakemake_executor_context.simulate import paper
+import paper
+
 from snakemake_executor_context.simulate.hazard import Bathtub, Hazard, Memoryless
 from snakemake_executor_context.simulate.model import Fleet, PoolSpec, Preemption, ServerKind
 from snakemake_executor_context.simulate.result import SimResult

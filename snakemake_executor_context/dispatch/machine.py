@@ -21,7 +21,7 @@ its jobs end cancelled, each attempt once, and none is placed again, even when t
 server stopping it leaves.
 
 **Its story.** Every command carries the id of the stimulus that caused it, and
-every decision about a job is kept (:mod:`.story`): :meth:`Dispatch.story` answers
+every decision about a job is kept (:mod:`.storylog`): :meth:`Dispatch.story` answers
 what happened to a job, and the decisions its dispatch and report do not record go
 to the catalog too (``snakemake-context story``).
 
@@ -45,13 +45,11 @@ from ..fleet.keys import attempt_key, attempt_log, attempt_number
 from ..fleet.losses import Budgets, loss_line, ran_there
 from ..fleet.pilotkinds import PilotKinds
 from ..fleet.placement import PlacementStep, choose_server
-from ..fleet.pool import PoolDemand
+from ..fleet.poolsizing import PoolDemand
 from ..fleet.resources import explain_unrunnable
 from ..fleet.state import FleetState
-from .demand import Demand
-from .inflight import Attempt, QueuedJob
-from .refusals import Refusals
-from .story import StoryEntry, StoryLog, stamped, stimulus_id
+from .inflight import Attempt, Demand, QueuedJob, Refusals
+from .storylog import StoryEntry, StoryLog, stamped, stimulus_id
 from .vocabulary import (
     AttemptEnded,
     CachesProbed,
@@ -258,7 +256,7 @@ class Dispatch:
         """Submit the queued jobs placement finds a server for, in Snakemake's
         priority order (the queue's); the others stay queued. A job asking what an
         earlier one of this pass was refused is refused the same until a job is
-        placed (:mod:`.refusals`)."""
+        placed (:class:`.inflight.Refusals`)."""
         if not self._queue:
             return
         demand: Counter[str] | None = None  # the pass's, once a job needs it
@@ -488,7 +486,10 @@ class Dispatch:
                 self._tell(attempt.job.ticket, "slot freed", attempt=event.key)
             return
         if mine:
-            return  # this run's own dispatches and reports, echoed by the scheduler
+            # Its servers' other word on its jobs. The run's own records, which the
+            # scheduler echoes to every run, never reach here: dropped by sender
+            # before they are decoded (executor/wake.py).
+            return
         if isinstance(event, ev.ServerJoined) and self.pool is not None:
             self.pool.joined(event.name, event.resources)
         if isinstance(event, ev.ServerJoined) or getattr(event, "conversions", None):

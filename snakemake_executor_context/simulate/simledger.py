@@ -1,8 +1,8 @@
 """Where each simulated GPU-second went: each server's life as the ledger takes it
-(:class:`~..fleet.ledger.ServerLife`: its attempts, its loads cut by kind as the
+(:class:`~..fleet.accounting.ServerLife`: its attempts, its loads cut by kind as the
 catalog's are, the contexts it held, its drain, a pilot's batch allocation), built
 from what the simulated servers and pool did, and accounted by the ledger's own rules
-(:func:`~..fleet.ledger.account`), so that a prediction and a real run's ledger
+(:func:`~..fleet.accounting.account`), so that a prediction and a real run's ledger
 compare bucket by bucket. A pilot that never registered is charged its allocation.
 """
 
@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..fleet.accounting import Segment, ServerLife, account
 from ..fleet.buckets import Bucket
-from ..fleet.ledger import Segment, ServerLife, account
-from .servers import SimServer
+from .simservers import SimServer
 
 if TYPE_CHECKING:
-    from .pilots import SimPool
+    from .simpool import SimPool
 
 __all__ = ["Ledger", "ledger", "life_of"]
 

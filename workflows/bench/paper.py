@@ -16,7 +16,7 @@ A load from the source is the read of the model's 3.7 GB over the shared filesys
 then its fixed part and the state's creation, outside the turn; a load from a peer
 is the transfer over the network, then the state's creation; one from the local
 cache, its read from local disk, then the state's creation. RQ4's pool runs with the
-plugin's defaults (:mod:`.defaults`) unless a row says otherwise.
+plugin's defaults (:mod:`.simdefaults`) unless a row says otherwise.
 """
 
 from __future__ import annotations
@@ -24,12 +24,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..fleet.loads import LoadKind
-from .defaults import LOADS_PER_SOURCE, PEER_TRANSFERS
-from .engine import Simulation
-from .model import ANY_MODEL, Fleet, JobTimes, Options, PoolSpec, Preemption, ServerKind, Storage
-from .result import SimResult
-from .workload import Workload, from_spec
+from snakemake_executor_context.fleet.loads import LoadKind
+from snakemake_executor_context.simulate.engine import Simulation
+from snakemake_executor_context.simulate.model import (
+    ANY_MODEL,
+    Fleet,
+    JobTimes,
+    Options,
+    PoolSpec,
+    Preemption,
+    ServerKind,
+    Storage,
+)
+from snakemake_executor_context.simulate.result import SimResult
+from snakemake_executor_context.simulate.simdefaults import LOADS_PER_SOURCE, PEER_TRANSFERS
+from snakemake_executor_context.simulate.workload import Workload, from_spec
 
 __all__ = [
     "ASSUMED",
@@ -211,7 +220,7 @@ def mixed_fleet(
     """``total`` GPUs of the cluster's 18 models in the cluster's proportions (a pool
     of up to ``total`` pilots of them, with ``pool``), and the models' slowdowns
     (every model at ``slowdown`` when given: the sensitivity to the mix)."""
-    from .whatif import scaled
+    from snakemake_executor_context.simulate.whatif import scaled
 
     kinds = [ServerKind(model, count) for model, _, count in CLUSTER]
     slow = {model: factor if slowdown is None else slowdown for model, factor, _ in CLUSTER}

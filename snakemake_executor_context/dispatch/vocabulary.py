@@ -1,4 +1,4 @@
-"""What the dispatch state machine (:mod:`.dispatch`) takes and returns.
+"""What the dispatch state machine (:mod:`.machine`) takes and returns.
 
 Stimuli are what happened (a job is ready, an attempt ended, an event of the fleet,
 Dask's list of workers, a tick, Ctrl-C); commands are what the executor must do
@@ -121,7 +121,7 @@ class JobTicket:
     def story(
         self, run_id: str, attempt: str | None, what: str, detail: str, now: float
     ) -> ev.JobStory:
-        """The catalog's record of a decision about the job (see :mod:`.story`)."""
+        """The catalog's record of a decision about the job (see :mod:`.storylog`)."""
         return ev.JobStory(
             at=now,
             run_id=run_id,
@@ -278,7 +278,7 @@ Stimulus = (
 
 # -- commands --------------------------------------------------------------------------
 # Every command carries the id of the stimulus that led to it (``stimulus``, set by
-# :meth:`.dispatch.Dispatch.handle`; its story, :mod:`.story`).
+# :meth:`.machine.Dispatch.handle`; its story, :mod:`.storylog`).
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,18 @@
 """A simulated pool of pilots, sized by the real pool's policy.
 
-Every ``interval`` the pool asks :func:`~..fleet.pool.pilots_wanted` how many pilots
+Every ``interval`` the pool asks :func:`~..fleet.poolsizing.pilots_wanted` how many pilots
 the run's published demand calls for, capped by
-:func:`~..fleet.pool.growth_limit` over the pilots proving useful
-(:func:`~..fleet.pool.useful_pilots`), submits new ones of the kind
-:func:`~..fleet.pool.next_kind` picks (within what the cluster gives of each GPU
-model), and releases those :func:`~..fleet.pool.pilots_to_release` names. A pilot
+:func:`~..fleet.poolsizing.growth_limit` over the pilots proving useful
+(:func:`~..fleet.poolsizing.useful_pilots`), submits new ones of the kind
+:func:`~..fleet.poolsizing.next_kind` picks (within what the cluster gives of each GPU
+model), and releases those :func:`~..fleet.poolsizing.pilots_to_release` names. A pilot
 waits in the batch queue, starts its server, registers, and retires before its
 walltime (Dask's ``--lifetime``, staggered); the pool's books are the real
 :class:`~..fleet.pilotbook.PilotRecord`.
 
 With survival placement on (:attr:`.model.Options.survival`), the pool tells
-:func:`~..fleet.pool.next_kind` the chance a new pilot of each kind lives through
-a load and a job, as the real pool does (:func:`~..fleet.pool.kind_survival`: the
+:func:`~..fleet.poolsizing.next_kind` the chance a new pilot of each kind lives through
+a load and a job, as the real pool does (:func:`~..fleet.poolsizing.kind_survival`: the
 fleet's survival estimate for the kind's partition over the published demand's
 measured load and job times).
 """
@@ -23,9 +23,9 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ..executor.dispatch import Dispatch
+from ..dispatch.machine import Dispatch
 from ..fleet.pilotbook import PilotRecord, account
-from ..fleet.pool import (
+from ..fleet.poolsizing import (
     PoolDemand,
     PoolShape,
     growth_limit,
@@ -38,7 +38,7 @@ from ..fleet.pool import (
 )
 from .clock import Clock
 from .model import PoolSpec, ServerKind
-from .servers import SimServer
+from .simservers import SimServer
 
 __all__ = ["SimPool"]
 
@@ -142,7 +142,7 @@ class SimPool:
 
     def _survival(self, kinds: Sequence[ServerKind]) -> list[float] | None:
         """Per kind, the chance a new pilot lives through a load and its work, as the
-        real pool asks it (:func:`~..fleet.pool.kind_survival`; None: the run does not
+        real pool asks it (:func:`~..fleet.poolsizing.kind_survival`; None: the run does not
         weigh survival)."""
         groups = [(kind.where, kind.gpu_model) for kind in kinds]
         book = self.host.dispatch.fleet.survival

@@ -7,7 +7,7 @@ another slot: wait; else load it: from the node-local cache, a peer, or the sour
 converting the first time), runs for its time (shared with its slots' jobs by the
 batching gain), and ends with the :class:`~..fleet.outcome.Outcome` a real server
 seals. Everything it would tell the scheduler it emits as the fleet's events. It
-keeps the intervals the ledger (:mod:`.ledger`) adds up.
+keeps the intervals the ledger (:mod:`.simledger`) adds up.
 
 A load moves the context's bytes, then makes the rest (software start, state
 creation). From the source, the move is a read over the shared filesystem made in a
@@ -27,10 +27,10 @@ from __future__ import annotations
 import math
 
 from ..defaults import PEER_WAIT_SECONDS
-from ..executor.vocabulary import JobTicket
+from ..dispatch.vocabulary import JobTicket
 from ..fleet import events as ev
+from ..fleet.accounting import Warm, Work
 from ..fleet.eviction import Held, to_evict
-from ..fleet.ledger import Warm, Work
 from ..fleet.loads import LoadKind
 from ..fleet.losses import finishes_in_grace
 from ..fleet.outcome import ServerIdentity
@@ -66,7 +66,7 @@ class SimServer:
         self.unshareable: set[str] = set()
         self.compute = Shared(host.clock, host.times.gain)
         self._durations: dict[str | None, tuple[int, float]] = {}
-        #: What the ledger accounts (:mod:`.ledger`): each attempt by key (the last
+        #: What the ledger accounts (:mod:`.simledger`): each attempt by key (the last
         #: word on it), each load, each context's span held ready.
         self.attempts: dict[str, Work] = {}
         self.loads: list[LoadMade] = []
