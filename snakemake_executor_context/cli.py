@@ -183,8 +183,8 @@ def _catalog_of(args: argparse.Namespace) -> str:
 
 
 def _story(args: argparse.Namespace) -> int:
+    from .catalog.reading.stories import find_job, job_story, story_text
     from .catalog.store import open_reader
-    from .catalog.story import find_job, job_story, story_text
 
     reader = open_reader(_catalog_of(args))
     try:
@@ -198,7 +198,7 @@ def _story(args: argparse.Namespace) -> int:
 
 def _upgrade(args: argparse.Namespace) -> int:
     from .catalog.store import resolve_location
-    from .catalog.writer import open_writer
+    from .catalog.writing.writer import open_writer
 
     catalog = _catalog_of(args)
     location = resolve_location(catalog)
@@ -255,7 +255,7 @@ def _status(args: argparse.Namespace) -> int:
     catalog = args.catalog or catalog or _default_catalog(args.scheduler_file)
     report: dict[str, Any] = {}
     if catalog is not None:
-        from .catalog import queries
+        from .catalog.reading import status as queries
         from .catalog.store import open_reader
 
         reader = open_reader(catalog)
@@ -320,7 +320,7 @@ def _status(args: argparse.Namespace) -> int:
                     + (f", up to {at_once} job(s) at once" if at_once else "")
                 )
     if report:
-        from .catalog.overview_text import format_overview
+        from .catalog.reading.overview import format_overview
 
         print(format_overview(str(catalog), report))
     return 0

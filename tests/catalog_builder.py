@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import insert, update
 
 from snakemake_executor_context.catalog.models import Attempt, Job, Meta, Run
-from snakemake_executor_context.catalog.record import Recorder
 from snakemake_executor_context.catalog.store import CatalogStore, open_store
+from snakemake_executor_context.catalog.writing.record import Recorder
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.gpus import normalize_gpu_model
 

@@ -88,11 +88,9 @@ def package_of(module: str) -> str:
 def test_the_graph_is_read():
     """The checks below would pass on an empty graph: make sure it is not one."""
     assert f"{ROOT}.fleet.state" in GRAPH[f"{ROOT}.fleet.placement"]
-    assert f"{ROOT}.catalog.store" in GRAPH[f"{ROOT}.catalog.writer"] or any(
-        target.startswith(f"{ROOT}.catalog") for target in GRAPH[f"{ROOT}.catalog.writer"]
-    )
-    assert f"{ROOT}.fleet.events" in closure([f"{ROOT}.catalog.record"])
-    assert f"{ROOT}.dispatch.machine" in GRAPH[f"{ROOT}.executor.fleetpoll"]
+    assert f"{ROOT}.catalog.store" in GRAPH[f"{ROOT}.catalog.writing.writer"]
+    assert f"{ROOT}.fleet.events" in closure([f"{ROOT}.catalog.writing.record"])
+    assert f"{ROOT}.dispatch.machine" in GRAPH[f"{ROOT}.executor.loop"]
     assert f"{ROOT}.dispatch.machine" in closure([f"{ROOT}.executor.adapter"])
 
 
@@ -113,6 +111,12 @@ def test_the_catalog_imports_the_fleets_vocabulary_and_never_the_reverse():
     for package in ("dispatch", "executor", "server", "cluster"):
         assert not reached & under(package), f"the catalog reaches {package}"
     assert f"{ROOT}.fleet.events" in reached
+
+
+def test_the_catalogs_readers_never_import_its_write_side():
+    reached = closure(under("catalog.reading"))
+    assert not reached & under("catalog.writing"), sorted(reached & under("catalog.writing"))
+    assert f"{ROOT}.catalog.models" in reached
 
 
 def test_the_dispatch_machine_imports_neither_dask_nor_snakemake():

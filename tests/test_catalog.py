@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_context.catalog import queries, store, writer
+from snakemake_executor_context.catalog import store
 from snakemake_executor_context.catalog.models import SCHEMA_VERSION, Meta
+from snakemake_executor_context.catalog.reading import status as queries
 from snakemake_executor_context.catalog.store import (
     CatalogError,
     CatalogSchemaError,
@@ -21,7 +22,8 @@ from snakemake_executor_context.catalog.store import (
     open_reader,
     open_store,
 )
-from snakemake_executor_context.catalog.writer import CatalogWriter
+from snakemake_executor_context.catalog.writing import writer
+from snakemake_executor_context.catalog.writing.writer import CatalogWriter
 from snakemake_executor_context.fleet import events as ev
 from tests.catalog_builder import CatalogBuilder
 
@@ -268,7 +270,7 @@ def test_catalog_on_a_network_filesystem_is_a_published_snapshot(
 READER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from snakemake_executor_context.catalog import queries
+    from snakemake_executor_context.catalog.reading import status as queries
     from snakemake_executor_context.catalog.store import open_reader
 
     path, stop = sys.argv[1], Path(sys.argv[2])

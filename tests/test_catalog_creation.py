@@ -19,12 +19,12 @@ import pytest
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateTable
 
-from snakemake_executor_context.catalog import history
-from snakemake_executor_context.catalog.follow import FileId, moved
 from snakemake_executor_context.catalog.migrations.runner import leftovers
 from snakemake_executor_context.catalog.models import Base
+from snakemake_executor_context.catalog.reading import history
 from snakemake_executor_context.catalog.store import CatalogSchemaError, open_reader, open_store
-from snakemake_executor_context.catalog.writer import open_writer
+from snakemake_executor_context.catalog.writing.follow import FileId, moved
+from snakemake_executor_context.catalog.writing.writer import open_writer
 from snakemake_executor_context.executor.recording import Recording
 from snakemake_executor_context.fleet import events as ev
 
@@ -36,7 +36,7 @@ from .conftest import BIN, TOY_LOADER, context_run
 CREATOR = r"""
 import json, os, signal, sys
 from sqlalchemy import Engine, event
-from snakemake_executor_context.catalog.writer import open_writer
+from snakemake_executor_context.catalog.writing.writer import open_writer
 
 def create(path, kill_at):
     steps = [0]

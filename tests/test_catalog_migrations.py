@@ -16,9 +16,9 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, text
 
-from snakemake_executor_context.catalog import history
 from snakemake_executor_context.catalog.migrations import runner
 from snakemake_executor_context.catalog.models import SCHEMA_VERSION, Base
+from snakemake_executor_context.catalog.reading import history
 from snakemake_executor_context.catalog.store import (
     CatalogSchemaError,
     open_reader,

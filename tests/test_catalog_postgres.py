@@ -13,10 +13,10 @@ import threading
 
 import pytest
 
-from snakemake_executor_context.catalog import queries
 from snakemake_executor_context.catalog.models import SCHEMA_VERSION, Base, Meta
+from snakemake_executor_context.catalog.reading import status as queries
 from snakemake_executor_context.catalog.store import CatalogSchemaError, open_reader, open_store
-from snakemake_executor_context.catalog.writer import CatalogWriter
+from snakemake_executor_context.catalog.writing.writer import CatalogWriter
 from snakemake_executor_context.fleet import events as ev
 
 from .conftest import context_run

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_context.catalog import queries
 from snakemake_executor_context.catalog.models import Meta
+from snakemake_executor_context.catalog.reading import status as queries
 from snakemake_executor_context.catalog.store import open_reader, open_store
-from snakemake_executor_context.catalog.writer import open_writer
+from snakemake_executor_context.catalog.writing.writer import open_writer
 
 from .conftest import BIN, context_run, snakemake
 

@@ -9,12 +9,12 @@ import json
 import pytest
 from sqlalchemy import select
 
-from snakemake_executor_context.catalog import queries
-from snakemake_executor_context.catalog.ledger import read_ledger, window_of
 from snakemake_executor_context.catalog.models import EventRecord, Placement, Server, Transfer
-from snakemake_executor_context.catalog.overview_text import format_overview
+from snakemake_executor_context.catalog.reading import status as queries
+from snakemake_executor_context.catalog.reading.ledger import read_ledger, window_of
+from snakemake_executor_context.catalog.reading.overview import format_overview
 from snakemake_executor_context.catalog.store import open_reader, open_store
-from snakemake_executor_context.catalog.writer import CatalogWriter
+from snakemake_executor_context.catalog.writing.writer import CatalogWriter
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.buckets import Bucket
 from snakemake_executor_context.fleet.loads import LoadKind

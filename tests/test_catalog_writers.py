@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_context.catalog import lease, queries, store, writer
-from snakemake_executor_context.catalog.lease import WriterLease, sibling_path
+from snakemake_executor_context.catalog import store
+from snakemake_executor_context.catalog.reading import status as queries
 from snakemake_executor_context.catalog.store import open_reader
-from snakemake_executor_context.catalog.writer import open_writer
+from snakemake_executor_context.catalog.writing import lease, writer
+from snakemake_executor_context.catalog.writing.lease import WriterLease, sibling_path
+from snakemake_executor_context.catalog.writing.writer import open_writer
 from snakemake_executor_context.errors import UnsafePathError
 from snakemake_executor_context.fleet import events as ev
 from tests.conftest import busy_loops
@@ -187,7 +189,7 @@ def test_a_stale_lease_is_taken_over_and_its_run_marked_abandoned(tmp_path):
             "-c",
             textwrap.dedent(f"""
                 import os, signal
-                from snakemake_executor_context.catalog.writer import open_writer
+                from snakemake_executor_context.catalog.writing.writer import open_writer
                 from snakemake_executor_context.fleet import events as ev
                 w = open_writer({str(path)!r}, owner="run dead", warn=print, say=print,
                                 heartbeat_run="dead")
@@ -329,7 +331,7 @@ def test_events_a_run_could_not_record_are_counted_and_reported(tmp_path, monkey
 
 FULL_DISK = textwrap.dedent("""
     import resource, sys
-    from snakemake_executor_context.catalog.writer import open_writer
+    from snakemake_executor_context.catalog.writing.writer import open_writer
     from snakemake_executor_context.catalog.store import CatalogError
 
     # A disk that takes only this many bytes per file (writes beyond fail with EFBIG,

@@ -576,7 +576,7 @@ def test_cache_probes_run_in_the_background_one_at_a_time_and_coalesce():
     import threading
     import time
 
-    from snakemake_executor_context.executor.probes import CacheProbes
+    from snakemake_executor_context.executor.loop import CacheProbes
 
     release, calls, answers = threading.Event(), [], []
 

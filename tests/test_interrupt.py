@@ -264,7 +264,7 @@ def test_a_run_interrupted_while_its_loader_hangs_is_recorded_interrupted(make_w
     """Ctrl-C while the embedded cluster's only server hangs in a load: the catalog
     said the run finished and left the attempt running; now the run is interrupted
     and its one attempt cancelled, from its start to after the interrupt."""
-    from snakemake_executor_context.catalog.history import runs
+    from snakemake_executor_context.catalog.reading.history import runs
     from snakemake_executor_context.catalog.store import open_reader
 
     workdir = _hung_load_workflow(make_workflow)
@@ -482,7 +482,7 @@ def test_a_ctrl_c_the_main_thread_swallowed_is_raised_again_as_it_hands_a_job_ov
 
 SWALLOWING = """
 import os, signal
-from snakemake_executor_context.executor.interrupt import CtrlC
+from snakemake_executor_context.executor.loop import CtrlC
 
 ctrl_c = CtrlC()
 ctrl_c.install()

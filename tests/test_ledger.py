@@ -12,14 +12,14 @@ import json
 import pytest
 from sqlalchemy import select
 
-from snakemake_executor_context.catalog.ledger import (
+from snakemake_executor_context.catalog.models import ForwardBatch, Pilot
+from snakemake_executor_context.catalog.reading.ledger import (
     EXPORT_COLUMNS,
     export_csv,
     export_json,
     read_ledger,
     window_of,
 )
-from snakemake_executor_context.catalog.models import ForwardBatch, Pilot
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.accounting import (
@@ -237,7 +237,7 @@ def test_a_finished_load_is_cut_into_stretches_by_kind() -> None:
 def test_the_monitors_live_ledger_matches_the_ledger_poll_by_poll(tmp_path) -> None:
     """The live ledger accounts again only what changed, and moves the others on: after
     each change its sums are the ledger's, read from scratch at the same moment."""
-    from snakemake_executor_context.catalog.ledger_live import LiveLedger
+    from snakemake_executor_context.catalog.reading.liveledger import LiveLedger
 
     path = tmp_path / "catalog.db"
     live = LiveLedger()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_context.catalog.ledger import read_ledger, window_of
+from snakemake_executor_context.catalog.reading.ledger import read_ledger, window_of
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.fleet.buckets import Bucket
 

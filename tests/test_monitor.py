@@ -660,7 +660,7 @@ def test_cli_monitor_subcommand_is_wired():
 def _catalogs_own_view(path: Path, now: float) -> dict[str, Any]:
     """What the catalog's own queries (``snakemake-context status``) say, and the
     throughput series worked out here from the latest attempts."""
-    from snakemake_executor_context.catalog import queries
+    from snakemake_executor_context.catalog.reading import status as queries
     from snakemake_executor_context.catalog.store import open_reader
 
     reader = open_reader(path)
@@ -910,7 +910,7 @@ def test_the_monitor_and_status_derive_the_same_context_rows(catalog: Path):
     """The monitor folds catalog rows into memory poll by poll (its latency), `status`
     asks SQL: both build each ContextRow, and must agree on where each context is warm
     or loading and on its loads (the demo fleet lost a server and evicted a context)."""
-    from snakemake_executor_context.catalog import queries
+    from snakemake_executor_context.catalog.reading import status as queries
     from snakemake_executor_context.catalog.store import open_store
 
     source = CatalogSource(catalog, clock=lambda: DEMO_NOW)

@@ -46,9 +46,9 @@ ALLOWED = {
     ("catalog/store.py", "mkdir"): "the directory of a catalog the user named, or the "
     "workflow's .snakemake/context (umask); the files in it are made 0600 and checked, "
     "or live in the private root when others may write there",
-    ("catalog/follow.py", "mkdir"): "the directory of a catalog deleted under its writer, "
+    ("catalog/writing/follow.py", "mkdir"): "the directory of a catalog deleted under its writer, "
     "made again (umask) as catalog/store.py makes it; the file in it is made 0600",
-    ("catalog/lease.py", "mkdir"): "the same directory, for the catalog's writer lease",
+    ("catalog/writing/lease.py", "mkdir"): "the same directory, for the catalog's writer lease",
     ("server/slots/serverslots.py", "open"): "/proc/self (the kernel's)",
     ("cluster/infofiles.py", "open"): "/proc/<pid> (the kernel's)",
     ("processes.py", "open"): "/proc/<pid> (the kernel's)",

@@ -91,7 +91,7 @@ def test_a_context_workflow_runs_on_slurm_pilots(tmp_path: Path, pool) -> None:
     assert all(ended for _, _, ended in pilots), pilots
     assert all(left is not None for *_, left in servers_rows), servers_rows
     assert all(at is not None and at <= joined for _, at, joined, _ in servers_rows), servers_rows
-    from snakemake_executor_context.catalog.ledger import read_ledger, window_of
+    from snakemake_executor_context.catalog.reading.ledger import read_ledger, window_of
     from snakemake_executor_context.catalog.store import open_reader
     from snakemake_executor_context.fleet.buckets import Bucket
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from snakemake_executor_context.catalog.seed import survival_history
+from snakemake_executor_context.catalog.reading.fleetseed import survival_history
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.placement import choose_server
 from snakemake_executor_context.fleet.poolsizing import PoolDemand, kind_survival, next_kind

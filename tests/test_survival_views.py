@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from snakemake_executor_context.catalog import queries
-from snakemake_executor_context.catalog.ledger import export_json, window_of
-from snakemake_executor_context.catalog.lives import (
+from snakemake_executor_context.catalog.reading import status as queries
+from snakemake_executor_context.catalog.reading.ledger import export_json, window_of
+from snakemake_executor_context.catalog.reading.lives import (
     catalog_lives_left,
     group_lives,
     lives_text,
     median_life,
 )
-from snakemake_executor_context.catalog.overview_text import format_overview
+from snakemake_executor_context.catalog.reading.overview import format_overview
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.fleet.survival import (
     PRIOR_MEAN_LIFE,

@@ -2,7 +2,7 @@
 
 :class:`CatalogSource` opens the catalog read-only (immutable when it is finished or
 read-only), and :meth:`CatalogSource.fetch` folds in what changed since the previous
-poll (the catalog's :class:`~snakemake_executor_context.catalog.monitor_queries.MonitorReader`,
+poll (the catalog's :class:`~snakemake_executor_context.catalog.reading.monitoring.MonitorReader`,
 with a fresh session) and gathers a :class:`Snapshot`. Nothing here writes, and nothing
 here touches Textual.
 """
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snakemake_executor_context.catalog.ledger_live import LedgerSums, LiveLedger
-from snakemake_executor_context.catalog.monitor_queries import MonitorReader, open_immutable
-from snakemake_executor_context.catalog.queries import (
+from snakemake_executor_context.catalog.reading.liveledger import LedgerSums, LiveLedger
+from snakemake_executor_context.catalog.reading.monitoring import MonitorReader, open_immutable
+from snakemake_executor_context.catalog.reading.status import (
     ContextRow,
     Counts,
     FleetRow,
@@ -226,7 +226,11 @@ class CatalogSource:
     def story(self, key: str) -> str:
         """The story of the job of attempt ``key`` (a fresh session; for the server
         page's selected job), or why there is none."""
-        from snakemake_executor_context.catalog.story import find_job, job_story, story_text
+        from snakemake_executor_context.catalog.reading.stories import (
+            find_job,
+            job_story,
+            story_text,
+        )
 
         if self._store is None:
             return ""

@@ -8,7 +8,7 @@ done. The
 throughput series and the progress depend on the time and are cheap: bisections in
 sorted finish times. Each live server's expected remaining life depends on the time
 too: it is estimated as of the last multiple of
-:data:`~snakemake_executor_context.catalog.lives.REFRESH_SECONDS` (the same whenever
+:data:`~snakemake_executor_context.catalog.reading.lives.REFRESH_SECONDS` (the same whenever
 the monitor started), again after a change to the fleet and when the next multiple
 comes (then only the rows whose estimate reads otherwise change).
 
@@ -23,18 +23,18 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from snakemake_executor_context.catalog.lives import (
+from snakemake_executor_context.catalog.reading.lives import (
     REFRESH_SECONDS,
     LifeLeft,
     LiveServer,
     lives_left,
 )
-from snakemake_executor_context.catalog.monitor_queries import (
+from snakemake_executor_context.catalog.reading.monitoring import (
     MonitorReader,
     ReadResult,
     ServerRecord,
 )
-from snakemake_executor_context.catalog.queries import (
+from snakemake_executor_context.catalog.reading.status import (
     ContextRow,
     FleetRow,
     ThroughputRow,
@@ -47,7 +47,8 @@ __all__ = ["LIVE_STATES", "RATE_WINDOW", "Derived"]
 
 #: How far back the progress view's recent rate looks (seconds).
 RATE_WINDOW = 300.0
-#: The states of a run that is live (:func:`~snakemake_executor_context.catalog.history.runs`).
+#: The states of a run that is live
+#: (:func:`~snakemake_executor_context.catalog.reading.history.runs`).
 LIVE_STATES = ("running", "stale")
 
 

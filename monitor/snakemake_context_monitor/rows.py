@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from snakemake_executor_context.catalog.lives import LifeLeft
-from snakemake_executor_context.catalog.queries import FleetRow, RunRow
+from snakemake_executor_context.catalog.reading.lives import LifeLeft
+from snakemake_executor_context.catalog.reading.status import FleetRow, RunRow
 
 __all__ = [
     "EndedFleet",

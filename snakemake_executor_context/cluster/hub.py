@@ -99,8 +99,8 @@ class FleetHub(SchedulerPlugin):
         scheduler.handlers[PEER_RATES_HANDLER] = self.rates
         if self.catalog:
             try:
-                from ..catalog.seed import placement_measurements, survival_history
-                from ..catalog.writer import open_writer
+                from ..catalog.reading.fleetseed import placement_measurements, survival_history
+                from ..catalog.writing.writer import open_writer
 
                 self.writer = open_writer(
                     self.catalog,

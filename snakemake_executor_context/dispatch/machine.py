@@ -488,7 +488,7 @@ class Dispatch:
         if mine:
             # Its servers' other word on its jobs. The run's own records, which the
             # scheduler echoes to every run, never reach here: dropped by sender
-            # before they are decoded (executor/wake.py).
+            # before they are decoded (executor/loop.py).
             return
         if isinstance(event, ev.ServerJoined) and self.pool is not None:
             self.pool.joined(event.name, event.resources)

@@ -10,13 +10,12 @@
   :mod:`.pilotsettings`), each declaring what it allows;
 - :mod:`.localjobs`: plain rules run in Snakemake's process, and their watchdog;
 - :mod:`.recording`: the run's catalog side; :mod:`.summary`: the run summary;
-  :mod:`.startup` and :mod:`.wake`: connecting (and handing the embedded
-  cluster's servers their limits), and waking the status loop;
+  :mod:`.startup`: connecting (and handing the embedded cluster's servers their
+  limits), and how long each step of the start took (``--verbose``);
   :mod:`.announce`: what the run says of its fleet at start;
-  :mod:`.startsteps`: how long each step of the start took (``--verbose``);
-  :mod:`.probes`: the servers' cache probes, asked in the background;
-  :mod:`.fleetpoll`: the periodic fleet check; :mod:`.interrupt`: a Ctrl-C
-  Snakemake's main thread swallowed, raised again.
+- :mod:`.loop`: the status loop's helpers: waking it from any thread, the fleet's
+  events as stimuli, the periodic fleet check, the servers' cache probes asked in the
+  background, and a Ctrl-C Snakemake's main thread swallowed, raised again.
 
 Importing this package is cheap: Snakemake imports the discovery shim, and so
 :mod:`.settings`, on every start.

@@ -27,17 +27,13 @@ from ..snakemake_internals import (
     told_not_finished,
 )
 from . import announce, results, startup
-from .fleetpoll import FleetPoll
-from .interrupt import CtrlC
 from .jobbuild import SpecBuilder, output_specs
+from .loop import CacheProbes, CtrlC, FleetInbox, FleetPoll, Waker
 from .pacing import HeldReports
-from .probes import CacheProbes
 from .recording import Recording
 from .settings import ExecutorSettings
-from .startsteps import StartSteps
 from .summary import LoadTally, write_summary
 from .tasks import Tasks
-from .wake import FleetInbox, Waker
 
 __all__ = ["Executor"]
 
@@ -67,7 +63,7 @@ class Executor(RemoteExecutor):
         workflow = self.workflow
         graceful_stop_off_the_main_thread()  # before the scheduler binds SIGTERM to it
         self._ctrl_c.install()
-        steps = StartSteps(startup.process_started())
+        steps = startup.StartSteps(startup.process_started())
         self.declarations = startup.checked_declarations(workflow)
         steps.mark("checks")
         self.workdir = os.getcwd()

@@ -23,7 +23,7 @@ from ..fleet import events as ev
 from ..fleet.state import FleetState
 
 if TYPE_CHECKING:
-    from ..catalog.sinks import EventSink
+    from ..catalog.writing.sinks import EventSink
     from ..cluster.connection import ClusterConnection
 
 __all__ = ["Recording", "holds_run", "run_catalog", "versions"]
@@ -79,7 +79,7 @@ class Recording:
         """Follow the fleet's events (``on_events``), seed ``fleet`` from the hub's
         snapshot (installing the hub on a scheduler this project did not start), open
         the sink and record the run's start (the servers' caches are probed apart, in
-        the background: :mod:`.probes`). Returns whether the cluster has a hub (the
+        the background: :class:`.loop.CacheProbes`). Returns whether the cluster has a hub (the
         source of fleet membership)."""
         try:
             self.connection.client.subscribe_topic(ev.TOPIC, on_events)
@@ -109,7 +109,7 @@ class Recording:
 
     def _open_sink(self, snapshot: dict[str, Any] | None, fleet: FleetState) -> EventSink | None:
         """A relay to the cluster's writer, or this process's own writer."""
-        from ..catalog.sinks import DaskRelay
+        from ..catalog.writing.sinks import DaskRelay
 
         for message in (snapshot or {}).get("warnings") or ():
             self.catalog_said(str(message))
@@ -143,8 +143,8 @@ class Recording:
         be opened); ``fleet`` takes the catalog's measurements."""
         writer = None
         try:
-            from ..catalog.seed import placement_measurements, survival_history
-            from ..catalog.writer import open_writer
+            from ..catalog.reading.fleetseed import placement_measurements, survival_history
+            from ..catalog.writing.writer import open_writer
             from ..cluster.credentials import private_dir
 
             private = _outside(spec, self.workdir)
@@ -251,7 +251,7 @@ class Recording:
         the hub first writes what it holds and lets go of the catalog, :func:`..cluster.
         hub.hand_over`). This process writes what is left of the run (the servers' and
         the attempts' ends, the run's) into the same catalog, taking over the lease."""
-        from ..catalog.sinks import DaskRelay
+        from ..catalog.writing.sinks import DaskRelay
         from ..cluster.hub import hand_over
 
         relay = self.sink

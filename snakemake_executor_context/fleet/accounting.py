@@ -2,7 +2,7 @@
 
 Pure functions of what a server did (:class:`ServerLife`: its attempts, its loads, the
 contexts it held, its drain, a pilot's batch allocation), so that the catalog's ledger
-(:mod:`..catalog.ledger`) and a simulator account alike. Each bucket
+(:mod:`..catalog.reading.ledger`) and a simulator account alike. Each bucket
 (:class:`~.buckets.Bucket`) is computed from its own intervals, in this order of
 precedence where they meet:
 

@@ -245,7 +245,7 @@ class SurvivalBook:
 
     def merge_wire(self, data: Mapping[str, Any]) -> None:
         """Take lives and live servers from :meth:`to_wire` (a hub's snapshot, or the
-        catalog's history: :func:`~..catalog.seed.survival_history`). Malformed items
+        catalog's history: :func:`~..catalog.reading.fleetseed.survival_history`). Malformed items
         are skipped."""
         for item in data.get("lives", ()):
             try:

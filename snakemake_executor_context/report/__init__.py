@@ -1,4 +1,4 @@
-"""The run report: the GPU ledger (:mod:`..catalog.ledger`) as one self-contained HTML
+"""The run report: the GPU ledger (:mod:`..catalog.reading.ledger`) as one self-contained HTML
 file that opens offline, drawn with Bokeh (its JavaScript inlined).
 
 Reads the catalog only; above the catalog and the fleet, below the command line and

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..catalog.ledger import Ledger
-from ..catalog.lives import GroupLives, rough_duration
-from ..catalog.report_queries import RunSummary
+from ..catalog.reading.ledger import Ledger
+from ..catalog.reading.lives import GroupLives, rough_duration
+from ..catalog.reading.reportdata import RunSummary
 from ..fleet.buckets import BUCKET_HELP, Bucket
 from .charts import batch_figure, fleet_figure, stacked_figure, throughput_figure
 from .timeline import BUCKET_COLORS, bars, timeline_figure

@@ -112,9 +112,9 @@ def read_report(
     """The ledger a report shows (the first one, comparing), read from the catalog,
     and what renders the report's HTML from what was read (the costly part: a caller
     checks where the report goes first)."""
-    from ..catalog import report_queries as q
-    from ..catalog.ledger import read_ledger, window_of
-    from ..catalog.lives import group_lives
+    from ..catalog.reading import reportdata as q
+    from ..catalog.reading.ledger import read_ledger, window_of
+    from ..catalog.reading.lives import group_lives
     from ..catalog.store import open_reader
     from .page import ReportData, compare_page, report_page
 
@@ -208,8 +208,8 @@ def write_report(page: str, output: Path | None, workdir: Path, name: str) -> Pa
 def report_command(args: argparse.Namespace, catalog: str) -> int:
     """Write the report (and the exports asked for); print where, and the servers'
     lives per survival group, predicted against actual."""
-    from ..catalog.ledger import export_csv, export_json
-    from ..catalog.lives import lives_text
+    from ..catalog.reading.ledger import export_csv, export_json
+    from ..catalog.reading.lives import lives_text
 
     since = parse_since(args.since) if args.since else None
     named = [(args.output, "-o"), (args.csv, "--csv"), (args.json, "--json")]

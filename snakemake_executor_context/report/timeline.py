@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..catalog.ledger import Ledger, ServerAccount
+from ..catalog.reading.ledger import Ledger, ServerAccount
 from ..fleet.buckets import BUCKET_HELP, Bucket
 
 __all__ = ["BUCKET_COLORS", "MAX_BARS", "Bar", "bars", "timeline_figure"]

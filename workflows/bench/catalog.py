@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from snakemake_executor_context.catalog import queries
+from snakemake_executor_context.catalog.reading import status as queries
 from snakemake_executor_context.catalog.store import open_reader, open_store
-from snakemake_executor_context.catalog.writer import CatalogWriter
+from snakemake_executor_context.catalog.writing.writer import CatalogWriter
 from snakemake_executor_context.dispatch.inflight import Demand
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.placement import choose_server

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from catalog import job_events  # type: ignore[import-not-found]
 
-from snakemake_executor_context.catalog import queries
-from snakemake_executor_context.catalog.monitor_queries import MonitorReader
+from snakemake_executor_context.catalog.reading import status as queries
+from snakemake_executor_context.catalog.reading.monitoring import MonitorReader
 from snakemake_executor_context.catalog.store import open_reader
-from snakemake_executor_context.catalog.writer import open_writer
+from snakemake_executor_context.catalog.writing.writer import open_writer
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.report.reportcommand import build_report
 

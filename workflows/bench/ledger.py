@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from monitor import build, calibrate
-from snakemake_executor_context.catalog.ledger import export_csv, read_ledger, window_of
-from snakemake_executor_context.catalog.ledger_live import LiveLedger
+from snakemake_executor_context.catalog.reading.ledger import export_csv, read_ledger, window_of
+from snakemake_executor_context.catalog.reading.liveledger import LiveLedger
 from snakemake_executor_context.catalog.store import open_reader
 from snakemake_executor_context.fleet import events
 from snakemake_executor_context.report.reportcommand import build_report

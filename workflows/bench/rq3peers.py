@@ -109,7 +109,7 @@ def reload_seconds(source: Path, rate: float, root: Path) -> float:
 def lost_seconds(catalog: Path) -> dict[str, float]:
     """Server-seconds of the run by what the kills cost: work thrown away, and the
     replacements' time until warm, by bucket."""
-    from snakemake_executor_context.catalog.ledger import read_ledger, window_of
+    from snakemake_executor_context.catalog.reading.ledger import read_ledger, window_of
     from snakemake_executor_context.catalog.store import open_reader
     from snakemake_executor_context.fleet.buckets import Bucket
 

@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from snakemake_executor_context.catalog.queries import FleetRow
+from snakemake_executor_context.catalog.reading.status import FleetRow
 
 from ..data import Snapshot
 from ..format import LAST_RUN, bytes_, clock, rate, window_phrase

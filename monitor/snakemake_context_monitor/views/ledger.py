@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from snakemake_executor_context.catalog.ledger_live import Bucket, LedgerSums
+from snakemake_executor_context.catalog.reading.liveledger import Bucket, LedgerSums
 
 from ..data import Snapshot
 from ..format import clock, duration

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .models import Context, Placement, Server
+from ..models import Context, Placement, Server
 
 __all__ = ["GangRow", "gangs"]
 

@@ -19,11 +19,11 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from ..fleet.accounting import Segment
-from ..fleet.buckets import Bucket
+from ...fleet.accounting import Segment
+from ...fleet.buckets import Bucket
+from ..models import Attempt, EventRecord, Run, Server
 from .ledger import Window, read_ledger
-from .models import Attempt, EventRecord, Run, Server
-from .report_queries import pool_books
+from .reportdata import pool_books
 
 __all__ = ["Bucket", "LedgerSums", "LiveLedger"]
 

@@ -18,9 +18,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths
+from ... import paths
+from ..store import CatalogLocation, CatalogStore, open_store, resolve_location
 from .lease import sibling_path
-from .store import CatalogLocation, CatalogStore, open_store, resolve_location
 
 __all__ = ["FileId", "Moved", "file_id", "moved", "rescue"]
 

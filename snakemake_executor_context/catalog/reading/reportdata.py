@@ -11,10 +11,10 @@ from typing import Any
 from sqlalchemy import Integer, cast, func, or_, select
 from sqlalchemy.orm import Session
 
-from ..fleet.pilotbook import PilotRecord, account
+from ...fleet.pilotbook import PilotRecord, account
+from ..models import Attempt, ForwardBatch, Job, Pilot, Run, Server
 from .history import RunSummary
 from .ledger import Window
-from .models import Attempt, ForwardBatch, Job, Pilot, Run, Server
 
 __all__ = [
     "RunSummary",

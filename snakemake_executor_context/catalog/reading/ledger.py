@@ -23,8 +23,8 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from ..errors import ContextExecutorError
-from ..fleet.accounting import (
+from ...errors import ContextExecutorError
+from ...fleet.accounting import (
     Load,
     RunSpan,
     Segment,
@@ -35,10 +35,10 @@ from ..fleet.accounting import (
     life_seconds,
     load_stretches,
 )
-from ..fleet.buckets import BUCKET_HELP, Bucket
-from ..fleet.loads import load_parts
+from ...fleet.buckets import BUCKET_HELP, Bucket
+from ...fleet.loads import load_parts
+from ..models import Attempt, Context, Job, Pilot, Placement, Run, Server
 from .lives import GroupLives
-from .models import Attempt, Context, Job, Pilot, Placement, Run, Server
 
 __all__ = [
     "EXPORT_COLUMNS",

@@ -28,10 +28,10 @@ from typing import Any, NamedTuple, TypeVar
 from sqlalchemy import ColumnElement, Row, create_engine, func, or_, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from .models import Attempt, Context, EventRecord, Job, Placement, Run, Server, ServerLoss
-from .queries import JobRow, RunRow, recent_jobs, runs
-from .seed import survival_history
-from .store import CatalogStore, check_schema, resolve_location
+from ..models import Attempt, Context, EventRecord, Job, Placement, Run, Server, ServerLoss
+from ..store import CatalogStore, check_schema, resolve_location
+from .fleetseed import survival_history
+from .status import JobRow, RunRow, recent_jobs, runs
 
 __all__ = [
     "ContextRecord",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..terminal import format_bytes, shown, shown_values
+from ...terminal import format_bytes, shown, shown_values
 from .lives import rough_duration
 
 __all__ = ["format_overview"]

@@ -28,13 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..fleet.events import Event
+from ...fleet.events import Event
 from .sinks import BATCH_SIZE, QUEUE_SIZE, QueuedSink, first_line
 
 if TYPE_CHECKING:
+    from ..store import CatalogLocation, CatalogStore
     from .lease import WriterLease
     from .record import Recorder
-    from .store import CatalogLocation, CatalogStore
 
 __all__ = ["CatalogWriter", "open_writer"]
 
@@ -219,7 +219,7 @@ class CatalogWriter(QueuedSink):
             return
         if not force and now - self._last_snapshot < SNAPSHOT_SECONDS:
             return
-        from .store import publish_snapshot
+        from ..store import publish_snapshot
 
         try:
             publish_snapshot(location.path, location.snapshot)
@@ -266,7 +266,7 @@ def open_writer(
     ``say`` where. Raises :class:`CatalogError` when no catalog can be opened. A
     SQLite catalog this call creates is 0600 from the start (SQLite would follow the
     umask), and removed again if it failed to open before anything was written."""
-    from .store import resolve_location
+    from ..store import resolve_location
 
     location = resolve_location(spec)
     created = _create_private(location.path)
@@ -280,7 +280,7 @@ def open_writer(
 
 def _create_private(path: Path | None) -> Path | None:
     """Create a missing SQLite catalog file 0600; the path if this call created it."""
-    from .. import paths
+    from ... import paths
 
     if path is None or not path.parent.is_dir():
         return None
@@ -309,9 +309,9 @@ def _open_writer(
 ) -> CatalogWriter:
     import socket
 
+    from ..store import CatalogError, open_store
     from .lease import LeaseHeld, WriterLease, lease_path, sibling_path
     from .record import mark_abandoned
-    from .store import CatalogError, open_store
 
     lease: WriterLease | None = None
     path = lease_path(location)

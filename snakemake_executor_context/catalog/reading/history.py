@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from .models import RUN_INTERRUPTED, Attempt, Context, EventRecord, Job, Run, Server, ServerLoss
+from ..models import RUN_INTERRUPTED, Attempt, Context, EventRecord, Job, Run, Server, ServerLoss
 
 __all__ = ["JobRow", "LossRow", "RunRow", "RunSummary", "losses", "recent_jobs", "runs"]
 

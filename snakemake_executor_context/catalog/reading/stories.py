@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..fleet.keys import is_attempt_key, job_key_of
-from ..terminal import shown
-from .models import Attempt, Job, JobOutput, Run, Server
-from .models import JobStory as JobStoryRow
-from .store import CatalogError
+from ...fleet.keys import is_attempt_key, job_key_of
+from ...terminal import shown
+from ..models import Attempt, Job, JobOutput, Run, Server
+from ..models import JobStory as JobStoryRow
+from ..store import CatalogError
 
 __all__ = ["JobNotFound", "StoryLine", "find_job", "job_story", "story_text"]
 

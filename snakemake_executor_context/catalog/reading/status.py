@@ -18,11 +18,8 @@ from typing import Any
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
-from ..fleet.loads import LoadKind, load_parts
-from .gangs import GangRow, gangs
-from .history import JobRow, LossRow, RunRow, losses, recent_jobs, runs
-from .lives import catalog_lives_left
-from .models import (
+from ...fleet.loads import LoadKind, load_parts
+from ..models import (
     Attempt,
     Context,
     EventRecord,
@@ -33,7 +30,10 @@ from .models import (
     ServerLoss,
     Transfer,
 )
-from .seed import job_seconds, placement_measurements
+from .fleetseed import job_seconds, placement_measurements
+from .gangs import GangRow, gangs
+from .history import JobRow, LossRow, RunRow, losses, recent_jobs, runs
+from .lives import catalog_lives_left
 
 __all__ = [
     "ContextRow",

@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ..fleet.losses import LossKind
-from ..fleet.survival import Life, survival_group
-from .models import Attempt, Context, Job, Placement, Server, Transfer
+from ...fleet.losses import LossKind
+from ...fleet.survival import Life, survival_group
+from ..models import Attempt, Context, Job, Placement, Server, Transfer
 
 __all__ = [
     "HISTORY_LIVES",

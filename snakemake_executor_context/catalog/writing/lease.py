@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths
-from ..errors import UnsafePathError
-from ..processes import pid_alive
-from .store import CatalogError, CatalogLocation
+from ... import paths
+from ...errors import UnsafePathError
+from ...processes import pid_alive
+from ..store import CatalogError, CatalogLocation
 
 __all__ = [
     "LEASE_HEARTBEAT_SECONDS",

@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from ..fleet import events as ev
-from ..fleet.keys import is_attempt_key
-from ..fleet.state import model_of
-from ..processes import pid_alive
-from ..terminal import format_bytes
-from .models import (
+from ...fleet import events as ev
+from ...fleet.keys import is_attempt_key
+from ...fleet.state import model_of
+from ...processes import pid_alive
+from ...terminal import format_bytes
+from ..models import (
     RUN_INTERRUPTED,
     Attempt,
     Context,
@@ -37,7 +37,7 @@ from .models import (
     ServerLoss,
     Transfer,
 )
-from .models import JobStory as JobStoryRow
+from ..models import JobStory as JobStoryRow
 
 __all__ = ["Recorder", "mark_abandoned"]
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..fleet.events import Event, RunHeartbeat
+from ...fleet.events import Event, RunHeartbeat
 
 __all__ = ["BATCH_SIZE", "QUEUE_SIZE", "DaskRelay", "EventSink", "QueuedSink", "first_line"]
 
@@ -244,7 +244,7 @@ class DaskRelay(QueuedSink):
             return
         if not batch:
             return
-        from ..fleet.events import TOPIC, encode
+        from ...fleet.events import TOPIC, encode
 
         try:
             payload = encode(batch, sender=self.heartbeat_run or "")

@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from ..fleet.losses import LossKind
-from ..fleet.survival import (
+from ...fleet.losses import LossKind
+from ...fleet.survival import (
     REFRESH_SECONDS,
     Curve,
     Life,
@@ -28,8 +28,8 @@ from ..fleet.survival import (
     kaplan_meier,
     survival_group,
 )
-from .models import Server
-from .seed import LIFE_COLUMNS, survival_history
+from ..models import Server
+from .fleetseed import LIFE_COLUMNS, survival_history
 
 __all__ = [
     "REFRESH_SECONDS",
