@@ -255,13 +255,13 @@ def _status(args: argparse.Namespace) -> int:
     catalog = args.catalog or catalog or _default_catalog(args.scheduler_file)
     report: dict[str, Any] = {}
     if catalog is not None:
-        from .catalog.reading import status as queries
+        from .catalog.reading.status import overview
         from .catalog.store import open_reader
 
         reader = open_reader(catalog)
         try:
             with reader.session() as session:
-                report = queries.overview(session, limit=args.limit)
+                report = overview(session, limit=args.limit)
         finally:
             reader.close()
     if inventories is None and catalog is None:

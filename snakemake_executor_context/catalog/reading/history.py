@@ -49,7 +49,7 @@ def runs(session: Session, limit: int = 10, now: float | None = None) -> list[Ru
     """The latest runs, newest first; ``state`` is running, finished, failed,
     interrupted (cancelled, or told to stop: its end noted so), stale (no heartbeat for
     :data:`STALE_SECONDS`, never ended) or abandoned (marked so by a later writer: see
-    :func:`.record.mark_abandoned`)."""
+    :func:`..writing.record.mark_abandoned`)."""
     now = time.time() if now is None else now
     out = []
     rows = session.scalars(select(Run).order_by(Run.started.desc()).limit(limit)).all()

@@ -36,7 +36,7 @@ class LedgerSums:
     by_model: dict[str, dict[Bucket, float]] = field(default_factory=dict)
     by_context: dict[str, dict[Bucket, float]] = field(default_factory=dict)
     servers: int = 0
-    #: The pool's books over the window (:func:`~.report_queries.pool_books`; None:
+    #: The pool's books over the window (:func:`~.reportdata.pool_books`; None:
     #: no pilot).
     pool: dict[str, Any] | None = None
 

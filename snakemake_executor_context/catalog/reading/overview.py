@@ -1,4 +1,4 @@
-"""The catalog's overview (:func:`.queries.overview`) as the text that
+"""The catalog's overview (:func:`.status.overview`) as the text that
 ``snakemake-context status`` prints."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _size(nbytes: float | None) -> str:
     return format_bytes(nbytes) if nbytes else "?"
 
 
-#: How ``status`` names each load kind (:data:`.queries.KIND_ORDER`).
+#: How ``status`` names each load kind (:data:`.status.KIND_ORDER`).
 KIND_TEXT = {
     "source": "from the source",
     "cache": "from the local cache",
@@ -44,7 +44,7 @@ def _how_got(kinds: dict[str, int], fetched: dict[str, Any] | None) -> str:
 
 def format_overview(catalog: str, report: dict[str, Any]) -> str:
     """The catalog part of ``snakemake-context status`` as text (from
-    :func:`.queries.overview`), every value read from the catalog shown escaped
+    :func:`.status.overview`), every value read from the catalog shown escaped
     (:func:`..terminal.shown`: a name or wildcard holding an ESC sequence reaches no
     terminal)."""
     report = shown_values(report)

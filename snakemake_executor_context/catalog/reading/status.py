@@ -1,7 +1,7 @@
 """What ``snakemake-context status`` asks a catalog (read-only). Split by reader:
-placement's start is :mod:`.seed`, runs, losses and jobs (also the monitor's) are
+placement's start is :mod:`.fleetseed`, runs, losses and jobs (also the monitor's) are
 :mod:`.history`, and the terminal monitor's own reader, which reads only what changed
-since its last poll, is :mod:`.monitor_queries`; each live server's expected life left
+since its last poll, is :mod:`.monitoring`; each live server's expected life left
 is :mod:`.lives`'s.
 
 Each function takes an open session and returns plain dataclasses; :func:`overview`
