@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     from .cluster.inject import add_parser as add_inject
 
     add_inject(commands)
-    from .simulate.command import add_parser as add_simulate
+    from .simulate.simcommand import add_parser as add_simulate
 
     add_simulate(commands)
 
@@ -161,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     catalog_option(upgrade)
     upgrade.set_defaults(func=_upgrade)
-    from .report.command import add_parser as add_report
+    from .report.reportcommand import add_parser as add_report
 
     add_report(commands, catalog_option, _catalog_of)
     return parser
@@ -249,7 +249,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .cluster.files import ClusterFiles
+    from .cluster.infofiles import ClusterFiles
 
     inventories, catalog, pool = _live(args.scheduler_file)
     catalog = args.catalog or catalog or _default_catalog(args.scheduler_file)
@@ -359,7 +359,7 @@ def _live(
 
 
 def _default_catalog(scheduler_file: Path) -> str | None:
-    from .cluster.files import ClusterFiles
+    from .cluster.infofiles import ClusterFiles
 
     for candidate in (ClusterFiles(Path(scheduler_file)).catalog_file, DEFAULT_CATALOG.absolute()):
         if candidate.exists():

@@ -35,9 +35,12 @@ def bench_module(name: str):
     benchmarks that call it), imported by file."""
     import importlib.util
 
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, REPO / "workflows/bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while made
     spec.loader.exec_module(module)
     return module
 

@@ -88,17 +88,16 @@ def _functions(path: Path) -> dict[str, str]:
 
 
 DECISION_CODE = [
-    PACKAGE / "executor" / "dispatch.py",
-    PACKAGE / "executor" / "demand.py",
+    PACKAGE / "dispatch" / "machine.py",
+    PACKAGE / "dispatch" / "inflight.py",
     PACKAGE / "fleet" / "placement.py",
     PACKAGE / "fleet" / "state.py",
     PACKAGE / "fleet" / "index.py",
-    PACKAGE / "executor" / "refusals.py",
-    PACKAGE / "fleet" / "pool.py",
+    PACKAGE / "fleet" / "poolsizing.py",
     PACKAGE / "fleet" / "losses.py",
     PACKAGE / "fleet" / "eviction.py",
     PACKAGE / "fleet" / "peerchoice.py",
-    PACKAGE / "fleet" / "ledger.py",
+    PACKAGE / "fleet" / "accounting.py",
     PACKAGE / "server" / "slots" / "gate.py",
 ]
 
