@@ -70,31 +70,72 @@ def _line(output: str, *parts: str) -> str:
     return lines[0]
 
 
+#: Bad settings and the parts of the one line each gets, checked as Snakemake's own
+#: argument parser and plugin registry build the settings (in-process).
+BAD_SETTINGS = [
+    (
+        ["--context-memory-budget", "abc"],
+        ["--context-memory-budget 'abc' is not allowed", "(0, 1]", "6GB"],
+    ),
+    (
+        ["--context-memory-budget", "1.5"],
+        ["--context-memory-budget '1.5' is not allowed", "(0, 1]"],
+    ),
+    (["--context-servers", "0"], ["--context-servers 0 is not allowed", "from 1 to 256"]),
+    (["--context-servers", "-1"], ["--context-servers -1 is not allowed", "from 1 to 256"]),
+    (
+        ["--context-scheduler-address", "localhost"],
+        ["--context-scheduler-address 'localhost' is not a scheduler address", "tls://"],
+    ),
+    (
+        ["--context-scheduler-address", "tls://127.0.0.1:notaport"],
+        ["--context-scheduler-address 'tls://127.0.0.1:notaport'", "allowed: tls://"],
+    ),
+    (
+        ["--context-scheduler-address", "http://127.0.0.1:8786"],
+        ["'http://127.0.0.1:8786' is not a scheduler address", "allowed: tls://"],
+    ),
+    (["--context-connect-timeout", "0"], ["--context-connect-timeout 0", "above 0"]),
+    # Snakemake would spin a core on this (its status checks without a pause).
+    (["--context-status-interval", "nan"], ["--context-status-interval nan", "finite"]),
+    (["--context-slots", "100000"], ["--context-slots 100000", "from 1 to 256"]),
+    (
+        ["--context-pilot-queue", "gpu"],
+        ["--context-pilot-queue 'gpu' is not allowed without --context-backend"],
+    ),
+    (
+        ["--context-backend", "slurm", "--context-pilot-walltime", "99:99"],
+        ["--context-pilot-walltime '99:99'", "SLURM reads it as MM:SS, 01:41:00", "99 seconds"],
+    ),
+]
+
+
+def _settings_error(args: list[str]) -> str:
+    """The error building the executor's settings from ``args`` raises, as Snakemake
+    builds them (its parser, its plugin registry)."""
+    from snakemake.cli import parse_args
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    from snakemake_executor_context.errors import ContextExecutorError
+
+    _, parsed = parse_args(["--executor", "context", "--jobs", "1", *args])
+    with pytest.raises(ContextExecutorError) as caught:
+        ExecutorPluginRegistry().get_plugin("context").get_settings(parsed)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(("args", "parts"), BAD_SETTINGS)
+def test_bad_setting_is_one_line(args, parts):
+    message = _settings_error(args)
+    assert "\n" not in message and all(part in message for part in parts), message
+
+
 @pytest.mark.parametrize(
     ("args", "parts"),
     [
-        (
-            ["--context-memory-budget", "abc"],
-            ["--context-memory-budget 'abc' is not allowed", "(0, 1]", "6GB"],
-        ),
-        (
-            ["--context-memory-budget", "1.5"],
-            ["--context-memory-budget '1.5' is not allowed", "(0, 1]"],
-        ),
-        (["--context-servers", "0"], ["--context-servers 0 is not allowed", "from 1 to 256"]),
-        (["--context-servers", "-1"], ["--context-servers -1 is not allowed", "from 1 to 256"]),
-        (
-            ["--context-scheduler-address", "localhost"],
-            ["--context-scheduler-address 'localhost' is not a scheduler address", "tls://"],
-        ),
-        (
-            ["--context-scheduler-address", "tls://127.0.0.1:notaport"],
-            ["--context-scheduler-address 'tls://127.0.0.1:notaport'", "allowed: tls://"],
-        ),
-        (
-            ["--context-scheduler-address", "http://127.0.0.1:8786"],
-            ["'http://127.0.0.1:8786' is not a scheduler address", "allowed: tls://"],
-        ),
+        BAD_SETTINGS[0],
+        BAD_SETTINGS[-1],
+        # Checked once the run has its settings: where it would connect.
         (
             ["--context-scheduler-address", "tcp://127.0.0.1:8786"],
             ["is a plaintext scheduler", "--context-allow-plaintext"],
@@ -103,25 +144,9 @@ def _line(output: str, *parts: str) -> str:
             ["--context-scheduler-address", "tls://127.0.0.1:8786"],
             ["needs its cluster's credentials", "--context-credentials"],
         ),
-        (
-            ["--context-connect-timeout", "0"],
-            ["--context-connect-timeout 0", "above 0"],
-        ),
-        # Snakemake would spin a core on this (its status checks without a pause); the
-        # walk below tries every setting this way, in-process.
-        (["--context-status-interval", "nan"], ["--context-status-interval nan", "finite"]),
-        (["--context-slots", "100000"], ["--context-slots 100000", "from 1 to 256"]),
-        (
-            ["--context-pilot-queue", "gpu"],
-            ["--context-pilot-queue 'gpu' is not allowed without --context-backend"],
-        ),
-        (
-            ["--context-backend", "slurm", "--context-pilot-walltime", "99:99"],
-            ["--context-pilot-walltime '99:99'", "SLURM reads it as MM:SS, 01:41:00", "99 seconds"],
-        ),
     ],
 )
-def test_bad_setting_is_one_line(trivial, args, parts):
+def test_a_bad_setting_reaches_the_terminal_as_one_line_and_starts_nothing(trivial, args, parts):
     output = _bad_run(trivial, *args)
     _line(output, *parts)
 
