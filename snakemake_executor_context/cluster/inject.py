@@ -41,7 +41,8 @@ __all__ = ["add_parser", "choose_targets", "inject", "servers_of_group"]
 def add_parser(commands: Any) -> None:
     """Add the ``inject`` command to the command line's subparsers."""
     sub = commands.add_parser(
-        "inject", help="kill servers of a local cluster at a rate (preemption experiments)"
+        "inject",
+        help="(developers) kill servers of a local cluster at a rate, for preemption experiments",
     )
     sub.add_argument(
         "--scheduler-file",
