@@ -33,8 +33,8 @@ alone: only the job whose items raise sees the error. A leader interrupted (its 
 cancelled) hands its batch back: the other jobs' items run in the next batch.
 
 Settings. ``max_batch`` and ``max_wait`` are read at every call, in this order: what
-the server set with :func:`configure` (its ``--context-batch-max`` and
-``--context-batch-wait``: the operator knows the device, where a GPU takes 64 claims a
+the server set with :func:`configure` (its ``--context-tuning batch_max`` and
+``--context-tuning batch_wait``: the operator knows the device, where a GPU takes 64 claims a
 forward pass and a CPU is best at 8), else what the context passed to :func:`batched`,
 else the library's defaults (32 items, 0 s: no latency added at low load). A context
 loaded before its server configured follows the server's settings all the same.
@@ -84,11 +84,11 @@ _observers: dict[object, Callable[[int], None]] = {}
 
 def configure(*, max_batch: int | None = None, max_wait: float | None = None) -> None:
     """Set this process's batch settings (a context server calls it with its
-    ``--context-batch-max`` and ``--context-batch-wait``). They take precedence over
+    ``--context-tuning batch_max`` and ``--context-tuning batch_wait``). They take precedence over
     the values a context passed to :func:`batched`, for every batcher, including those
     made before this call. None leaves a setting unset (the context's or the library's
     value applies); a bad value raises ValueError naming the setting."""
-    _check(max_batch, max_wait, "--context-batch-max", "--context-batch-wait")
+    _check(max_batch, max_wait, "--context-tuning batch_max", "--context-tuning batch_wait")
     with _config_lock:
         _configured["max_batch"] = max_batch
         _configured["max_wait"] = max_wait

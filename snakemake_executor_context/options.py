@@ -61,6 +61,8 @@ __all__ = [
     "OPTIONS",
     "PILOT",
     "SERVER",
+    "TUNING",
+    "TUNING_FLAG",
     "VARIABLES",
     "Option",
     "add_option",
@@ -495,7 +497,7 @@ _DECLARED_VARIABLES = (
         RECYCLE_VARIABLE,
         Allowed(WHOLE, least=0, most=10_000, zero="never"),
         "restart a server once this many of its jobs left threads running (the "
-        "executor's --context-recycle-after-leaks sets it for its embedded cluster)",
+        "executor's --context-tuning recycle_after_leaks sets it for its embedded cluster)",
         "a whole number such as 3",
         "default 3",
     ),
@@ -588,8 +590,25 @@ def setting_default(name: str) -> Any:
     return option(name).default
 
 
+#: The executor's settings a user rarely sets (research switches, tuning): one flag,
+#: ``--context-tuning KEY=VALUE ...``, checked by the same table as the others.
+TUNING_FLAG = EXECUTOR_PREFIX + "tuning"
+TUNING = frozenset(
+    {
+        "status_interval", "wait_for_server", "connect_timeout", "placement",
+        "preemption_budget", "agnostic", "recycle_after_leaks", "threads_per_slot",
+        "batch_max", "batch_wait", "peer_transfers", "peer_mbps", "gang_timeout",
+        "server_group", "survival_placement", "interface", "pilot_retire_margin",
+        "pilot_idle_timeout", "pilot_loads_per_source",
+    }
+)  # fmt: skip
+
+
 def executor_flag(name: str) -> str:
-    """The executor's flag of an option: ``--context-pilot-queue``."""
+    """The executor's flag of an option: ``--context-pilot-queue``, or for a tuning
+    key ``--context-tuning batch_max``."""
+    if name in TUNING:
+        return f"{TUNING_FLAG} {name}"
     return EXECUTOR_PREFIX + name.replace("_", "-")
 
 

@@ -345,8 +345,8 @@ def test_job_waits_for_a_server_on_an_attached_cluster(make_workflow, scheduler_
         workdir,
         "--context-scheduler-file",
         str(scheduler_file),
-        "--context-wait-for-server",
-        "3",
+        "--context-tuning",
+        "wait_for_server=3",
     )
     waited = time.monotonic() - started
     assert run.returncode != 0

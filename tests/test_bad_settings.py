@@ -47,9 +47,13 @@ def _free_port() -> int:
 
 
 def _bad_run(workdir: Path, *args: str) -> str:
-    if "--context-connect-timeout" not in args:
-        # Far beyond HUNG: a run that waited for its connection would be killed.
-        args = (*args, "--context-connect-timeout", str(10 * HUNG))
+    # Far beyond HUNG: a run that waited for its connection would be killed.
+    wait = f"connect_timeout={10 * HUNG}"
+    if "--context-tuning" in args:
+        at = args.index("--context-tuning") + 1
+        args = (*args[:at], wait, *args[at:])
+    else:
+        args = (*args, "--context-tuning", wait)
     run = snakemake(workdir, "--executor", "context", "--jobs", "1", *args, timeout=HUNG)
     assert run.returncode != 0, run.output
     assert "Traceback (most recent call last)" not in run.output, run.output
@@ -95,9 +99,16 @@ BAD_SETTINGS = [
         ["--context-scheduler-address", "http://127.0.0.1:8786"],
         ["'http://127.0.0.1:8786' is not a scheduler address", "allowed: tls://"],
     ),
-    (["--context-connect-timeout", "0"], ["--context-connect-timeout 0", "above 0"]),
+    (["--context-tuning", "connect_timeout=0"], ["--context-tuning connect_timeout 0", "above 0"]),
     # Snakemake would spin a core on this (its status checks without a pause).
-    (["--context-status-interval", "nan"], ["--context-status-interval nan", "finite"]),
+    (
+        ["--context-tuning", "status_interval=nan"],
+        ["--context-tuning status_interval nan", "finite"],
+    ),
+    (
+        ["--context-tuning", "batch_size=8"],
+        ["--context-tuning 'batch_size=8' is not allowed: no tuning key 'batch_size'", "batch_max"],
+    ),
     (["--context-slots", "100000"], ["--context-slots 100000", "from 1 to 256"]),
     (
         ["--context-pilot-queue", "gpu"],
@@ -261,6 +272,7 @@ FREE_TEXT = {
     "agnostic": "a switch with no combination to refuse",
     "survival_placement": "a switch with no combination to refuse",
     "report": "a switch; a ledger that cannot be written is a warning, never a failed run",
+    "tuning": "its words are the tuning keys, each walked here as a setting of its own",
 }
 #: A value that the further check (``form``) of a setting refuses; others: "localhost".
 FORM_BAD = {
@@ -269,6 +281,17 @@ FORM_BAD = {
     "catalog": "",
     "server_group": "short:0",
 }
+
+
+def _argv(case: list[str]) -> list[str]:
+    """A case's arguments, its tuning keys gathered behind one --context-tuning."""
+    plain, tuned = [], []
+    for arg in case:
+        if arg.startswith("--context-tuning "):
+            tuned.append(arg.removeprefix("--context-tuning "))
+        else:
+            plain.append(arg)
+    return plain + (["--context-tuning", *tuned] if tuned else [])
 
 
 def _bad_values(setting, flag_of) -> list[list[str]]:
@@ -330,16 +353,22 @@ def _bad_values(setting, flag_of) -> list[list[str]]:
 
 
 def test_every_executor_setting_refuses_bad_values_in_one_line_naming_it(tmp_path):
-    """Every field of ExecutorSettings, through Snakemake's own argument parser and
-    plugin registry: each bad value or combination is one line naming the setting."""
+    """Every field of ExecutorSettings and every tuning key, through Snakemake's own
+    argument parser and plugin registry: each bad value or combination is one line
+    naming the setting."""
     from snakemake.cli import parse_args
     from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
     from snakemake_executor_context.errors import ContextExecutorError
-    from snakemake_executor_context.executor.settings import ExecutorSettings, settings_table
+    from snakemake_executor_context.executor.settings import (
+        ExecutorSettings,
+        Tuning,
+        settings_table,
+    )
 
     table = {setting.name: setting for setting in settings_table()}
-    assert set(table) == {f.name for f in dataclasses.fields(ExecutorSettings)}
+    fields = [*dataclasses.fields(ExecutorSettings), *dataclasses.fields(Tuning)]
+    assert set(table) == {f.name for f in fields}
     plugin = ExecutorPluginRegistry().get_plugin("context")
     walked = 0
     for setting in table.values():
@@ -348,7 +377,7 @@ def test_every_executor_setting_refuses_bad_values_in_one_line_naming_it(tmp_pat
             assert setting.name in FREE_TEXT, setting
             continue
         for case in cases:
-            _, args = parse_args(["--executor", "context", "--jobs", "1", *case])
+            _, args = parse_args(["--executor", "context", "--jobs", "1", *_argv(case)])
             with pytest.raises(ContextExecutorError) as caught:
                 plugin.get_settings(args)
             message = str(caught.value)

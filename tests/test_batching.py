@@ -190,9 +190,9 @@ def test_defaults_add_no_wait_and_the_server_settings_apply_to_batchers_made_bef
 
 
 def test_bad_server_settings_name_the_setting(server_settings) -> None:
-    with pytest.raises(ValueError, match="--context-batch-max must be a whole number"):
+    with pytest.raises(ValueError, match="--context-tuning batch_max must be a whole number"):
         server_settings(max_batch=0)
-    with pytest.raises(ValueError, match="--context-batch-wait must be >= 0"):
+    with pytest.raises(ValueError, match="--context-tuning batch_wait must be >= 0"):
         server_settings(max_wait=-0.5)
     assert batching.settings() == {"max_batch": None, "max_wait": None}
 

@@ -238,8 +238,8 @@ with open(snakemake.output[0], "w") as f:
         workdir,
         "--seconds-between-status-checks",
         "60",
-        "--context-status-interval",
-        "60",
+        "--context-tuning",
+        "status_interval=60",
         timeout=180,
     ).check()
     assert (workdir / "chain/20.txt").read_text() == "20"

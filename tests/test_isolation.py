@@ -223,11 +223,13 @@ def test_a_server_that_keeps_leaking_is_recycled(make_workflow):
         workdir,
         "--context-servers",
         "1",
-        "--context-recycle-after-leaks",
-        "1",
+        "--context-tuning",
+        "recycle_after_leaks=1",
         "--jobs",
         "1",
     ).check()
-    assert "restarts: 1 jobs left threads running (--context-recycle-after-leaks)" in run.output
+    assert (
+        "restarts: 1 jobs left threads running (--context-tuning recycle_after_leaks)" in run.output
+    )
     leaky, after = ((workdir / f"{name}.txt").read_text() for name in ("leaky", "after"))
     assert leaky != after  # the second job ran in a fresh server process

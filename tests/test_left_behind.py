@@ -191,7 +191,7 @@ def test_what_a_contexts_loader_starts_lives_as_long_as_the_context(make_workflo
     (helper,) = _pids(workdir / "helper.pid")
     try:
         assert pid_alive(helper)
-        context_run(workdir, *attach, "--context-agnostic", "--forcerun", "use").check()
+        context_run(workdir, *attach, "--context-tuning", "agnostic", "--forcerun", "use").check()
         assert _pids(workdir / "helper.pid") == [helper]  # the same context, reused
         _wait(lambda: not pid_alive(helper), 10, f"the helper {helper} still runs")
     finally:

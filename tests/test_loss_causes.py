@@ -221,7 +221,7 @@ def test_the_embedded_cluster_brings_back_a_server_that_lost_its_scheduler(make_
         }
     )
     run = context_run(
-        workdir, "--context-servers", "1", "--context-wait-for-server", "20", timeout=110
+        workdir, "--context-servers", "1", "--context-tuning", "wait_for_server=20", timeout=110
     )
     run.check()
     assert "Server cpu0 lost" in run.output

@@ -12,7 +12,7 @@ import pytest
 
 from snakemake_executor_context.cluster.pilot_args import pilot_settings_args
 from snakemake_executor_context.cluster.pilots import PilotOptions
-from snakemake_executor_context.executor.settings import ExecutorSettings
+from snakemake_executor_context.executor.settings import ExecutorSettings, Tuning
 from snakemake_executor_context.fleetshape import Shape
 from snakemake_executor_context.options import (
     OPTIONS,
@@ -41,7 +41,7 @@ def test_the_executors_settings_are_the_tables_options() -> None:
     """ExecutorSettings stays a dataclass (Snakemake reads its fields and their types at
     run time): each option field has the table's name, default, help and checks (the
     executor adding only combinations with settings it alone has)."""
-    declared = {item.name: item for item in fields(ExecutorSettings)}
+    declared = {item.name: item for item in (*fields(ExecutorSettings), *fields(Tuning))}
     expected = {name for name, found in OPTIONS.items() if found.executor}
     assert expected <= declared.keys()
     for name in expected:

@@ -36,11 +36,8 @@ def test_snakemake_finds_the_plugin_and_lists_its_settings():
         "--context-scheduler-file",
         "--context-servers",
         "--context-memory-budget",
-        "--context-status-interval",
-        "--context-wait-for-server",
-        "--context-connect-timeout",
         "--context-catalog",
-        "--context-placement",
+        "--context-tuning",
         "--context-credentials",
         "--context-allow-plaintext",
     ):

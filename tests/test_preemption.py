@@ -580,8 +580,8 @@ def test_an_attached_schedulers_allowed_failures_is_checked(make_workflow, tmp_p
             workdir,
             "--context-scheduler-file",
             str(scheduler),
-            "--context-placement",
-            "dask",
+            "--context-tuning",
+            "placement=dask",
             # A hand-started `dask scheduler` speaks plaintext.
             "--context-allow-plaintext",
         ).check()

@@ -335,9 +335,9 @@ SETTINGS_CASES: list[Refusal] = [
     ),
     _setting(
         "peer-mbps-tiny",
-        "--context-peer-mbps",
-        "1e-9",
-        says="--context-peer-mbps 1e-09 is not allowed",
+        "--context-tuning",
+        "peer_mbps=1e-9",
+        says="--context-tuning peer_mbps 1e-09 is not allowed",
     ),
     # Was taken as the default catalog, silently.
     _setting("catalog-empty", "--context-catalog", "", says="--context-catalog '' is not allowed"),

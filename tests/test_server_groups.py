@@ -33,7 +33,7 @@ def test_labels_are_counted_out_to_the_planned_servers_in_order() -> None:
     with pytest.raises(SettingError) as raised:
         server_group_labels("a:1,b:1", 3)
     message = str(raised.value)
-    for part in ("--server-group", "--context-server-group", "'a:1,b:1'", "add up to 2"):
+    for part in ("--server-group", "--context-tuning server_group", "'a:1,b:1'", "add up to 2"):
         assert part in message
     assert "plans 3" in message and "Fix: counts that add up to 3" in message
 
@@ -50,8 +50,8 @@ def test_labels_are_counted_out_to_the_planned_servers_in_order() -> None:
 )
 def test_a_bad_server_group_is_one_line_naming_the_setting(spec: str, part: str) -> None:
     with pytest.raises(SettingError) as raised:
-        ExecutorSettings(server_group=spec)
-    assert str(raised.value).startswith(f"--context-server-group {spec!r} is not allowed:")
+        ExecutorSettings(tuning=[f"server_group={spec}"])
+    assert str(raised.value).startswith(f"--context-tuning server_group {spec!r} is not allowed:")
     assert part in str(raised.value)
 
 
@@ -81,15 +81,15 @@ def test_a_pilots_group_is_its_label_else_its_queue_and_kind() -> None:
     assert (config.group, config.partition, config.pool) == ("", "short", "a100")
     untyped = PilotOptions(backend="slurm", group="long").server_settings()
     assert (untyped.group, untyped.partition, untyped.pool) == ("long", "", "pilot")
-    serve = pilot_settings_args(ExecutorSettings(backend="slurm", server_group="long"))
+    serve = pilot_settings_args(ExecutorSettings(backend="slurm", tuning=["server_group=long"]))
     assert PilotOptions.from_json(serve[serve.index("--pilots") + 1]).group == "long"
 
 
 def test_pilots_refuse_counted_labels() -> None:
     with pytest.raises(SettingError) as raised:
-        pilot_settings_args(ExecutorSettings(backend="slurm", server_group="a:1,b:1"))
+        pilot_settings_args(ExecutorSettings(backend="slurm", tuning=["server_group=a:1,b:1"]))
     assert "not allowed with a pool of pilots" in str(raised.value)
-    assert "--context-server-group" in str(raised.value)
+    assert "--context-tuning server_group" in str(raised.value)
 
 
 def test_the_injector_picks_a_groups_servers_and_names_the_groups_there_are() -> None:
@@ -202,5 +202,7 @@ def test_counts_that_do_not_add_up_stop_the_cluster_in_one_line(tmp_path: Path) 
             timeout=60,
             extra_args=["--server-group", "a:1,b:2"],
         )
-    assert "--server-group (--context-server-group) 'a:1,b:2' is not allowed" in str(raised.value)
+    assert "--server-group (--context-tuning server_group) 'a:1,b:2' is not allowed" in str(
+        raised.value
+    )
     assert "add up to 3 servers, but this cluster plans 2" in str(raised.value)

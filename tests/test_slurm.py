@@ -135,8 +135,8 @@ def test_gpu_model_rules_run_only_on_pilots_of_their_type(tmp_path: Path, pool) 
         workdir,
         "--context-scheduler-file",
         str(scheduler_file),
-        "--context-wait-for-server",
-        "60",
+        "--context-tuning",
+        "wait_for_server=60",
         timeout=240,
     ).check()
     for kind in ("a", "b"):
@@ -228,8 +228,8 @@ def test_pilots_retire_before_walltime_and_are_replaced_while_work_remains(
         workdir,
         "--context-scheduler-file",
         str(scheduler_file),
-        "--context-wait-for-server",
-        "120",
+        "--context-tuning",
+        "wait_for_server=120",
         "--config",
         "count=10",
         "sleep=3",

@@ -28,7 +28,7 @@ __all__ = ["PROBE_SECONDS", "AttachTarget", "parse_address", "probe", "resolve_t
 
 #: Seconds a scheduler has to accept a connection and send its first bytes (a TLS
 #: handshake included) before it counts as unreachable: refused or silent ports fail
-#: at once instead of after --context-connect-timeout.
+#: at once instead of after --context-tuning connect_timeout.
 PROBE_SECONDS = 1.5
 
 _ADDRESS = re.compile(

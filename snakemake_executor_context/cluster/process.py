@@ -68,7 +68,7 @@ class LocalClusterProcess:
         extra_args: Sequence[str] = (),
         own_directory: bool = False,
         tls: bool = True,
-        timeout_setting: str = "--context-connect-timeout",
+        timeout_setting: str = "--context-tuning connect_timeout",
         meanwhile: Callable[[], object] | None = None,
     ) -> LocalClusterProcess:
         """Start the cluster process and wait until its servers are up (``timeout``

@@ -9,6 +9,7 @@ the executor's own, declared here.
 
 # No `from __future__ import annotations`: Snakemake reads the field types at run time
 # to build the argument parser, and only understands typing.Optional.
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -24,7 +25,9 @@ from ..allowed import (
     SIZE,
     TEXT,
     WHOLE,
+    WORDS,
     Allowed,
+    Malformed,
     check,
     dataclass_settings,
     filled,
@@ -35,6 +38,8 @@ from ..errors import SettingError
 from ..fleetshape import Shape
 from ..options import (
     EXECUTOR_PREFIX,
+    TUNING,
+    TUNING_FLAG,
     check_environment,
     executor_flag,
     existing_dir,
@@ -42,7 +47,7 @@ from ..options import (
 )
 from .pilotsettings import ATTACH_SETTINGS, PilotSettings
 
-__all__ = ["ExecutorSettings", "common_settings", "settings_table"]
+__all__ = ["ExecutorSettings", "Tuning", "common_settings", "settings_table", "tuning_values"]
 
 
 def _address(flag: str, value: str) -> str | None:
@@ -94,6 +99,133 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
     )
     servers: Optional[int] = table_field("servers")
     memory_budget: str = table_field("memory_budget")
+    catalog: Optional[str] = _checked(
+        None,
+        Allowed(TEXT, optional=True, form=filled),
+        {
+            "help": "Where this run records its servers, contexts and jobs: a path "
+            "(a SQLite file; on a network filesystem the live file stays on local "
+            "disk and a snapshot is published there every few seconds), an "
+            "SQLAlchemy URL (postgresql+psycopg://user@host/db), or 'none'. "
+            "Default: .snakemake/context/catalog.db in the workflow directory. A "
+            "cluster started by `snakemake-context up` records into its own catalog "
+            "instead. A catalog problem is a warning, never a failed run.",
+        },
+    )
+    credentials: Optional[Path] = _checked(
+        None,
+        Allowed(TEXT, optional=True, needs=ATTACH_SETTINGS),
+        {
+            "help": "Directory of the TLS credentials (ca.pem, cert.pem, key.pem) of a "
+            "cluster to attach to by --context-scheduler-address. Default: the "
+            "directory X.tls beside the scheduler file X.json, where "
+            "`snakemake-context up` writes them.",
+        },
+    )
+    allow_plaintext: bool = _checked(
+        False,
+        Allowed(FLAG, needs=ATTACH_SETTINGS),
+        {
+            "help": "Attach to a scheduler without TLS (tcp://), such as a `dask "
+            "scheduler` started by hand. Anyone who can reach its ports can run code "
+            "as its owner; the run says so once. Clusters this plugin starts always "
+            "use TLS.",
+        },
+    )
+    crash_budget: int = _checked(
+        2,
+        Allowed(WHOLE, least=0, most=10_000, unit="crashes"),
+        {
+            "help": "How many times a job may crash the server running it (the "
+            "process exits by itself, dies of SIGSEGV/SIGABRT, or of a SIGKILL nobody "
+            "announced, such as the OOM killer's) and go back to the queue; one more "
+            "crash fails it, naming the servers, their exit codes and each "
+            "attempt's log. --retries then applies on top.",
+        },
+    )
+    plain_jobs: Optional[str] = _checked(
+        None,
+        Allowed(TEXT, optional=True, choices=("local", "servers")),
+        {
+            "help": "Where plain jobs (no context, no GPU, not in a group) run. "
+            "'local': in Snakemake's own process, as with --executor local (local "
+            "rules: logs, benchmarks, retries and conda are local's; no per-job "
+            "Snakemake start). 'servers': on the context servers, each as its own "
+            "Snakemake job process. Default: 'local' with the embedded cluster (same "
+            "machine), 'servers' when attached to a cluster.",
+        },
+    )
+    memory_cap: Optional[str] = _checked(
+        None,
+        Allowed(SIZE, least=2**26, optional=True, conflicts=ATTACH_SETTINGS),
+        {
+            "help": "Memory cap of each server of the embedded cluster, its child "
+            "processes included ('8GB'; default: none). A watchdog samples it every "
+            "0.5 s; above the cap it stops the running job, which fails naming the "
+            "cap and the memory seen, and restarts the server if the job does not "
+            "stop. Separate from --context-memory-budget (contexts) and from Dask's "
+            "memory thresholds (off). For `snakemake-context up`, export "
+            f"{MEMORY_CAP_VARIABLE} before starting it.",
+        },
+    )
+    local_dir: Optional[Path] = _checked(
+        None, Allowed(TEXT, optional=True, form=existing_dir), dict(LOCAL_DIR_METADATA)
+    )
+    slots: int = table_field("slots")
+    own_caches: Optional[str] = table_field("own_caches")
+    model_cache_size: Optional[str] = table_field("model_cache_size")
+    # The embedded cluster's: pilots own --context-pilot-gpus.
+    gpus_per_server: int = table_field("gpus_per_server", conflicts=("backend", *ATTACH_SETTINGS))
+    tuning: Optional[list[str]] = _checked(
+        None,
+        Allowed(WORDS, optional=True),
+        {
+            "help": "Research switches and tuning, as KEY=VALUE (a switch: KEY alone), "
+            "each checked as its own flag was: placement=dask, agnostic, batch_max=16, "
+            "status_interval=0.5... The docs' settings page lists every key.",
+            "nargs": "+",
+            "type": str,
+        },
+    )
+    report: bool = _checked(
+        False,
+        Allowed(FLAG),
+        {
+            "help": "At the run's end, write its GPU ledger (where every GPU-second went) as "
+            "one HTML file, .snakemake/context/reports/<run id>.html, as `snakemake-context "
+            "report --run RUN` does. Without it the run's last line names that command.",
+        },
+    )
+
+    def __post_init__(self) -> None:
+        try:
+            self.tuned = tuning_values(self.tuning)
+            check({**vars(self), **vars(self.tuned)}, settings_table())
+            # The variables a user exports (the servers inherit them), before anything
+            # is made or started.
+            check_environment()
+            if not (self.scheduler_file or self.scheduler_address or self.backend):
+                # The embedded cluster's servers start on this node: their directory is
+                # made and checked here (an attached cluster's and pilots' are theirs).
+                Shape(own_caches=self.own_caches).check_own_caches(executor_flag("own_caches"))
+        except SettingError as error:
+            # The plugin's frames say nothing to the user (Snakemake prints them).
+            raise error.with_traceback(None) from None
+
+    def __getattr__(self, name: str) -> Any:
+        """A tuning key read as a setting (``settings.batch_max``): the value
+        ``--context-tuning`` gave, else its default."""
+        if name in TUNING:
+            return getattr(self.__dict__.get("tuned") or Tuning(), name)
+        raise AttributeError(name)
+
+
+@dataclass
+class Tuning:
+    """The settings a user rarely sets: research switches and tuning, given as
+    ``--context-tuning KEY=VALUE ...`` (a switch: ``KEY`` alone) and checked by the
+    same table as the flags. Read as settings: ``settings.batch_max``."""
+
     status_interval: float = _checked(
         1.0,
         Allowed(NUMBER, least=0.1, most=60, unit="seconds"),
@@ -122,19 +254,6 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
             "the embedded cluster to start, before the run fails.",
         },
     )
-    catalog: Optional[str] = _checked(
-        None,
-        Allowed(TEXT, optional=True, form=filled),
-        {
-            "help": "Where this run records its servers, contexts and jobs: a path "
-            "(a SQLite file; on a network filesystem the live file stays on local "
-            "disk and a snapshot is published there every few seconds), an "
-            "SQLAlchemy URL (postgresql+psycopg://user@host/db), or 'none'. "
-            "Default: .snakemake/context/catalog.db in the workflow directory. A "
-            "cluster started by `snakemake-context up` records into its own catalog "
-            "instead. A catalog problem is a warning, never a failed run.",
-        },
-    )
     placement: str = _checked(
         "affinity",
         Allowed(TEXT, choices=("affinity", "dask")),
@@ -147,26 +266,6 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
             "baseline, for comparisons).",
         },
     )
-    credentials: Optional[Path] = _checked(
-        None,
-        Allowed(TEXT, optional=True, needs=ATTACH_SETTINGS),
-        {
-            "help": "Directory of the TLS credentials (ca.pem, cert.pem, key.pem) of a "
-            "cluster to attach to by --context-scheduler-address. Default: the "
-            "directory X.tls beside the scheduler file X.json, where "
-            "`snakemake-context up` writes them.",
-        },
-    )
-    allow_plaintext: bool = _checked(
-        False,
-        Allowed(FLAG, needs=ATTACH_SETTINGS),
-        {
-            "help": "Attach to a scheduler without TLS (tcp://), such as a `dask "
-            "scheduler` started by hand. Anyone who can reach its ports can run code "
-            "as its owner; the run says so once. Clusters this plugin starts always "
-            "use TLS.",
-        },
-    )
     preemption_budget: Optional[int] = _checked(
         None,
         Allowed(WHOLE, least=0, most=10_000, optional=True, unit="preemptions"),
@@ -175,17 +274,6 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
             "outside SIGTERM, an injected kill, a lost node or heartbeat) and go back "
             "to the queue before it fails. Preemptions never consume --retries. "
             "Default: Snakemake's --preemptible-retries where set, else 10.",
-        },
-    )
-    crash_budget: int = _checked(
-        2,
-        Allowed(WHOLE, least=0, most=10_000, unit="crashes"),
-        {
-            "help": "How many times a job may crash the server running it (the "
-            "process exits by itself, dies of SIGSEGV/SIGABRT, or of a SIGKILL nobody "
-            "announced, such as the OOM killer's) and go back to the queue; one more "
-            "crash fails it, naming the servers, their exit codes and each "
-            "attempt's log. --retries then applies on top.",
         },
     )
     agnostic: bool = _checked(
@@ -198,31 +286,6 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
             "preemption benchmark).",
         },
     )
-    plain_jobs: Optional[str] = _checked(
-        None,
-        Allowed(TEXT, optional=True, choices=("local", "servers")),
-        {
-            "help": "Where plain jobs (no context, no GPU, not in a group) run. "
-            "'local': in Snakemake's own process, as with --executor local (local "
-            "rules: logs, benchmarks, retries and conda are local's; no per-job "
-            "Snakemake start). 'servers': on the context servers, each as its own "
-            "Snakemake job process. Default: 'local' with the embedded cluster (same "
-            "machine), 'servers' when attached to a cluster.",
-        },
-    )
-    memory_cap: Optional[str] = _checked(
-        None,
-        Allowed(SIZE, least=2**26, optional=True, conflicts=ATTACH_SETTINGS),
-        {
-            "help": "Memory cap of each server of the embedded cluster, its child "
-            "processes included ('8GB'; default: none). A watchdog samples it every "
-            "0.5 s; above the cap it stops the running job, which fails naming the "
-            "cap and the memory seen, and restarts the server if the job does not "
-            "stop. Separate from --context-memory-budget (contexts) and from Dask's "
-            "memory thresholds (off). For `snakemake-context up`, export "
-            f"{MEMORY_CAP_VARIABLE} before starting it.",
-        },
-    )
     recycle_after_leaks: int = _checked(
         3,
         Allowed(WHOLE, least=0, most=10_000, zero="never", conflicts=ATTACH_SETTINGS),
@@ -233,60 +296,88 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
             f"{RECYCLE_VARIABLE} before starting it.",
         },
     )
-    local_dir: Optional[Path] = _checked(
-        None, Allowed(TEXT, optional=True, form=existing_dir), dict(LOCAL_DIR_METADATA)
-    )
-    slots: int = table_field("slots")
-    threads_per_slot: int = table_field("threads_per_slot")
-    batch_max: int = table_field("batch_max")
-    batch_wait: float = table_field("batch_wait")
-    peer_transfers: int = table_field("peer_transfers")
-    peer_mbps: float = table_field("peer_mbps")
-    own_caches: Optional[str] = table_field("own_caches")
-    model_cache_size: Optional[str] = table_field("model_cache_size")
-    # The embedded cluster's: pilots own --context-pilot-gpus.
-    gpus_per_server: int = table_field("gpus_per_server", conflicts=("backend", *ATTACH_SETTINGS))
-    gang_timeout: float = table_field("gang_timeout")
-    # An attached cluster's servers carry the labels it gave them.
-    server_group: str = table_field("server_group", conflicts=ATTACH_SETTINGS)
     survival_placement: bool = _checked(
         False,
         Allowed(FLAG),
         {
             "help": "Placement weighs each server's estimated survival (from the lives "
             "of its group's servers in the catalog and in this run, see "
-            "--context-server-group): a load goes to a server likely to live through "
+            "--context-tuning server_group): a load goes to a server likely to live through "
             "the load and the jobs it would run, a job longer than a server's expected "
             "remaining life goes to a longer-lived one, and a pool of pilots prefers "
             "the kinds whose pilots live longer. Off: servers are told apart only by "
             "their walltime.",
         },
     )
-    report: bool = _checked(
-        False,
-        Allowed(FLAG),
-        {
-            "help": "At the run's end, write its GPU ledger (where every GPU-second went) as "
-            "one HTML file, .snakemake/context/reports/<run id>.html, as `snakemake-context "
-            "report --run RUN` does. Without it the run's last line names that command.",
-        },
-    )
+    threads_per_slot: int = table_field("threads_per_slot")
+    batch_max: int = table_field("batch_max")
+    batch_wait: float = table_field("batch_wait")
+    peer_transfers: int = table_field("peer_transfers")
+    peer_mbps: float = table_field("peer_mbps")
+    gang_timeout: float = table_field("gang_timeout")
+    # An attached cluster's servers carry the labels it gave them.
+    server_group: str = table_field("server_group", conflicts=ATTACH_SETTINGS)
+    pilot_retire_margin: float = table_field("pilot_retire_margin")
+    interface: Optional[str] = table_field("interface")
+    pilot_idle_timeout: float = table_field("pilot_idle_timeout")
+    pilot_loads_per_source: int = table_field("pilot_loads_per_source")
 
-    def __post_init__(self) -> None:
+
+def tuning_values(words: Any) -> Tuning:
+    """The tuning ``--context-tuning`` gives (``KEY=VALUE`` words; a switch's ``KEY``
+    alone), each value parsed as its setting allows (checked later, with the rest):
+    an unknown key is one line naming the keys there are."""
+    given: dict[str, Any] = {}
+    table = {setting.name: setting for setting in _tuning_table()}
+    for word in _words(words):
+        key, sep, text = word.partition("=")
+        name = key.strip().replace("-", "_")
+        setting = table.get(name)
+        if setting is None:
+            raise SettingError(
+                f"{TUNING_FLAG} {word!r} is not allowed: no tuning key {key.strip()!r}; the "
+                f"keys are {', '.join(sorted(table))} (see the docs' settings page)."
+            )
+        if setting.allowed.kind == FLAG:
+            answer = text.strip().lower() if sep else "true"
+            if answer not in _SWITCH:
+                raise SettingError(
+                    f"{TUNING_FLAG} {word!r} is not allowed: {name} is a switch "
+                    "(KEY, KEY=true or KEY=false)."
+                )
+            given[name] = _SWITCH[answer]
+        else:
+            given[name] = setting.allowed.parse(text) if sep else Malformed(word)
+    return Tuning(**given)
+
+
+_SWITCH = {"true": True, "yes": True, "1": True, "on": True}
+_SWITCH |= {"false": False, "no": False, "0": False, "off": False}
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    """A list setting's words: Snakemake may hand a list, or its text ("['a', 'b']")."""
+    if not value:
+        return ()
+    if isinstance(value, str):
+        import ast
+
         try:
-            check(vars(self), settings_table())
-            # The variables a user exports (the servers inherit them), before anything
-            # is made or started.
-            check_environment()
-            if not (self.scheduler_file or self.scheduler_address or self.backend):
-                # The embedded cluster's servers start on this node: their directory is
-                # made and checked here (an attached cluster's and pilots' are theirs).
-                Shape(own_caches=self.own_caches).check_own_caches(executor_flag("own_caches"))
-        except SettingError as error:
-            # The plugin's frames say nothing to the user (Snakemake prints them).
-            raise error.with_traceback(None) from None
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parsed = value
+        value = parsed if isinstance(parsed, (list, tuple)) else value.split()
+    return tuple(str(item) for item in value)
+
+
+def _tuning_table() -> list[Any]:
+    return [
+        dataclasses.replace(setting, flag=executor_flag(setting.name))
+        for setting in dataclass_settings(Tuning, "")
+    ]
 
 
 def settings_table() -> list[Any]:
-    """Every setting of the executor, with its flag and what it allows."""
-    return dataclass_settings(ExecutorSettings, EXECUTOR_PREFIX)
+    """Every setting of the executor, with its flag and what it allows (a tuning
+    key's flag: ``--context-tuning KEY``)."""
+    return dataclass_settings(ExecutorSettings, EXECUTOR_PREFIX) + _tuning_table()

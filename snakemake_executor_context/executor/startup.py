@@ -179,7 +179,7 @@ def export_local_dir(settings: ExecutorSettings) -> None:
 
 
 def export_server_limits(settings: ExecutorSettings) -> None:
-    """--context-memory-cap and --context-recycle-after-leaks (checked with the other
+    """--context-memory-cap and --context-tuning recycle_after_leaks (checked with the other
     settings): set for the embedded cluster's servers, through the variables a user
     exports for `snakemake-context up`."""
     if settings.memory_cap is not None:

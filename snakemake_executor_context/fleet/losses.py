@@ -229,7 +229,7 @@ class LossHistory:
         if kind == LossKind.CRASH:
             allowed, flag = budgets.crashes, "--context-crash-budget"
         else:
-            allowed, flag = budgets.preemptions, "--context-preemption-budget"
+            allowed, flag = budgets.preemptions, "--context-tuning preemption_budget"
         hits = [(loss, charge) for loss, charge in charges if charge.kind == kind]
         if len(hits) <= allowed:
             return None

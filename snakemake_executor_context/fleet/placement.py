@@ -22,7 +22,7 @@ load's), so a long first job does not keep an idle server idle, and nothing is
 evicted on a guess.
 
 With survival placement on (``FleetState.survival_placement``,
-``--context-survival-placement``), each server's estimated survival
+``--context-tuning survival_placement``), each server's estimated survival
 (:mod:`.survival`) weighs in, in three places: among cold servers, the one likeliest to
 live through the load and a job goes first (servers at least :data:`.survival.LIKELY`
 to do so are alike); a load's cost is divided by that chance (the expected cost of a
@@ -88,7 +88,7 @@ class PlacementStep(StrEnum):
     QUEUED = "queued"
     """Behind a running job on a warm server (prefetch)."""
     DASK = "dask"
-    """Placement is Dask's (``--context-placement dask``)."""
+    """Placement is Dask's (``--context-tuning placement=dask``)."""
     WAIT = "wait"
     """Not placed: a warm slot comes sooner than a load would finish."""
     UNMEASURED = "unmeasured"

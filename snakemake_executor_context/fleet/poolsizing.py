@@ -54,7 +54,7 @@ class PoolDemand:
     #: The publication's number: it grows with each of a living run's checks
     #: (:class:`DemandWatch`); None where nobody numbered it.
     sequence: int | None = None
-    #: Whether the run weighs servers' survival (``--context-survival-placement``):
+    #: Whether the run weighs servers' survival (``--context-tuning survival_placement``):
     #: then the pool prefers the kinds of pilot that live longer (:func:`kind_survival`).
     survival: bool = False
 

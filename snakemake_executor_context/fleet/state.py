@@ -63,7 +63,7 @@ class FleetState:
         #: Whether servers fetch a missing template from a peer that holds it.
         self.peer_transfers = True
         #: Servers' lives (the catalog's history and this run's) and whether placement
-        #: weighs them (``--context-survival-placement``).
+        #: weighs them (``--context-tuning survival_placement``).
         self.survival = SurvivalBook()
         self.survival_placement = False
         self._left: OrderedDict[str, None] = OrderedDict()

@@ -291,7 +291,7 @@ class ServerJobs:
             if self.limits.recycle_after and self.leaky_jobs >= self.limits.recycle_after:
                 result.extra.setdefault("warnings", []).append(
                     f"{self.identity.describe()} restarts: {self.leaky_jobs} jobs left "
-                    "threads running (--context-recycle-after-leaks)."
+                    "threads running (--context-tuning recycle_after_leaks)."
                 )
                 self.recycle(key, f"{self.leaky_jobs} jobs left threads running")
         self.stats.jobs += 1

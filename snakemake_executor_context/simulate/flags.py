@@ -208,7 +208,7 @@ def _run(group: Any) -> None:
     add_argument(
         group, "--survival", Allowed(FLAG), action="store_true",
         help="placement and the pool weigh how long servers are likely to live (the "
-        "plugin's --context-survival-placement)",
+        "plugin's --context-tuning survival_placement)",
     )  # fmt: skip
     add_argument(
         group, "--counts", Allowed(TEXT, form=_counts), default="",

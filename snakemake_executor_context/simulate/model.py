@@ -262,5 +262,5 @@ class Options:
     #: Keep the event log (the determinism test compares it).
     log: bool = True
     #: Placement and the pool weigh how long servers are likely to live
-    #: (``--context-survival-placement``: :mod:`..fleet.survival`).
+    #: (``--context-tuning survival_placement``: :mod:`..fleet.survival`).
     survival: bool = False

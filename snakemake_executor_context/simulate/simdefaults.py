@@ -8,7 +8,7 @@ change.
 
 from __future__ import annotations
 
-from ..executor.settings import ExecutorSettings
+from ..executor.settings import Tuning
 from ..options import setting_default
 from ..walltime import read_walltime
 
@@ -32,19 +32,19 @@ MIN_PILOTS: int = int(setting_default("min_pilots"))
 MAX_PILOTS: int = int(setting_default("max_pilots"))
 #: A pilot's walltime in seconds (``--context-pilot-walltime``: its default reads alike
 #: in every batch system), how long before it a pilot retires
-#: (``--context-pilot-retire-margin``), and up to how much earlier at random.
+#: (``--context-tuning pilot_retire_margin``), and up to how much earlier at random.
 PILOT_WALLTIME: float = float(read_walltime("slurm", setting_default("pilot_walltime")).seconds)
 RETIRE_MARGIN: float = float(setting_default("pilot_retire_margin"))
 LIFETIME_STAGGER: float = float(setting_default("pilot_lifetime_stagger"))
-#: Seconds an idle pilot is kept (``--context-pilot-idle-timeout``).
+#: Seconds an idle pilot is kept (``--context-tuning pilot_idle_timeout``).
 PILOT_IDLE_TIMEOUT: float = float(setting_default("pilot_idle_timeout"))
 #: Pilots loading one context from its shared source at once
-#: (``--context-pilot-loads-per-source``; 0: no limit).
+#: (``--context-tuning pilot_loads_per_source``; 0: no limit).
 LOADS_PER_SOURCE: int = int(setting_default("pilot_loads_per_source"))
 #: Transfers of a template each server serves to its peers at once
-#: (``--context-peer-transfers``; 0: no peer transfer, every load reads its source).
+#: (``--context-tuning peer_transfers``; 0: no peer transfer, every load reads its source).
 PEER_TRANSFERS: int = int(setting_default("peer_transfers"))
 #: Seconds a job waits for a server that can run it, outside a pool
-#: (``--context-wait-for-server``, the executor's own; a pool's jobs wait as long as
+#: (``--context-tuning wait_for_server``, the executor's own; a pool's jobs wait as long as
 #: its queue takes).
-WAIT_FOR_SERVER: float = float(ExecutorSettings.wait_for_server)
+WAIT_FOR_SERVER: float = float(Tuning.wait_for_server)

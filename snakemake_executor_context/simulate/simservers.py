@@ -14,7 +14,7 @@ creation). From the source, the move is a read over the shared filesystem made i
 turn (:class:`~.hosting.Turns`, which covers the read alone); from a peer or the
 local cache, it takes no turn. A server whose local disk lacks the context asks the
 servers whose disks hold it, as a real one does (:mod:`..server.peers.survey`): each says
-the transfers it has to spare (the plugin's ``--context-peer-transfers``) and when its
+the transfers it has to spare (the plugin's ``--context-tuning peer_transfers``) and when its
 first ends, the fleet says the measured rates, and the real choice
 (:func:`..fleet.peerchoice.choose_origin`) says peer or source. While every holder
 is busy and a peer is still the faster way, it asks again when the first busy

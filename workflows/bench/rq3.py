@@ -5,7 +5,7 @@ losses are what is measured, not a model; the 2 cores here could not run 4 serve
 of SmolLM2 fast enough to see anything but CPU contention).
 
 Four runs on the embedded cluster with 4 servers, interleaved: full-context and
-context-agnostic (``--context-agnostic``: each job loads, the server drops the
+context-agnostic (``--context-tuning agnostic``: each job loads, the server drops the
 context at its end), each without kills and with the preemption injector killing
 one server (SIGKILL, seeded choice) every T = 3 x (reload + job) seconds, its
 replacement after 1 s. Then loss detection: SIGKILL -> requeue (injector log against
@@ -91,7 +91,7 @@ def run(mode: str, kills: bool, args: argparse.Namespace, root: Path) -> dict[st
         f"claims={args.claims}",
     ]
     if mode == "agnostic":
-        command.append("--context-agnostic")
+        command += ["--context-tuning", "agnostic"]
     injector = None
     if kills:
         injector = subprocess.Popen(

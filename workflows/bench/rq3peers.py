@@ -8,7 +8,7 @@ all readers (a shared filesystem under load), copied into the server's own cache
 server process, so a replacement (the injector restarts a killed server under its
 name) starts with an empty cache. Jobs of ``--job`` seconds score ``--claims``
 claims each (sleeps). Four runs on the embedded cluster of ``--servers`` servers,
-interleaved: peers on (``--context-peer-transfers 2``) and off (``0``), each without
+interleaved: peers on (``--context-tuning peer_transfers=2``) and off (``0``), each without
 kills and with the injector killing one server (SIGKILL, seeded) every
 T = 3 x (reload + job) seconds, the replacement after 1 s; reload is the source's
 load measured here first, alone. The first kill comes once the fleet's first loads
@@ -141,8 +141,8 @@ def run(peers: bool, kills: bool, args: argparse.Namespace, root: Path, source: 
         str(args.servers),
         "--context-own-caches",
         str(workdir / "caches"),
-        "--context-peer-transfers",
-        "2" if peers else "0",
+        "--context-tuning",
+        f"peer_transfers={2 if peers else 0}",
         "--retries",
         "0",
         "--config",

@@ -1,7 +1,7 @@
 """Survival placement on a real run: the embedded cluster's servers in two groups, the
 preemption injector killing each group at its own rate, policy on against off.
 
-Four servers (``--context-server-group short:2,long:2``) and a synthetic context (a
+Four servers (``--context-tuning server_group=short:2,long:2``) and a synthetic context (a
 loader that sleeps ``--reload`` seconds, jobs that sleep ``--job`` seconds and score
 ``--claims`` claims: the scheduling and the losses are measured, not a model; the 2
 cores here cannot run four servers of SmolLM2). Two injectors (``snakemake-context
@@ -84,18 +84,16 @@ def run(policy: bool, args: argparse.Namespace, root: Path, history: Path | None
         "8",
         "--context-servers",
         "4",
-        "--context-server-group",
-        "short:2,long:2",
-        "--context-preemption-budget",
-        "50",
+        "--context-tuning",
+        "server_group=short:2,long:2",
+        "preemption_budget=50",
+        *(["survival_placement"] if policy else []),
         "--config",
         f"count={args.jobs}",
         f"reload={args.reload}",
         f"job={args.job}",
         f"claims={args.claims}",
     ]
-    if policy:
-        command.append("--context-survival-placement")
     injectors = [
         _injector(workdir, "short", args.short_every, args.seed),
         _injector(workdir, "long", args.long_every, args.seed + 1),
