@@ -185,6 +185,7 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
             "status_interval=0.5... The docs' settings page lists every key.",
             "nargs": "+",
             "type": str,
+            "metavar": "KEY=VALUE",
         },
     )
     report: bool = _checked(
