@@ -1,7 +1,11 @@
-"""Every ``--context-*`` flag of the executor, with its help text.
+"""Every ``--context-*`` flag of the executor, with its help text, and the tuning
+keys behind ``--context-tuning`` (:class:`Tuning`).
 
-Snakemake turns each field into a command-line flag (``scheduler_address`` becomes
-``--context-scheduler-address``) and a profile key (``context-scheduler-address``).
+Snakemake turns each field of :class:`ExecutorSettings` into a command-line flag
+(``scheduler_address`` becomes ``--context-scheduler-address``) and a profile key
+(``context-scheduler-address``). The research switches and tuning a user rarely sets
+are the fields of :class:`Tuning`, given as ``--context-tuning KEY=VALUE ...`` and
+checked by the same table; the code reads them as settings (``settings.batch_max``).
 The servers' options (``--context-slots``...) and the pilots' are the option table's
 (:mod:`..options`): their fields take its default, help and checks; the others are
 the executor's own, declared here.
