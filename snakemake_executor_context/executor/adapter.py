@@ -1,5 +1,5 @@
 """The Snakemake executor (``snakemake --executor context``), only its adapter: the dispatch
-state machine (:mod:`.dispatch`) decides; this class feeds it stimuli, one thread at a time, and
+state machine (:mod:`..dispatch`) decides; this class feeds it stimuli, one thread at a time, and
 carries out its commands in :meth:`Executor._execute`, the one place that submits or cancels tasks
 (:mod:`.tasks`) and calls ``report_job_*``. Imports are cheap: Snakemake imports it in every job."""
 

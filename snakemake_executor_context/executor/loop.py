@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 __all__ = ["WAKING_EVENTS", "CacheProbes", "CtrlC", "FleetInbox", "FleetPoll", "Waker"]
 
 
+logger = logging.getLogger(__name__)
+
+Found = Mapping[str, tuple[str, ...]]
+
 #: Fleet events after which placement may find a free slot or a warm server.
 WAKING_EVENTS = (ev.JobFinished, ev.ServerJoined, ev.ServerLeft, ev.ContextEvicted)
 
@@ -108,7 +112,7 @@ class FleetInbox:
 class FleetPoll:
     """Puts the fleet check's stimuli into the executor's inbox when one is due.
 
-    The executor's periodic fleet check, every :data:`~.dispatch.FLEET_CHECK_SECONDS`:
+    The executor's periodic fleet check, every :data:`~..dispatch.machine.FLEET_CHECK_SECONDS`:
     the cluster's workers as a stimulus (Dask's list is the membership when no scheduler
     plugin sends events), what the run still asks of a pool of pilots, and the clock.
 
@@ -154,14 +158,9 @@ class FleetPoll:
             self._debug(f"Cannot withdraw the run's demand: {error}")
 
 
-logger = logging.getLogger(__name__)
-
-Found = Mapping[str, tuple[str, ...]]
-
-
 class CacheProbes:
     """Runs ``probe`` on a thread when asked (:meth:`ask`) and hands ``done`` its answer
-    (a :class:`~.vocabulary.CachesProbed`).
+    (a :class:`~..dispatch.vocabulary.CachesProbed`).
 
     The servers' cache probes, asked in the background.
 

@@ -1,5 +1,5 @@
 """What an attempt's Dask future says, as the dispatch machine's
-:class:`~.vocabulary.AttemptEnded`: its result, or why there is none (the scheduler's
+:class:`~..dispatch.vocabulary.AttemptEnded`: its result, or why there is none (the scheduler's
 death, told first when that is why Dask cancelled it)."""
 
 from __future__ import annotations

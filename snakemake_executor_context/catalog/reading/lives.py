@@ -2,7 +2,7 @@
 live still (``snakemake-context status`` and the monitor), and, over a run, how long
 its servers lived against what the history before the run predicted (the report).
 
-Both take the ended lives :func:`~.seed.survival_history` reads and the estimates of
+Both take the ended lives :func:`~.fleetseed.survival_history` reads and the estimates of
 :mod:`..fleet.survival` (Kaplan-Meier per survival group, else per GPU model, else
 over every server, else the prior). An estimate whose curve is the prior is shown as
 the prior, not as a number: it says nothing about that server. A pilot's walltime is
@@ -121,7 +121,7 @@ def lives_left(
     history: Mapping[str, Any], live: Iterable[LiveServer], *, now: float
 ) -> dict[str, LifeLeft]:
     """Each live server's expected remaining life at ``now``, by address, from the
-    ended lives of ``history`` (:func:`~.seed.survival_history`'s form) and the live
+    ended lives of ``history`` (:func:`~.fleetseed.survival_history`'s form) and the live
     servers themselves (censored at their age; one that joined after ``now`` is new)."""
     book = SurvivalBook()
     book.merge_wire(history)

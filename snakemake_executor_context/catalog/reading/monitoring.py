@@ -231,7 +231,7 @@ class MonitorReader:
         self.run_pks: dict[str, int] = {}
         #: The latest job attempts, newest first (read again when attempts changed).
         self.recent_jobs: list[JobRow] = []
-        #: The servers' ended lives (:func:`~.seed.survival_history`), read again when
+        #: The servers' ended lives (:func:`~.fleetseed.survival_history`), read again when
         #: a server has ended since.
         self.survival: dict[str, Any] = {}
         self._survival_read = False

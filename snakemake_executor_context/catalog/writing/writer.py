@@ -13,7 +13,7 @@ A SQLite catalog has one writer, which holds its lease (:mod:`.lease`) and renew
 from this thread.
 
 The same thread publishes snapshots of a SQLite catalog whose requested location is
-on a network filesystem (see :mod:`.store`), and notices a SQLite catalog deleted or
+on a network filesystem (see :mod:`..store`), and notices a SQLite catalog deleted or
 replaced under it (:mod:`.follow`): it says so in one line through ``say`` and records
 on where the user will look.
 """
