@@ -427,3 +427,29 @@ def test_every_executor_pilot_setting_reaches_the_pilots() -> None:
     assert (options.memory, options.walltime) == ("12GB", "02:00:00")
     assert serve[serve.index("--max-pilots") + 1] == "5"
     assert options.shape.slots == 3  # the servers' shape travels with the pilots
+
+
+def test_a_pilot_that_registered_after_the_last_sample_is_booked_registered() -> None:
+    """CI once saw a pilot that served (its server in the catalog) booked as never
+    registered: it registered after the pool's last once-a-second sample, and `down`
+    stopped the pool before the next. The scheduler's hook had noted the time; the
+    pool's end books it. A stand-in cluster places the registration between the two
+    deterministically (a real SLURM pool only loses the race sometimes)."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_context.cluster.pool import DemandAdaptive
+    from snakemake_executor_context.fleet import events as ev
+    from snakemake_executor_context.fleet.pilotbook import PilotRecord
+
+    logged: list[object] = []
+    scheduler = SimpleNamespace(log_event=lambda topic, message: logged.append(message))
+    pool = DemandAdaptive.__new__(DemandAdaptive)
+    pool.cluster = SimpleNamespace(scheduler=scheduler, workers={})
+    pool.book = {"pilot-a-1": PilotRecord(name="pilot-a-1", pilot_kind="a", submitted=10.0)}
+    pool.registrations = {"pilot-a-1": 12.5}  # the hook, after the last sample
+    pool._departed, pool._booked = {}, {}
+    pool.state, pool.periodic_callback = "stopped", None
+    pool.stop("the cluster closes")
+    (booked,) = [e for message in logged for e in ev.decode(message)]
+    assert isinstance(booked, ev.PilotBooked)
+    assert booked.registered == 12.5 and booked.ended is not None

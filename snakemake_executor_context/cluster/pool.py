@@ -149,7 +149,16 @@ class DemandAdaptive(Adaptive):
                 record.ended = record.ended or time.time()
         await super().scale_down(workers)
 
+    def _note_registrations(self) -> None:
+        """Each pilot's registration, as the scheduler's hook noted it: one that
+        registered after the last sample, and left or was stopped before the next,
+        still registered (its server's jobs ran there)."""
+        for record in self.book.values():
+            if record.registered is None and record.name in self.registrations:
+                record.registered = self.registrations[record.name]
+
     def _keep_books(self) -> None:
+        self._note_registrations()
         now = time.time()
         elapsed, self._sampled = now - self._sampled, now
         cluster = self._cluster
@@ -243,6 +252,7 @@ class DemandAdaptive(Adaptive):
         for name, (job, _) in self._departed.items():
             self._cluster.workers.setdefault(name, job)
         self._departed.clear()
+        self._note_registrations()
         now = time.time()
         for record in self.book.values():
             if record.ended is None:
