@@ -9,7 +9,7 @@ from dataclasses import fields
 
 import pytest
 
-from snakemake_executor_context.executor.settings import ExecutorSettings
+from snakemake_executor_context.executor.settings import ExecutorSettings, Tuning
 
 from .conftest import REPO, context_run, snakemake
 
@@ -56,6 +56,8 @@ def test_settings_page_lists_every_setting():
     for field in fields(ExecutorSettings):
         flag = "--context-" + field.name.replace("_", "-")
         assert f"| `{flag}` |" in page, flag
+    for field in fields(Tuning):
+        assert f"| `{field.name}` |" in page, f"--context-tuning {field.name}"
 
 
 def test_readme_settings_tour_names_real_settings():
