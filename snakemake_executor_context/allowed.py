@@ -43,6 +43,7 @@ __all__ = [
     "dataclass_settings",
     "filled",
     "settings_field",
+    "words_of",
 ]
 
 WHOLE, NUMBER, SIZE, BUDGET, WALLTIME, TEXT, WORDS, FLAG = (
@@ -485,3 +486,18 @@ def check_parsed(args: argparse.Namespace) -> None:
     """:func:`check` the arguments of a parser built with :func:`add_argument`."""
     settings = list((getattr(args, _TABLE, None) or {}).values())
     check(vars(args), settings)
+
+
+def words_of(value: Any) -> tuple[str, ...]:
+    """A list setting's values: Snakemake may hand a list, or its text ("['a', 'b']")."""
+    if not value:
+        return ()
+    if isinstance(value, str):
+        import ast
+
+        try:
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parsed = value
+        value = parsed if isinstance(parsed, (list, tuple)) else [value]
+    return tuple(str(item) for item in value)

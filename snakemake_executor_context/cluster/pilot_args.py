@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..allowed import words_of
 from ..batch.registry import batch_system
 from ..fleetshape import Shape
 from ..options import (
@@ -62,11 +63,11 @@ def pilot_command_args(args: Any) -> list[str]:
         walltime=args.pilot_walltime,
         gpus=args.pilot_gpus,
         nodes=args.pilot_nodes,
-        gpu_types=_words(args.pilot_gpu_types),
+        gpu_types=words_of(args.pilot_gpu_types),
         cores=args.pilot_cores,
         memory=args.pilot_memory,
-        extra_directives=_words(args.pilot_directives),
-        prologue=_words(args.pilot_prologue),
+        extra_directives=words_of(args.pilot_directives),
+        prologue=words_of(args.pilot_prologue),
         interface=args.interface,
         memory_budget=str(args.memory_budget),
         log_directory=args.pilot_log_dir,
@@ -121,21 +122,6 @@ def pilot_settings_args(settings: Any, log_directory: str | None = None) -> list
     )
     args.pilot_log_dir = log_directory
     return pilot_command_args(args)
-
-
-def _words(value: Any) -> tuple[str, ...]:
-    """A list setting's values: Snakemake may hand a list, or its text ("['a', 'b']")."""
-    if not value:
-        return ()
-    if isinstance(value, str):
-        import ast
-
-        try:
-            parsed = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            parsed = value
-        value = parsed if isinstance(parsed, (list, tuple)) else [value]
-    return tuple(str(item) for item in value)
 
 
 def serve_arguments(

@@ -35,6 +35,7 @@ from ..allowed import (
     check,
     dataclass_settings,
     filled,
+    words_of,
 )
 from ..allowed import settings_field as _checked
 from ..defaults import LOCAL_DIR_METADATA, MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE
@@ -334,7 +335,7 @@ def tuning_values(words: Any) -> Tuning:
     an unknown key is one line naming the keys there are."""
     given: dict[str, Any] = {}
     table = {setting.name: setting for setting in _tuning_table()}
-    for word in _words(words):
+    for word in words_of(words):
         key, sep, text = word.partition("=")
         name = key.strip().replace("-", "_")
         setting = table.get(name)
@@ -358,21 +359,6 @@ def tuning_values(words: Any) -> Tuning:
 
 _SWITCH = {"true": True, "yes": True, "1": True, "on": True}
 _SWITCH |= {"false": False, "no": False, "0": False, "off": False}
-
-
-def _words(value: Any) -> tuple[str, ...]:
-    """A list setting's words: Snakemake may hand a list, or its text ("['a', 'b']")."""
-    if not value:
-        return ()
-    if isinstance(value, str):
-        import ast
-
-        try:
-            parsed = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            parsed = value
-        value = parsed if isinstance(parsed, (list, tuple)) else value.split()
-    return tuple(str(item) for item in value)
 
 
 def _tuning_table() -> list[Any]:
