@@ -8,11 +8,12 @@ Importing this package is cheap (standard library and Snakemake's interface
 packages only): every Snakefile that declares a context imports it, in every job.
 
 The map, by the process each part runs in (imports run one way: ``fleet`` at the
-bottom, ``catalog`` above it, then ``server``, ``cluster``, ``executor`` and ``cli``):
+bottom, ``settings`` and ``strays`` beside it, ``catalog`` above them, then ``dispatch``,
+``server``, ``pilots``, ``cluster``, ``executor`` and ``cli``):
 
 - the public API: :mod:`.contexts` (declaring and using a context), :mod:`.loaders`
-  (loader specs, identities, cache probes), :mod:`.batching` (calls merged across
-  jobs), :mod:`.errors` (the one exception tree), :mod:`.gang` (contexts spanning
+  (loader specs, identities, cache probes), :mod:`.callmerge` (``batched``: calls
+  merged across jobs), :mod:`.errors` (the one exception tree), :mod:`.gang` (contexts spanning
   several processes, one rank per device, and the devices a server owns), :mod:`.hf`
   (the built-in loader: any causal LM ``transformers`` reads, in one line);
 - shared by every process: :mod:`.jobhooks` (what a server installs for the job of a
@@ -21,28 +22,24 @@ bottom, ``catalog`` above it, then ``server``, ``cluster``, ``executor`` and ``c
   outside the workflow directory: the private root, files trusted only when yours),
   :mod:`.modelcache` (the node-local model cache, a package: a loader's converted
   weights and staged model files, their manifests, size limit and checks; its entry
-  functions are public API for loaders), :mod:`.processes` (is a pid alive,
-  stopping a process tree, ending what a job left running) with :mod:`.leftbehind`
-  (which processes those are: pure decisions), :mod:`.allowed` (what each setting
-  allows, declared once beside it), :mod:`.options` (every option of the servers and
-  pilots, declared once, from which each front end's flags are made) with
-  :mod:`.fleetshape` (the fleet's shape, one typed record of the servers' options),
-  :mod:`.walltime` (a walltime as each batch system reads it), :mod:`.batch` (each
-  batch system pilots are submitted to, one module each, behind one protocol),
+  functions are public API for loaders),
   :mod:`.terminal` (values from a workflow or a catalog shown with their control
   characters escaped), :mod:`._version`;
 - Snakemake's process and a server's: :mod:`.snakemake_internals` (every read of
   Snakemake beyond its plugin interface, checked at the start of a run);
-- packages: :mod:`.fleet` (vocabulary and pure policy), :mod:`.catalog` (storage),
-  :mod:`.server` (a context server's process), :mod:`.cluster` (the cluster's
-  processes), :mod:`.report` (the GPU ledger as an HTML report, read from the
-  catalog), :mod:`.executor` (Snakemake's process), :mod:`.simulate` (the fleet
-  simulated around the real dispatch machine, above the executor), and :mod:`.cli` (the
-  ``snakemake-context`` command) on top.
+- packages: :mod:`.fleet` (vocabulary and pure policy), :mod:`.settings` (every
+  option declared once, its checks, the fleet's shape), :mod:`.strays` (stray
+  processes found, ended and named), :mod:`.catalog` (storage), :mod:`.dispatch` (the
+  pure dispatch machine), :mod:`.server` (a context server's process),
+  :mod:`.pilots` (servers as batch jobs, every batch system, the running pool),
+  :mod:`.cluster` (the cluster's processes), :mod:`.report` (the GPU ledger as an
+  HTML report, read from the catalog), :mod:`.executor` (Snakemake's process),
+  :mod:`.simulate` (the fleet simulated around the real dispatch machine, above the
+  executor), and :mod:`.cli` (the ``snakemake-context`` command) on top.
 """
 
 from ._version import __version__
-from .batching import Batcher, batched
+from .callmerge import Batcher, batched
 from .contexts import (
     CONFIG_KEY,
     ContextDeclaration,

@@ -40,7 +40,7 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``snakemake-context`` command."""
-    from .allowed import check_parsed
+    from .settings.checks import check_parsed
 
     parser = _parser()
     args = parser.parse_args(argv)
@@ -70,8 +70,8 @@ def _parser() -> argparse.ArgumentParser:
             f"(default: {DEFAULT_SCHEDULER_FILE}, or $SNAKEMAKE_CONTEXT_SCHEDULER_FILE).",
         )
 
-    from .allowed import NUMBER, WHOLE, Allowed, add_argument
     from .cluster.upcommand import add_up_command
+    from .settings.checks import NUMBER, WHOLE, Allowed, add_argument
 
     add_up_command(commands, scheduler_file)
 

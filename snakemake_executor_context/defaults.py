@@ -22,6 +22,7 @@ __all__ = [
     "DRAIN_GRACE_SECONDS",
     "GANG_ROSTER_HANDLER",
     "GANG_TIMEOUT_SECONDS",
+    "HUB_PLUGIN_NAME",
     "JOB_MARK_VARIABLE",
     "KEEP_VARIABLE",
     "LEASE_GRACE_SECONDS",
@@ -66,6 +67,9 @@ GANG_TIMEOUT_SECONDS = 300.0
 #: The scheduler's handler at which pilots started as a gang of nodes wait for the
 #: rest of their gang (:mod:`.cluster.roster`).
 GANG_ROSTER_HANDLER = "snakemake_context_gang_join"
+#: The name of the fleet's hub among the scheduler's plugins (:mod:`.cluster.hub`), by
+#: which a pool of pilots in the same process finds it.
+HUB_PLUGIN_NAME = "snakemake-context-hub"
 #: The scheduler's handler that tells a server the measured rates of a context's loads
 #: and transfers (:mod:`.cluster.hub`), for its choice between a peer and the source.
 PEER_RATES_HANDLER = "snakemake_context_rates"
@@ -99,7 +103,7 @@ DEVICES_VARIABLE = "SNAKEMAKE_CONTEXT_DEVICES"
 #: The node a server says it is on (default: its host name). Pilots of one machine
 #: that stand for different nodes (tests, benchmarks) set it in their prologue.
 NODE_VARIABLE = "SNAKEMAKE_CONTEXT_NODE"
-#: Marks in the environment of what a server starts (see :mod:`.processes`): the
+#: Marks in the environment of what a server starts (see :mod:`.strays.processes`): the
 #: plain job a process belongs to, and the server below which it started.
 JOB_MARK_VARIABLE = "SNAKEMAKE_CONTEXT_JOB"
 SERVER_MARK_VARIABLE = "SNAKEMAKE_CONTEXT_SERVER"

@@ -18,7 +18,7 @@ It is one of
 
 The loaded object (:class:`CausalLM`) holds ``model``, ``tokenizer`` and ``device``
 (where inputs go), and scores next-token answers in forward passes shared by the jobs
-running at once (:meth:`CausalLM.score_batched`, through :mod:`.batching`).
+running at once (:meth:`CausalLM.score_batched`, through :mod:`.callmerge`).
 
 Runs in a context server's process (or a job's own under another executor). Its
 module imports the standard library only: Snakemake's process imports it where the
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from . import modelcache
-from .batching import Batcher, batched
+from .callmerge import Batcher, batched
 from .contexts import loader, note_conversion
 from .errors import ContextLoadError
 from .gang import server_devices
@@ -104,7 +104,7 @@ class CausalLM:
     def score_batched(self, items: list[ScoreItem], forward_batch: int = 8) -> list[float]:
         """:meth:`score`, with the items of the jobs running at once merged into forward
         passes of up to ``forward_batch`` items (a server's ``--context-tuning batch_max``
-        overrides it; see :mod:`.batching`)."""
+        overrides it; see :mod:`.callmerge`)."""
         with self.lock:
             batcher = self.batchers.get(forward_batch)
             if batcher is None:

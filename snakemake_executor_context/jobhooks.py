@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import batching
+from .callmerge import observe as observe_merged_calls
 from .defaults import DEVICES_VARIABLE
 from .errors import ContextLoadError
 from .gang import GangOptions, server_devices, start_gang
@@ -54,7 +54,7 @@ class JobHooks:
 
     provider: ContextProvider | None = None
     items: int = 0
-    #: Calls of batched functions (:mod:`.batching`) this job's thread led, by size.
+    #: Calls of batched functions (:mod:`.callmerge`) this job's thread led, by size.
     batches: Counter[int] = field(default_factory=Counter)
 
     def report_into(self, result: Any) -> None:
@@ -103,7 +103,7 @@ def _count_batch(size: int) -> None:
         hooks.batches[size] += 1
 
 
-batching.observe(_count_batch, name=f"{__name__}.batches")
+observe_merged_calls(_count_batch, name=f"{__name__}.batches")
 
 
 def current_job() -> JobHooks | None:

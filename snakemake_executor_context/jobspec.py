@@ -40,7 +40,7 @@ class OutputSpec:
 
 @dataclass
 class ContextJobSpec:
-    """A context job, run in-process by a server (see :mod:`.inprocess`)."""
+    """A context job, run in-process by a server (see :mod:`.server.inprocess`)."""
 
     key: str
     rule: str

@@ -15,10 +15,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT = "snakemake_executor_context"
-#: Packages, and the command line on top of them (a module, but a layer of its own).
+#: The layers, bottom up, and the command line on top (a module, but a layer of its
+#: own). The rest is "core", shared by every process: the root's modules and the
+#: packages of :data:`SHARED`.
 PACKAGES = (
-    "fleet", "dispatch", "catalog", "server", "cluster", "executor", "report", "simulate", "cli"
+    "fleet", "catalog", "dispatch", "server", "pilots", "cluster", "executor", "report",
+    "simulate", "cli",
 )  # fmt: skip
+#: Packages of the core: the settings (and the batch systems' facts they check against,
+#: a part of the pilots), stray processes, the model cache, gangs, paths.
+SHARED = ("settings", "pilots.batch", "strays", "modelcache", "gang", "paths")
 
 
 def _module_name(path: Path, base: Path) -> str:
@@ -81,8 +87,11 @@ def under(package: str) -> set[str]:
 
 
 def package_of(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in PACKAGES else "core"
+    """The layer a module is in: the longest package of :data:`PACKAGES` holding it."""
+    name = module.removeprefix(f"{ROOT}.")
+    held = [p for p in (*PACKAGES, *SHARED) if name == p or name.startswith(p + ".")]
+    layer = max(held, key=len, default="core")
+    return "core" if layer in SHARED else layer
 
 
 def test_the_graph_is_read():
@@ -111,6 +120,16 @@ def test_the_catalog_imports_the_fleets_vocabulary_and_never_the_reverse():
     for package in ("dispatch", "executor", "server", "cluster"):
         assert not reached & under(package), f"the catalog reaches {package}"
     assert f"{ROOT}.fleet.events" in reached
+
+
+@pytest.mark.parametrize("package", ["settings", "pilots.batch", "strays"])
+def test_the_settings_batch_systems_and_strays_sit_on_the_core_alone(package):
+    """Every process reads the settings and sweeps its strays: they reach the core and
+    the fleet's vocabulary, no layer above."""
+    reached = closure(under(package))
+    above = sorted(m for m in reached if package_of(m) not in ("core", "fleet"))
+    assert not above, f"{package} reaches {above}"
+    assert not reached & under("pilots") - under("pilots.batch")
 
 
 def test_the_catalogs_readers_never_import_its_write_side():

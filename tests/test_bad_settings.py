@@ -297,7 +297,7 @@ def _argv(case: list[str]) -> list[str]:
 def _bad_values(setting, flag_of) -> list[list[str]]:
     """Command-line arguments that ``setting`` must refuse, from what it declares:
     out of range, non-finite and malformed values, and bad combinations."""
-    from snakemake_executor_context import allowed as a
+    from snakemake_executor_context.settings import checks as a
 
     spec, flag = setting.allowed, setting.flag
     backend = [f"{flag_of('backend')}=slurm"] if spec.needs == ("backend",) else []

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from snakemake_executor_context.batch.registry import BACKENDS, batch_state, batch_system
-from snakemake_executor_context.batch.system import PilotJob, clock, mebibytes
-from snakemake_executor_context.cluster.pilots import PilotOptions
 from snakemake_executor_context.errors import ClusterError
-from snakemake_executor_context.walltime import WalltimeError, read_walltime
+from snakemake_executor_context.pilots.batch.registry import BACKENDS, batch_state, batch_system
+from snakemake_executor_context.pilots.batch.system import PilotJob, clock, mebibytes
+from snakemake_executor_context.pilots.batch.walltime import WalltimeError, read_walltime
+from snakemake_executor_context.pilots.request import PilotOptions
 
 
 def test_each_backend_names_a_dask_jobqueue_cluster_with_a_job_class() -> None:
@@ -69,7 +69,7 @@ def test_a_job_state_is_read_only_where_its_system_is_read() -> None:
 
 
 def test_pilots_are_named_by_kind_with_one_count_and_shaped_by_their_kind() -> None:
-    from snakemake_executor_context.cluster.pilotcluster import start_pilot_cluster
+    from snakemake_executor_context.pilots.jobqueue import start_pilot_cluster
 
     options = PilotOptions(backend="slurm", gpus=2, gpu_types=("a100", "h100"), walltime="60")
     cluster = start_pilot_cluster(

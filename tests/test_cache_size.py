@@ -101,9 +101,9 @@ def test_without_a_limit_nothing_is_removed(private, monkeypatch):
 
 
 def test_the_setting_reaches_the_cluster_process_and_pilots():
-    from snakemake_executor_context.cluster.pilots import PilotOptions
-    from snakemake_executor_context.fleetshape import Shape
+    from snakemake_executor_context.pilots.request import PilotOptions
     from snakemake_executor_context.server.config import PilotServerSettings
+    from snakemake_executor_context.settings.shape import Shape
 
     shape = Shape(model_cache_size="20MB").check()
     assert shape.serve_args()[-2:] == ["--model-cache-size", "20MB"]

@@ -21,7 +21,7 @@ from snakemake_executor_context.cluster.credentials import (
 from snakemake_executor_context.cluster.infofiles import ClusterFiles, identity
 from snakemake_executor_context.errors import ClusterError, UnsafePathError
 from snakemake_executor_context.executor.recording import _outside
-from snakemake_executor_context.options import option
+from snakemake_executor_context.settings.table import option
 
 SERVERS = option("servers").allowed
 MEMORY_BUDGET = option("memory_budget").allowed

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from snakemake_executor_context.processes import pid_alive
+from snakemake_executor_context.strays.processes import pid_alive
 
 from .conftest import (
     BIN,
@@ -309,7 +309,7 @@ def test_a_pilots_nanny_ends_what_its_killed_server_left(tmp_path):
     from distributed import Client
 
     preloads = ("--preload", "snakemake_executor_context.server.pilot")
-    preloads += ("--preload-nanny", "snakemake_executor_context.server.orphans")
+    preloads += ("--preload-nanny", "snakemake_executor_context.strays.nannysweep")
     with (
         plain_dask_cluster(tmp_path, *preloads) as scheduler_file,
         Client(scheduler_file=str(scheduler_file), timeout=30) as client,

@@ -1,4 +1,4 @@
-"""Every server and pilot option declared once (:mod:`snakemake_executor_context.options`):
+"""Every server and pilot option declared once (:mod:`snakemake_executor_context.settings.table`):
 the front ends made from the table say what it says (the executor's settings, which
 Snakemake reads as a dataclass, `up`'s flags, the servers' shape, the pilots' options),
 and the servers' settings reach a pilot's server as one typed record."""
@@ -10,11 +10,12 @@ from dataclasses import fields, replace
 
 import pytest
 
-from snakemake_executor_context.cluster.pilot_args import pilot_settings_args
-from snakemake_executor_context.cluster.pilots import PilotOptions
 from snakemake_executor_context.executor.settings import ExecutorSettings, Tuning
-from snakemake_executor_context.fleetshape import Shape
-from snakemake_executor_context.options import (
+from snakemake_executor_context.pilots.arguments import pilot_settings_args
+from snakemake_executor_context.pilots.request import PilotOptions
+from snakemake_executor_context.server.config import PilotServerSettings
+from snakemake_executor_context.settings.shape import Shape
+from snakemake_executor_context.settings.table import (
     OPTIONS,
     SERVER,
     executor_flag,
@@ -23,7 +24,6 @@ from snakemake_executor_context.options import (
     setting_default,
     up_flag,
 )
-from snakemake_executor_context.server.config import PilotServerSettings
 
 
 def _up_parser() -> argparse.ArgumentParser:

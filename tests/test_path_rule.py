@@ -51,12 +51,11 @@ ALLOWED = {
     ("catalog/writing/lease.py", "mkdir"): "the same directory, for the catalog's writer lease",
     ("server/slots/serverslots.py", "open"): "/proc/self (the kernel's)",
     ("cluster/infofiles.py", "open"): "/proc/<pid> (the kernel's)",
-    ("processes.py", "open"): "/proc/<pid> (the kernel's)",
+    ("strays/processes.py", "open"): "/proc/<pid> (the kernel's)",
     ("server/output.py", "open"): "a descriptor the job's output goes to, not a path",
     ("server/plain.py", "open"): f"a plain job's log {WORKFLOW_DIRECTORY}",
     ("server/zygote.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}; /dev/null",
-    ("server/leftovers.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}, a line appended "
-    "at its end",
+    ("strays/jobsweep.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}, a line appended at its end",
     ("server/inprocess.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}",
     ("server/groupjob.py", "open"): f"a group's log {WORKFLOW_DIRECTORY}",
     ("server/processwide.py", "open"): f"a job's log {WORKFLOW_DIRECTORY}, made with the "
@@ -83,9 +82,9 @@ ALLOWED = {
     ("cluster/serve.py", "tempfile"): "tempfile.tempdir set to the private root's tmp/",
     ("cluster/serve.py", "local_directory"): "the private root's scratch space "
     "(paths.scratch_dir) for the scheduler and every nanny and server",
-    ("batch/sge.py", "tempfile"): "the job script `qsub -w v` checks, in a new "
+    ("pilots/batch/sge.py", "tempfile"): "the job script `qsub -w v` checks, in a new "
     "directory (mkdtemp) in the private root's tmp/",
-    ("batch/sge.py", "write_text"): "that job script, in that directory",
+    ("pilots/batch/sge.py", "write_text"): "that job script, in that directory",
     ("server/peers/holder.py", "open"): "a template's files for a peer: os.open directory by "
     "directory with O_NOFOLLOW from the cache entry modelcache checked, only the paths of "
     "its recorded manifest (never a path a request names)",
@@ -94,7 +93,7 @@ ALLOWED = {
     "(paths.new_private_dir), directory by directory from a descriptor of it (openat)",
     ("server/peers/receiver.py", "mkdir"): "that staging directory's subdirectories (0700), "
     "made from a descriptor of their parent (mkdirat)",
-    ("cluster/pilots.py", "local_directory"): "the pilot's scratch space, as its job "
+    ("pilots/request.py", "local_directory"): "the pilot's scratch space, as its job "
     "script made and checked it on the node (python -m ...paths --shell)",
 }
 

@@ -14,7 +14,7 @@ import pytest
 
 from snakemake_executor_context import paths
 from snakemake_executor_context.errors import UnsafePathError
-from snakemake_executor_context.server.processgroups import GroupRecord
+from snakemake_executor_context.strays.processgroups import GroupRecord
 
 
 def _mode(path: Path) -> int:

@@ -134,9 +134,9 @@ async def _sessions(dask_worker=None) -> list[int]:
 
 
 def _measured(declaration, dask_scheduler=None) -> dict:
-    from snakemake_executor_context.cluster.hub import PLUGIN_NAME
+    from snakemake_executor_context.defaults import HUB_PLUGIN_NAME
 
-    return dask_scheduler.plugins[PLUGIN_NAME].rates(declaration.identity, "")
+    return dask_scheduler.plugins[HUB_PLUGIN_NAME].rates(declaration.identity, "")
 
 
 @pytest.mark.slow

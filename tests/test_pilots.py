@@ -9,8 +9,6 @@ from dataclasses import replace
 
 import pytest
 
-from snakemake_executor_context.batch.registry import BACKENDS
-from snakemake_executor_context.cluster.pilots import PilotOptions, jobqueue_arguments
 from snakemake_executor_context.defaults import PILOT_VARIABLE
 from snakemake_executor_context.errors import ClusterError
 from snakemake_executor_context.fleet.poolsizing import (
@@ -20,8 +18,10 @@ from snakemake_executor_context.fleet.poolsizing import (
     pilots_to_release,
     pilots_wanted,
 )
-from snakemake_executor_context.fleetshape import Shape
+from snakemake_executor_context.pilots.batch.registry import BACKENDS
+from snakemake_executor_context.pilots.request import PilotOptions, jobqueue_arguments
 from snakemake_executor_context.server.pilot import pilot_gpus, pilot_settings
+from snakemake_executor_context.settings.shape import Shape
 
 OPTIONS = dict(
     queue="gpuq",
@@ -84,8 +84,8 @@ def test_job_scripts_carry_gpus_walltime_lifetime_and_prologue(backend: str) -> 
     # The server retires before the walltime: 7200 s - 300 s margin - 60 s stagger.
     assert "--lifetime 6840s --lifetime-stagger 60s" in script
     assert "--preload snakemake_executor_context.server.pilot" in script
-    # Its nanny ends what a dead server left (a subreaper, server/orphans.py).
-    assert "--preload-nanny snakemake_executor_context.server.orphans" in script
+    # Its nanny ends what a dead server left (a subreaper, strays/nannysweep.py).
+    assert "--preload-nanny snakemake_executor_context.strays.nannysweep" in script
     assert "source /shared/venv/bin/activate" in script
     # -P: the job's working directory is not on sys.path.
     assert "/shared/venv/bin/python -P -m distributed.cli.dask_worker" in script
@@ -398,7 +398,7 @@ def test_every_executor_pilot_setting_reaches_the_pilots() -> None:
     from snakemake.cli import parse_args
     from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
-    from snakemake_executor_context.cluster.pilot_args import pilot_settings_args
+    from snakemake_executor_context.pilots.arguments import pilot_settings_args
 
     _, args = parse_args(
         [
@@ -437,9 +437,9 @@ def test_a_pilot_that_registered_after_the_last_sample_is_booked_registered() ->
     deterministically (a real SLURM pool only loses the race sometimes)."""
     from types import SimpleNamespace
 
-    from snakemake_executor_context.cluster.pool import DemandAdaptive
     from snakemake_executor_context.fleet import events as ev
     from snakemake_executor_context.fleet.pilotbook import PilotRecord
+    from snakemake_executor_context.pilots.pool import DemandAdaptive
 
     logged: list[object] = []
     scheduler = SimpleNamespace(log_event=lambda topic, message: logged.append(message))

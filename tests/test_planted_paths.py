@@ -26,7 +26,7 @@ from snakemake_executor_context.cluster.credentials import Credentials, private_
 from snakemake_executor_context.cluster.infofiles import ClusterFiles
 from snakemake_executor_context.cluster.process import LocalClusterProcess
 from snakemake_executor_context.errors import UnsafePathError
-from snakemake_executor_context.server.processgroups import GroupRecord
+from snakemake_executor_context.strays.processgroups import GroupRecord
 
 from .conftest import need_second_user
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from snakemake_executor_context.leftbehind import (
+from snakemake_executor_context.strays.decisions import (
     ProcessFacts,
     job_leftovers,
     server_orphans,
@@ -110,8 +110,8 @@ def test_what_a_dead_server_left_is_told_from_the_other_servers():
 SUBREAPER = textwrap.dedent("""
     import json, os, subprocess, sys, time
     from snakemake_executor_context.defaults import JOB_MARK_VARIABLE, KEEP_VARIABLE
-    from snakemake_executor_context.leftbehind import job_leftovers
-    from snakemake_executor_context.processes import (
+    from snakemake_executor_context.strays.decisions import job_leftovers
+    from snakemake_executor_context.strays.processes import (
         become_subreaper, end_leftovers, is_subreaper, pid_alive, read_processes,
     )
 
@@ -181,7 +181,7 @@ def test_what_a_job_detached_comes_back_to_a_subreaper_and_is_ended_there():
 def test_the_kernels_lists_of_children_and_a_scan_of_proc_agree(monkeypatch):
     """The processes below one are read from the kernel's per-thread lists of children
     where it keeps them, else from a scan of every process: the same answer."""
-    from snakemake_executor_context import processes
+    from snakemake_executor_context.strays import processes
 
     tree = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 31 & wait"])
     try:
@@ -200,7 +200,7 @@ def test_the_kernels_lists_of_children_and_a_scan_of_proc_agree(monkeypatch):
 
 
 def test_a_process_group_is_killed_whole_and_a_gone_one_is_no_error():
-    from snakemake_executor_context.processes import kill_process_group
+    from snakemake_executor_context.strays.processes import kill_process_group
 
     group = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 31 & wait"], process_group=0)
     try:

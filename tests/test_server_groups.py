@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from snakemake_executor_context.cluster.inject import servers_of_group
-from snakemake_executor_context.cluster.pilot_args import pilot_settings_args
-from snakemake_executor_context.cluster.pilots import PilotOptions
 from snakemake_executor_context.cluster.process import LocalClusterProcess
 from snakemake_executor_context.errors import ClusterError, SettingError
 from snakemake_executor_context.executor.settings import ExecutorSettings
-from snakemake_executor_context.options import server_group_labels
+from snakemake_executor_context.pilots.arguments import pilot_settings_args
+from snakemake_executor_context.pilots.request import PilotOptions
 from snakemake_executor_context.server.config import PilotServerSettings
+from snakemake_executor_context.settings.table import server_group_labels
 
 from .conftest import BIN
 

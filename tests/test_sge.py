@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_context.batch.sge import qacct_end_state, sge_directives
-from snakemake_executor_context.batch.system import clock
-from snakemake_executor_context.cluster.pilots import PilotOptions, jobqueue_arguments
 from snakemake_executor_context.errors import ClusterError
+from snakemake_executor_context.pilots.batch.sge import qacct_end_state, sge_directives
+from snakemake_executor_context.pilots.batch.system import clock
+from snakemake_executor_context.pilots.request import PilotOptions, jobqueue_arguments
 
 from .batchpools import pilot_pool, wait
 from .batchpools import pool_books as _pool_books

@@ -20,7 +20,8 @@ from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.loads import LoadKind
 from snakemake_executor_context.fleet.outcome import Outcome
 from snakemake_executor_context.fleet.peerchoice import Rates
-from snakemake_executor_context.options import setting_default
+from snakemake_executor_context.pilots.batch.walltime import read_walltime
+from snakemake_executor_context.settings.table import setting_default
 from snakemake_executor_context.simulate import simdefaults
 from snakemake_executor_context.simulate.clock import Clock
 from snakemake_executor_context.simulate.hosting import Serving, Turns
@@ -33,7 +34,6 @@ from snakemake_executor_context.simulate.model import (
 )
 from snakemake_executor_context.simulate.shared import Shared
 from snakemake_executor_context.simulate.simservers import SimServer
-from snakemake_executor_context.walltime import read_walltime
 
 from .conftest import bench_module
 

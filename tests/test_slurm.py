@@ -399,7 +399,11 @@ def test_walltimes_are_read_as_slurm_reads_them(tmp_path: Path, slurm) -> None:
     ``scontrol show job`` shows for a job submitted with that --time."""
     import re
 
-    from snakemake_executor_context.walltime import WalltimeError, read_walltime, slurm_time
+    from snakemake_executor_context.pilots.batch.walltime import (
+        WalltimeError,
+        read_walltime,
+        slurm_time,
+    )
 
     for text in WALLTIMES:
         job = subprocess.run(

@@ -128,12 +128,12 @@ class Server(Base):
     draining_at: Mapped[float | None] = mapped_column(Float)
     #: A pilot's: when its batch job started (the batch system charges from then).
     allocated_at: Mapped[float | None] = mapped_column(Float)
-    #: Where its survival is counted (:func:`...fleet.survival.survival_group`): a
+    #: Where its survival is counted (:func:`..fleet.survival.survival_group`): a
     #: pilot's partition (batch queue) and pool (kind of pilot), its cluster's label.
     partition: Mapped[str | None] = mapped_column(String(256))
     pool: Mapped[str | None] = mapped_column(String(256))
     group_label: Mapped[str | None] = mapped_column(String(256))
-    #: What ended it (:class:`...fleet.losses.LossKind`: a preemption or crash is a
+    #: What ended it (:class:`..fleet.losses.LossKind`: a preemption or crash is a
     #: death, a close censors its life); None while it lives, or recorded before v8.
     ended_by: Mapped[str | None] = mapped_column(String(16))
 
@@ -359,7 +359,7 @@ class Pilot(Base):
 
 
 #: The note of a run that ended interrupted (cancelled, or told to stop), in place of
-#: "run-finished": the run's state reads it (:func:`.history.runs`).
+#: "run-finished": the run's state reads it (:func:`.reading.history.runs`).
 RUN_INTERRUPTED = "run-interrupted"
 
 

@@ -1,5 +1,5 @@
-"""The Dask cluster the servers live in: starting it, attaching to it, its hub, and
-pilots on batch systems.
+"""The Dask cluster the servers live in: starting it (its servers local, or a pool of
+pilots, :mod:`..pilots`), attaching to it, and its hub.
 
 - :mod:`.serve`: the cluster process (scheduler, hub and servers, or a pool of
   pilots), run as ``python -m snakemake_executor_context.cluster.serve serve``;
@@ -7,7 +7,7 @@ pilots on batch systems.
   hub, and the catalog's writer on a persistent cluster; :mod:`.roster`: gang
   pilots assembled there into servers that span nodes;
 - :mod:`.plan`: which servers a local cluster starts, and their Dask settings (the
-  fleet's shape, servers x slots x threads per slot, is :mod:`..fleetshape`);
+  fleet's shape, servers x slots x threads per slot, is :mod:`..settings.shape`);
 - :mod:`.nannies`: the servers' nanny (exit codes, orphans, held restarts, a server
   that lost its scheduler started again);
   :mod:`.inject`: the preemption injector;
@@ -18,13 +18,7 @@ pilots on batch systems.
   :mod:`.credentials`: its TLS authority and certificate, and private files;
 - :mod:`.attach`: where a client attaches, checked in one line;
   :mod:`.connection`: the executor's connection (a client, and the embedded cluster
-  if the run owns one);
-- pilots: :mod:`.pilots` (what dask-jobqueue submits, the batch systems' own parts
-  in :mod:`..batch`), :mod:`.pilotcluster` (the pilots' dask-jobqueue cluster, each
-  new pilot of the kind the demand asks for), :mod:`.pilot_args` (their options, from
-  ``up``'s command line or a run's settings, as :mod:`..options` declares them) and
-  :mod:`.pool` (the pool sized by the run's demand; a pilot's end as its batch system
-  tells it).
+  if the run owns one).
 
 Imports the servers' plugin (to start servers), the catalog (the hub writes it) and
 the fleet's vocabulary; never the executor.

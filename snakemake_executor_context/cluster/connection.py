@@ -66,7 +66,7 @@ class ClusterConnection:
     def pool_kinds(self) -> list[dict[str, Any]]:
         """The kinds of pilot of the cluster's pool of a batch system ([] without one)."""
         if self.local is not None:
-            from .pilots import PilotOptions
+            from ..pilots.request import PilotOptions
 
             info = self.local.files.read_info()
             pilots = info.pilots if info else None

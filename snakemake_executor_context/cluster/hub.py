@@ -37,7 +37,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..defaults import PEER_RATES_HANDLER
+from ..defaults import HUB_PLUGIN_NAME, PEER_RATES_HANDLER
 from ..fleet import events as ev
 from ..fleet.keys import is_attempt_key, rule_of
 from ..fleet.losses import FailureStreaks
@@ -45,9 +45,8 @@ from ..fleet.state import FleetState
 from .roster import HANDLER as ROSTER_HANDLER
 from .roster import GangRoster
 
-__all__ = ["PLUGIN_NAME", "FleetHub", "fleet_snapshot", "hand_over", "run_recorded"]
+__all__ = ["FleetHub", "fleet_snapshot", "hand_over", "run_recorded"]
 
-PLUGIN_NAME = "snakemake-context-hub"
 logger = logging.getLogger(__name__)
 
 
@@ -56,7 +55,7 @@ class FleetHub(SchedulerPlugin):
     ``run_id``: the run whose embedded cluster this is (its catalog's writer writes as
     the run's would: the lease names the run, a catalog beside is the run's)."""
 
-    name = PLUGIN_NAME
+    name = HUB_PLUGIN_NAME
     idempotent = True
 
     #: Exit codes of server processes by their last address, filled by the nannies
@@ -312,7 +311,7 @@ class FleetHub(SchedulerPlugin):
 def fleet_snapshot(dask_scheduler: Any) -> dict[str, Any] | None:
     """Run on the scheduler (``Client.run_on_scheduler``): the hub's fleet state and
     whether it writes a catalog; None if the hub is not installed."""
-    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    plugin = dask_scheduler.plugins.get(HUB_PLUGIN_NAME)
     if plugin is None:
         return None
     with plugin.lock:
@@ -329,7 +328,7 @@ async def run_recorded(
     every server's end with that reason and close the catalog. Returns where the
     catalog is, what it did not record and what its writer said (None: the hub writes
     no catalog)."""
-    hub = dask_scheduler.plugins.get(PLUGIN_NAME)
+    hub = dask_scheduler.plugins.get(HUB_PLUGIN_NAME)
     writer = hub.writer if hub is not None else None
     if writer is None:
         return None
@@ -361,7 +360,7 @@ async def hand_over(dask_scheduler: Any, events: list[dict[str, Any]], timeout: 
     (Ctrl-C, a stop): write ``events`` (what the run had not sent) and what is queued,
     and close the catalog (``timeout`` s at most), for the run to write the rest.
     False if the hub writes no catalog."""
-    hub = dask_scheduler.plugins.get(PLUGIN_NAME)
+    hub = dask_scheduler.plugins.get(HUB_PLUGIN_NAME)
     writer = hub.writer if hub is not None else None
     if writer is None:
         return False

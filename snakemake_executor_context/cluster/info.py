@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..fleet.gpus import GpuInfo
-from ..options import setting_default
+from ..settings.table import setting_default
 
 __all__ = ["ClusterInfo", "PlannedServer"]
 
@@ -65,7 +65,7 @@ class ClusterInfo:
     steps: Mapping[str, float] = field(default_factory=dict)
     #: The catalog it writes (None: none).
     catalog: str | None = None
-    #: Its pool's options (:meth:`.pilots.PilotOptions.to_json`, parsed); None without.
+    #: Its pool's options (:meth:`..pilots.PilotOptions.to_json`, parsed); None without.
     pilots: Mapping[str, Any] | None = None
     tls: bool = True
     #: Jobs each server runs at once, and each in-process job's threads.

@@ -21,7 +21,7 @@ from typing import Any
 from .. import paths
 from ..errors import UnsafePathError
 from ..fleet.keys import safe_name
-from ..processes import kill_process_group, pid_alive
+from ..strays.processes import kill_process_group, pid_alive
 from .credentials import FIX, Credentials, private_dir, write_private
 from .info import ClusterInfo
 

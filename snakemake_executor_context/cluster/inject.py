@@ -30,8 +30,8 @@ import psutil
 from .. import paths
 from ..errors import ClusterError
 from ..fleet import events as ev
-from ..server.processgroups import GroupRecord, nanny_pid
 from ..server.server import survival_group_here
+from ..strays.processgroups import GroupRecord, nanny_pid
 from .credentials import FIX, private_dir, write_private
 from .infofiles import ClusterFiles
 

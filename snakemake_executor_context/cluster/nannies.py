@@ -4,9 +4,9 @@ process, before it comes back:
 
 - its process's exit code goes to the hub (:attr:`.hub.FleetHub.exits`), which
   classifies the loss with it (a crash or a preemption, :mod:`..fleet.losses`);
-- the process groups its plain jobs left are killed (:mod:`..server.processgroups`), and
+- the process groups its plain jobs left are killed (:mod:`..strays.processgroups`), and
   what its jobs detached, which this process adopted as a subreaper
-  (:mod:`..server.orphans`);
+  (:mod:`..strays.nannysweep`);
 - a restart a preemption injector holds back (a file in
   :attr:`.infofiles.ClusterFiles.hold_dir`) waits until the hold ends;
 - a server that closes itself because it lost its scheduler comes back too (Dask's
@@ -26,8 +26,8 @@ from distributed import Nanny
 from .. import paths
 from ..defaults import SERVER_MARK_VARIABLE
 from ..errors import UnsafePathError
-from ..server.orphans import ServerWatch
-from ..server.processgroups import GroupRecord
+from ..strays.nannysweep import ServerWatch
+from ..strays.processgroups import GroupRecord
 from .hub import FleetHub
 from .infofiles import ClusterFiles
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import ClusterError
 from ..fleet.gpus import GpuInfo
 from ..fleet.resources import server_resources
 
 __all__ = [
-    "SERVER_DASK_CONFIG",
     "ServerPlan",
     "connect_timeout",
     "plan_servers",
@@ -20,31 +18,6 @@ __all__ = [
     "start_wait",
     "warm_zygotes",
 ]
-
-#: Dask settings of every context server. A loaded model must not make Dask pause
-#: (80% of memory) or kill (95%) its server, nor spill it: all four thresholds off.
-SERVER_DASK_CONFIG: dict[str, Any] = {
-    "distributed.worker.memory.target": False,
-    "distributed.worker.memory.spill": False,
-    "distributed.worker.memory.pause": False,
-    "distributed.worker.memory.terminate": False,
-    # Servers run user code that may use multiprocessing: not daemonic.
-    "distributed.worker.daemon": False,
-    "distributed.worker.profile.enabled": False,
-    # Each Dask server (a worker, the scheduler) wakes every 20 ms by default only to
-    # measure its event loop's lag, and reads its process's CPU and memory every
-    # 0.5 s: 16 idle servers took 1.3% of a core each here, 0.24% with these.
-    "distributed.admin.tick.interval": "1s",
-    "distributed.admin.system-monitor.interval": "2s",
-    # Dask's default pins OMP/MKL/OpenBLAS to 1 thread in workers (jobs set their own)
-    # and sets MALLOC_TRIM_THRESHOLD_=65536, which made SmolLM2 scoring 20-25% slower
-    # here (50 -> 60 ms per claim): a model's forward passes allocate and free a lot.
-    "distributed.nanny.pre-spawn-environ": {},
-    # Dask always listens for HTTP too: no routes, so it serves nothing (no metrics,
-    # no call stacks, no logs) to anyone, whatever their certificate.
-    "distributed.scheduler.http.routes": [],
-    "distributed.worker.http.routes": [],
-}
 
 #: The longest path a Unix socket may have on Linux (``sun_path``'s 108 bytes, NUL
 #: included); multiprocessing names its forkserver's ``listener-`` and 8 characters.

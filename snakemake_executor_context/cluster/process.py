@@ -18,8 +18,8 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import ClusterError, UnsafePathError
-from ..options import up_flag
-from ..processes import pid_alive
+from ..settings.table import up_flag
+from ..strays.processes import pid_alive
 from .credentials import open_private_append
 from .infofiles import ClusterFiles, identity, kill_group, tail
 from .plan import start_wait

@@ -32,14 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from .. import paths
 from ..errors import SettingError
-from ..fleetshape import Shape
-from ..options import add_option, server_group_labels
-from ..processes import become_subreaper, process_tree, stop_processes
+from ..settings.shape import Shape
+from ..settings.table import add_option, server_group_labels
+from ..strays.processes import become_subreaper, process_tree, stop_processes
 from .credentials import Credentials
 from .info import ClusterInfo, PlannedServer
 from .infofiles import ClusterFiles
 from .plan import (
-    SERVER_DASK_CONFIG,
     connect_timeout,
     plan_servers,
     start_method,
@@ -105,7 +104,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
     import psutil
     from distributed import Scheduler, SpecCluster
 
-    from ..server.config import ServerConfig
+    from ..server.config import SERVER_DASK_CONFIG, ServerConfig
     from ..server.nvml import discover_gpus
     from ..server.plugin import ContextServerPlugin
     from .hub import FleetHub
@@ -326,9 +325,9 @@ def _pilot_pool(args: argparse.Namespace, scheduler_options: dict[str, Any], sec
     cluster's credentials, read from beside the scheduler file: that directory must be
     on a filesystem the compute nodes share."""
     from ..fleet.poolsizing import PoolShape
-    from .pilotcluster import start_pilot_cluster
-    from .pilots import PilotOptions
-    from .pool import DemandAdaptive
+    from ..pilots.jobqueue import start_pilot_cluster
+    from ..pilots.pool import DemandAdaptive
+    from ..pilots.request import PilotOptions
 
     # Its servers' shape travels inside the options, as the pilots' job scripts carry it.
     options = PilotOptions.from_json(args.pilots)

@@ -1,5 +1,5 @@
 """``snakemake-context up``: its flags, each declaring what it allows
-(:mod:`..allowed`), and the command that starts a persistent local cluster."""
+(:mod:`..settings.checks`), and the command that starts a persistent local cluster."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..allowed import NUMBER, TEXT, Allowed, add_argument, filled
 from ..defaults import DEFAULT_SCHEDULER_FILE, catalog_disabled
-from ..fleetshape import Shape
-from ..options import add_option, check_environment, up_flag
-from .pilot_args import add_pilot_arguments, walltime_line
+from ..pilots.arguments import add_pilot_arguments, walltime_line
+from ..settings.checks import NUMBER, TEXT, Allowed, add_argument, filled
+from ..settings.shape import Shape
+from ..settings.table import add_option, check_environment, up_flag
 
 __all__ = ["add_up_command"]
 
@@ -56,7 +56,7 @@ def add_up_command(commands: Any, scheduler_file: Callable[[Any], None]) -> None
 
 def _up(args: argparse.Namespace) -> int:
     """Start the cluster (nothing if one runs for that scheduler file already)."""
-    from .pilot_args import pilot_command_args
+    from ..pilots.arguments import pilot_command_args
     from .process import LocalClusterProcess
 
     # The variables a user exports for the servers, refused as a bad flag is: before

@@ -1,7 +1,7 @@
 """Dispatch: the executor's state machine, in Snakemake's process.
 
 It takes *stimuli* and returns *commands* (:mod:`.vocabulary`), imports neither Dask
-nor Snakemake, and does no I/O: :class:`~.adapter.Executor` feeds it from one thread
+nor Snakemake, and does no I/O: :class:`~..executor.adapter.Executor` feeds it from one thread
 and carries out its commands in one function.
 
 **One route for a job's end.** An attempt's *result* (the Dask task's value, or its
@@ -194,7 +194,7 @@ class Dispatch:
         return len(self._queue)
 
     def pool_demand(self) -> PoolDemand:
-        """What the run asks of a pool of pilots (:mod:`..cluster.pool` sizes itself
+        """What the run asks of a pool of pilots (:mod:`..pilots.pool` sizes itself
         from it, not from Dask's task count, which affinity placement keeps low): jobs
         ready (queued and running) and still to come, per GPU model too, and the
         measured job and load times (0 when unmeasured)."""

@@ -49,7 +49,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class JobTicket:
-    """What dispatch knows of one Snakemake job (built by :mod:`.jobbuild`)."""
+    """What dispatch knows of one Snakemake job (built by :mod:`..executor.jobbuild`)."""
 
     #: The job key (:func:`..fleet.keys.job_key`); attempts add their number to it.
     key: str

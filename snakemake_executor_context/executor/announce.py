@@ -20,8 +20,8 @@ __all__ = ["GroupWarnings", "announce_fleet", "announce_walltime", "group_warnin
 def announce_walltime(settings: ExecutorSettings, say: Callable[[str], None]) -> None:
     """With a pool of pilots, one line on their walltime as the batch system reads it."""
     if settings.backend:
-        from ..cluster.pilot_args import walltime_line
-        from ..options import executor_flag
+        from ..pilots.arguments import walltime_line
+        from ..settings.table import executor_flag
 
         flag, margin = executor_flag("pilot_walltime"), settings.pilot_retire_margin
         say(walltime_line(settings.backend, settings.pilot_walltime, margin, flag))

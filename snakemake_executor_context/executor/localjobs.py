@@ -30,7 +30,6 @@ import time
 from typing import Any
 
 from ..jobspec import remove_outputs
-from ..processes import stop_processes
 from ..snakemake_internals import (
     graceful_shutdown_requested,
     is_local_rule,
@@ -43,6 +42,7 @@ from ..snakemake_internals import (
     shadow_depth,
     workflow_rules,
 )
+from ..strays.processes import stop_processes
 from .jobbuild import output_specs
 
 __all__ = ["LocalJobs", "NoLocalJobs", "local_plain_rules", "run_locally"]

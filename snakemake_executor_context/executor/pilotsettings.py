@@ -1,6 +1,6 @@
 """The executor's settings of a pool of pilots for one run (``--context-backend``
 and the ``--context-pilot-*`` flags): a base of
-:class:`~.settings.ExecutorSettings`. Each is an option of :mod:`..options`, declared
+:class:`~.settings.ExecutorSettings`. Each is an option of :mod:`..settings.table`, declared
 there once with `up`'s pilot flags.
 """
 
@@ -9,7 +9,7 @@ there once with `up`'s pilot flags.
 from dataclasses import dataclass
 from typing import Optional
 
-from ..options import table_field
+from ..settings.table import table_field
 
 __all__ = ["ATTACH_SETTINGS", "PilotSettings"]
 

@@ -10,7 +10,7 @@ from snakemake_interface_executor_plugins.settings import SharedFSUsage
 
 from ..contexts import ContextDeclaration, undeclared
 from ..errors import ContextDeclarationError, ContextExecutorError
-from ..options import executor_flag
+from ..settings.table import executor_flag
 from ..snakemake_internals import (
     RuleResource,
     rule_action,

@@ -7,7 +7,7 @@ Snakemake turns each field of :class:`ExecutorSettings` into a command-line flag
 are the fields of :class:`Tuning`, given as ``--context-tuning KEY=VALUE ...`` and
 checked by the same table; the code reads them as settings (``settings.batch_max``).
 The servers' options (``--context-slots``...) and the pilots' are the option table's
-(:mod:`..options`): their fields take its default, help and checks; the others are
+(:mod:`..settings.table`): their fields take its default, help and checks; the others are
 the executor's own, declared here.
 """
 
@@ -23,7 +23,9 @@ from snakemake_interface_executor_plugins.settings import (
     ExecutorSettingsBase,
 )
 
-from ..allowed import (
+from ..defaults import LOCAL_DIR_METADATA, MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE
+from ..errors import SettingError
+from ..settings.checks import (
     FLAG,
     NUMBER,
     SIZE,
@@ -37,11 +39,9 @@ from ..allowed import (
     filled,
     words_of,
 )
-from ..allowed import settings_field as _checked
-from ..defaults import LOCAL_DIR_METADATA, MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE
-from ..errors import SettingError
-from ..fleetshape import Shape
-from ..options import (
+from ..settings.checks import settings_field as _checked
+from ..settings.shape import Shape
+from ..settings.table import (
     EXECUTOR_PREFIX,
     TUNING,
     TUNING_FLAG,

@@ -26,8 +26,8 @@ from ..dispatch.machine import Dispatch
 from ..dispatch.vocabulary import SchedulerLost, Stimulus, StopQueued
 from ..errors import ContextExecutorError
 from ..fleet.pilotkinds import PilotKinds
-from ..fleetshape import Shape
-from ..options import up_flag
+from ..settings.shape import Shape
+from ..settings.table import up_flag
 from ..snakemake_internals import (
     check_snakemake,
     graceful_shutdown_requested,
@@ -127,7 +127,7 @@ def _connect(
     settings: ExecutorSettings, workdir: str, run_id: str, say: Callable[[str], None]
 ) -> ClusterConnection:
     from ..cluster.connection import ClusterConnection
-    from ..cluster.pilot_args import pilot_settings_args
+    from ..pilots.arguments import pilot_settings_args
 
     cluster_dir = Path(workdir) / CONTEXT_DIR / "cluster"
     pool = pilot_settings_args(settings, str(cluster_dir / f"{run_id}-pilots"))

@@ -22,7 +22,7 @@ from typing import Any, cast
 from ..defaults import GANG_TIMEOUT_SECONDS
 from ..errors import ContextLoadError
 from ..loaders import LoaderRef
-from ..processes import OWN
+from ..strays.processes import OWN
 from ..terminal import format_bytes
 from .driver import POLL_SECONDS, Gang, RankLoss, RankProcess, receive
 from .rank import Channel, Rank, RankStart
@@ -58,7 +58,7 @@ class GangOptions:
     node: str = ""
     #: The devices of the other servers it leads (pilots started as a gang of nodes),
     #: after its own; ``spawn_remote(gang id, address, start)`` starts a rank there
-    #: and returns the driver's end of it (:mod:`...server.gangsite`).
+    #: and returns the driver's end of it (:mod:`..server.gangsite`).
     remote: tuple[RemoteDevice, ...] = ()
     spawn_remote: Callable[[str, str, RankStart], Any] | None = None
     #: Bytes one rank's shard may take on its device (0: no limit): a server's memory

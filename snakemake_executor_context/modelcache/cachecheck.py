@@ -1,5 +1,5 @@
 """Whether a model-cache entry of this user's still holds what its recorded manifest
-says: checked before every load that uses it (:mod:`.modelcache`), and a damaged one
+says: checked before every load that uses it (:mod:`..modelcache`), and a damaged one
 moved aside.
 
 - The set of files and their sizes, always: one ``lstat`` of each file.
@@ -15,7 +15,7 @@ moved aside.
   transfer digested as it wrote, what a conversion read once after writing), so the
   first load reads nothing a second time.
 
-A damaged entry is renamed out of the way (:func:`..cacheroom.move_aside`; deleted once
+A damaged entry is renamed out of the way (:func:`.cacheroom.move_aside`; deleted once
 no process of the node uses it), with one line on stderr (on a server: the job's log)
 and a :class:`Damaged` for whoever watches in that thread (:func:`watching`: a server
 turns each into an event, and so a catalog row).

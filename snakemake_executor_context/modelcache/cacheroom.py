@@ -74,7 +74,7 @@ def cache_limit() -> int | None:
     """Bytes this user's entries of one cache may take (None: no limit), read as the
     start checks read ``$SNAKEMAKE_CONTEXT_MODEL_CACHE_SIZE`` (a size; a bad one,
     refused there: SettingError, one line)."""
-    from ..options import environment_value
+    from ..settings.table import environment_value
 
     return environment_value(MODEL_CACHE_SIZE_VARIABLE) or None
 

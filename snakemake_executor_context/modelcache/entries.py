@@ -80,7 +80,7 @@ _FIX = (
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The cache directory: ``cache_dir``, else ``$SNAKEMAKE_CONTEXT_MODEL_CACHE``,
     else ``~/.cache/snakemake-context/models``."""
-    from ..options import environment_value
+    from ..settings.table import environment_value
 
     chosen = cache_dir or environment_value(MODEL_CACHE_VARIABLE) or DEFAULT_MODEL_CACHE
     return Path(chosen).expanduser().absolute()

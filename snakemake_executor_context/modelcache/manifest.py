@@ -2,7 +2,7 @@
 
 One format for every place the plugin must know that files are the ones it wrote or
 was sent: a model cache's converted weights (recorded when written, kept in the
-private root, :mod:`.modelcache`), and a context template's files when a server
+private root, :mod:`..modelcache`), and a context template's files when a server
 fetches them from another (peer-to-peer transfer).
 
 The format, JSON in UTF-8::
@@ -25,7 +25,7 @@ API: :meth:`Manifest.build` (from a directory), :meth:`Manifest.to_json` /
 :meth:`Manifest.from_json`, :meth:`Manifest.write` / :meth:`Manifest.read` (a file of
 this user's, see :mod:`..paths`), :meth:`Manifest.verify` (a directory against it),
 :func:`walk_files` (the files under a directory, no symlink followed).
-Every failure is one :class:`~.errors.ManifestError` line naming the file and what
+Every failure is one :class:`~..errors.ManifestError` line naming the file and what
 differs. Standard library only.
 """
 

@@ -36,7 +36,7 @@ processes of a node reading that source (a site's way to spare its shared
 filesystem). A disk too full for the copy: one line, and the
 loader reads the source itself, inside the turn. Nothing is written into the source.
 
-The entry is the context's template (:func:`...loaders.template_dir`): a server that
+The entry is the context's template (:func:`..loaders.template_dir`): a server that
 lacks it fetches it from a peer that holds it, as for any template. Standard library
 only: the declaration runs in every job Snakemake spawns.
 """
@@ -365,7 +365,7 @@ def _rate() -> float:
     """Bytes a second of ``$SNAKEMAKE_CONTEXT_SOURCE_MBPS`` (0: no cap), read as the
     start checks read it; a bad value (refused there) fails the load in one line."""
     from ..errors import SettingError
-    from ..options import environment_value
+    from ..settings.table import environment_value
 
     try:
         mbps = environment_value(SOURCE_MBPS_VARIABLE)

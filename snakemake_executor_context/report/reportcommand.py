@@ -39,7 +39,7 @@ def add_parser(commands: Any, catalog_option: Any, catalog_of: Any) -> None:
         "report",
         help="where every GPU-second of a run went, as one HTML file (and CSV, JSON)",
     )
-    from ..allowed import TEXT, Allowed, add_argument
+    from ..settings.checks import TEXT, Allowed, add_argument
 
     which = sub.add_mutually_exclusive_group()
     which.add_argument("--run", default=None, help="the run's id (default: the latest run)")

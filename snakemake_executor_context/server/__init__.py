@@ -26,10 +26,7 @@
   :mod:`.scriptchild`, what its ``spawn``/``forkserver`` children run first;
 - :mod:`.plain`: a plain job as Snakemake's own job command, forked from the
   :mod:`.zygote`, whose Snakemake ends a failed pipe group (:mod:`.pipegroups`);
-  :mod:`.processgroups`: their process groups, on local disk;
-- :mod:`.leftovers`: what its jobs leave running, ended at their end and named;
-  :mod:`.orphans`: what a server that died left, ended by the process above it (its
-  nanny; a pilot's nanny preloads it);
+  what they and in-process jobs leave running is swept by :mod:`..strays`;
 - :mod:`.running`: the handle cancellation goes through;
 - :mod:`.nvml`: the server's GPU, through NVML;
 - :mod:`.gangsite`: a pilot's part in a server that spans nodes (its gang's roster,

@@ -23,9 +23,9 @@ from ..fleet import events as ev
 from ..fleet.eviction import Held, to_evict
 from ..gang import GangOptions
 from ..jobhooks import LoadRecord
+from ..strays.jobsweep import context_processes, end_context_processes
 from .config import resolve_budget
 from .inventory import HeldContext, ServerStats
-from .leftovers import context_processes, end_context_processes
 from .loadturns import LoadTurns
 from .templates import checked_load, probe
 
@@ -61,7 +61,7 @@ class LoadedContext:
     #: job needs beside it (declared by the loader; None: not declared).
     shareable: bool = True
     job_bytes: int | None = None
-    #: Its gang, when it spans several processes (:mod:`...gang`).
+    #: Its gang, when it spans several processes (:mod:`..gang`).
     gang: Any = None
     #: Ends its hold of its template in the node's cache (:func:`..loaders.hold_template`).
     release: Callable[[], None] = lambda: None

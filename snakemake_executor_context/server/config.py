@@ -12,10 +12,35 @@ from typing import Any
 
 from ..defaults import DRAIN_GRACE_SECONDS, SERVER_LEASE_SECONDS
 from ..fleet.gpus import GpuInfo
-from ..fleetshape import Shape
-from ..options import setting_default
+from ..settings.shape import Shape
+from ..settings.table import setting_default
 
-__all__ = ["PilotServerSettings", "ServerConfig", "resolve_budget"]
+__all__ = ["SERVER_DASK_CONFIG", "PilotServerSettings", "ServerConfig", "resolve_budget"]
+
+#: Dask settings of every context server. A loaded model must not make Dask pause
+#: (80% of memory) or kill (95%) its server, nor spill it: all four thresholds off.
+SERVER_DASK_CONFIG: dict[str, Any] = {
+    "distributed.worker.memory.target": False,
+    "distributed.worker.memory.spill": False,
+    "distributed.worker.memory.pause": False,
+    "distributed.worker.memory.terminate": False,
+    # Servers run user code that may use multiprocessing: not daemonic.
+    "distributed.worker.daemon": False,
+    "distributed.worker.profile.enabled": False,
+    # Each Dask server (a worker, the scheduler) wakes every 20 ms by default only to
+    # measure its event loop's lag, and reads its process's CPU and memory every
+    # 0.5 s: 16 idle servers took 1.3% of a core each here, 0.24% with these.
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "2s",
+    # Dask's default pins OMP/MKL/OpenBLAS to 1 thread in workers (jobs set their own)
+    # and sets MALLOC_TRIM_THRESHOLD_=65536, which made SmolLM2 scoring 20-25% slower
+    # here (50 -> 60 ms per claim): a model's forward passes allocate and free a lot.
+    "distributed.nanny.pre-spawn-environ": {},
+    # Dask always listens for HTTP too: no routes, so it serves nothing (no metrics,
+    # no call stacks, no logs) to anyone, whatever their certificate.
+    "distributed.scheduler.http.routes": [],
+    "distributed.worker.http.routes": [],
+}
 
 
 @dataclass
@@ -67,7 +92,7 @@ class ServerConfig:
 @dataclass(frozen=True)
 class PilotServerSettings:
     """What a pilot's server is started with: written into its job script by the
-    cluster (:meth:`~..cluster.pilots.PilotOptions.server_settings`, exported as
+    cluster (:meth:`~..pilots.request.PilotOptions.server_settings`, exported as
     :data:`~..defaults.PILOT_VARIABLE`) and read by its preload (:mod:`.pilot`), both
     through :meth:`to_wire` and :meth:`from_wire`."""
 

@@ -1,6 +1,6 @@
 """A context job on its server: a slot, the contexts it acquires, and its run.
 
-Waits at the server's slot gate (:mod:`.concurrency`), pins each context the job
+Waits at the server's slot gate (:mod:`.slots`), pins each context the job
 acquires for the job's length, and runs the script in-process (:mod:`.inprocess`)
 with the process state it shares with the jobs beside it.
 """
@@ -16,10 +16,10 @@ from ..errors import JobCancelled
 from ..fleet.outcome import Outcome, ServerIdentity
 from ..jobhooks import JobHooks, set_current_job
 from ..jobspec import ContextJobSpec, JobResult
+from ..strays.jobsweep import JobSpans
 from .cache import ContextCache
 from .inprocess import run_context_job
 from .isolation import torch_threads
-from .leftovers import JobSpans
 from .running import RunningJob
 from .slots.serverslots import ServerSlots
 
@@ -38,7 +38,7 @@ def run_context(
 ) -> JobResult:
     """Run one context job once a slot lets it; a cancellation while it waits ends it
     as cancelled. What it leaves running is ended once no in-process job runs
-    (``spans``, :mod:`.leftovers`)."""
+    (``spans``, :mod:`..strays.jobsweep`)."""
     if threads_per_slot > 0:
         spec = dataclasses.replace(spec, threads=threads_per_slot)
     waited = time.time()

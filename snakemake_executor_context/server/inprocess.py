@@ -61,7 +61,7 @@ def run_context_job(
     ``owned_modules()`` names the modules loaded contexts keep. What the job left
     behind (threads, open files) is in ``result.extra["leaks"]`` and
     ``result.extra["warnings"]``, and at the end of its log. ``group`` holds the
-    process state of the jobs running beside it (:mod:`.sharing`); without one, the
+    process state of the jobs running beside it (:mod:`.slots.sharing`); without one, the
     job has the process to itself.
     """
     started = time.time()

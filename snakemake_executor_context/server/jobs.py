@@ -17,17 +17,17 @@ from distributed.protocol.pickle import dumps as dumps_pickle
 from ..fleet import events as ev
 from ..fleet.outcome import Outcome, ServerIdentity
 from ..jobspec import ContextJobSpec, GroupJobSpec, JobResult, PlainJobSpec
+from ..strays.jobsweep import JobSpans
+from ..strays.processgroups import GroupRecord
 from ..terminal import error_text
 from .blackhole import gpu_failure
 from .cache import ContextCache, free_gpu_cache
 from .contextjob import run_context
 from .groupjob import run_group
 from .inventory import ServerStats
-from .leftovers import JobSpans
 from .limits import STOP_GRACE_SECONDS, ServerLimits, broken_limit, memory_message
 from .memwatch import process_tree_rss
 from .plain import run_plain_job
-from .processgroups import GroupRecord
 from .running import RunningJob
 from .slots.serverslots import ServerSlots
 
@@ -66,7 +66,7 @@ class ServerJobs:
         self._running: dict[str, RunningJob] = {}
         self._durations: dict[str | None, tuple[int, float]] = {}
         self.leaky_jobs = 0
-        #: What its in-process jobs leave running is ended (:mod:`.leftovers`).
+        #: What its in-process jobs leave running is ended (:mod:`..strays.jobsweep`).
         self.spans = JobSpans(identity.describe(), emit)
 
     def run_bounded(self, spec: Spec) -> JobResult:

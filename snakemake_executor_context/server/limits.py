@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..defaults import MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE, TIME_SCALE_VARIABLE
-from ..options import environment_value, executor_flag
+from ..settings.table import environment_value, executor_flag
 from ..terminal import format_bytes
 
 __all__ = [

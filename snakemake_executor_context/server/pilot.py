@@ -1,6 +1,6 @@
 """The preload that turns a pilot's Dask worker into a context server.
 
-A pilot job (see :mod:`..cluster.pilots`) runs ``python -m distributed.cli.dask_worker
+A pilot job (see :mod:`..pilots.request`) runs ``python -m distributed.cli.dask_worker
 ... --preload snakemake_executor_context.server.pilot``; Dask runs :func:`dask_setup` in
 the worker process before the worker registers with the scheduler, so the resources set
 here are the ones the scheduler first sees. The pilot's settings come from its job

@@ -10,9 +10,9 @@ from typing import Any
 
 from ..fleet.outcome import Outcome, ServerIdentity
 from ..jobspec import JobResult, PlainJobSpec
-from ..processes import OWN, kill_process_group
-from .leftovers import end_plain_leftovers, plain_environment, tell_job
-from .processgroups import GroupRecord, with_parent_death_signal
+from ..strays.jobsweep import end_plain_leftovers, plain_environment, tell_job
+from ..strays.processes import OWN, kill_process_group
+from ..strays.processgroups import GroupRecord, with_parent_death_signal
 from .processwide import make_dirs, open_own_file, server_umask
 from .running import RunningJob
 from .zygote import Zygote, parse_command
@@ -30,7 +30,7 @@ def run_plain_job(
 ) -> JobResult:
     """Run the job's command with its log as stdout and stderr, in a process group of
     its own recorded in ``groups`` (killed if the server dies); end what it left
-    running (:mod:`.leftovers`); report its outcome."""
+    running (:mod:`..strays.jobsweep`); report its outcome."""
     started = time.time()
     log_path = os.path.join(spec.workdir, spec.log_path)
     make_dirs(os.path.dirname(log_path))

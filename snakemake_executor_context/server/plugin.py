@@ -13,7 +13,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import paths
-from ..batching import configure as configure_batching
+from ..callmerge import configure as configure_batching
 from ..defaults import (
     DEVICES_VARIABLE,
     JOB_MARK_VARIABLE,
@@ -22,7 +22,7 @@ from ..defaults import (
     MODEL_CACHE_VARIABLE,
 )
 from ..fleet.keys import is_attempt_key, safe_name
-from ..processes import become_subreaper
+from ..strays.processes import become_subreaper
 from .config import ServerConfig
 from .gangsite import start_gang_site
 from .plain import warm_zygote
@@ -44,7 +44,7 @@ class ContextServerPlugin(WorkerPlugin):
         """Install the server; leave the terminal's Ctrl-C to the Snakemake process."""
         config = replace(self.config)
         config.name = config.name or str(worker.name)
-        # What its jobs detach is reparented to it, not to init (:mod:`.leftovers`);
+        # What its jobs detach is reparented to it, not to init (:mod:`..strays.jobsweep`);
         # a job's mark or keep comes from the job, never from the server's start.
         become_subreaper()
         for variable in (JOB_MARK_VARIABLE, KEEP_VARIABLE):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import JobCancelled
-from ..processes import stop_tree
+from ..strays.processes import stop_tree
 
 __all__ = ["RunningJob"]
 

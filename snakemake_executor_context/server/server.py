@@ -31,10 +31,11 @@ from ..fleet.losses import LossKind, classify
 from ..fleet.outcome import ServerIdentity
 from ..fleet.state import CPU_MODEL, model_of
 from ..fleet.survival import survival_group
-from ..fleetshape import Shape
 from ..gang import GangOptions, RankLoss
 from ..gang.devices import device_list
 from ..gang.start import RemoteDevice
+from ..settings.shape import Shape
+from ..strays.processgroups import GroupRecord
 from .blackhole import RECYCLE_GRACE
 from .cache import ContextCache, free_gpu_cache, resolve_budget
 from .config import ServerConfig
@@ -47,7 +48,6 @@ from .memwatch import MemoryWatchdog
 from .peers.holder import TemplateHolder
 from .peers.reach import DaskPeers
 from .peers.receiver import PeerFetch
-from .processgroups import GroupRecord
 from .slots.serverslots import ServerSlots
 
 __all__ = ["ContextServer", "survival_group_here"]

@@ -20,8 +20,8 @@ import sys
 import threading
 from typing import Any
 
-from ..processes import OWN, become_subreaper, process_tree, stop_processes
 from ..snakemake_internals import preload_job_command, run_snakemake_main
+from ..strays.processes import OWN, become_subreaper, process_tree, stop_processes
 
 __all__ = ["Zygote", "parse_command"]
 
@@ -159,7 +159,7 @@ def _child(request: dict[str, Any], wakeup: tuple[int, int]) -> None:
         for number in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
             signal.signal(number, signal.SIG_DFL)
         # A process group of its own, which the server records and a restarted server
-        # kills whole (server/processgroups.py); killed if the zygote dies (single-threaded:
+        # kills whole (strays/processgroups.py); killed if the zygote dies (single-threaded:
         # the death signal follows the zygote itself).
         os.setpgid(0, 0)
         if sys.platform.startswith("linux"):

@@ -1,14 +1,14 @@
 """What the ``simulate`` command's values may be, and the flags that hold several
 (``a10:10,titanx:10``, ``1/min``, ``RULE=S``) read into them.
 
-Every value is checked by :mod:`..allowed` (one line naming the flag, the value and
+Every value is checked by :mod:`..settings.checks` (one line naming the flag, the value and
 what is allowed); the bounds say what keeps a simulation finite. Its events are the
 jobs' (each attempt a few, attempts bounded by the loss budgets), a fleet check every
 2 simulated seconds, the pool's decision every second, and one per preemption; and it
 stops at :data:`SPAN` simulated seconds. So a fleet of at most :data:`MAX_SERVERS`,
 at most :data:`MAX_RATE` preemptions a second per partition, and times that fit the
 span bound what one run costs; a run that reaches the span is refused, not reported
-as a prediction (:func:`..command.run_command`).
+as a prediction (:func:`.simcommand.run_command`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..allowed import NUMBER, SIZE, WHOLE, Allowed, check_value
 from ..errors import SettingError
+from ..settings.checks import NUMBER, SIZE, WHOLE, Allowed, check_value
 from .model import Options, ServerKind
 from .simdefaults import SLOTS
 

@@ -1,4 +1,4 @@
-"""The ``simulate`` command's flags, each declaring what it allows (:mod:`..allowed`,
+"""The ``simulate`` command's flags, each declaring what it allows (:mod:`..settings.checks`,
 checked by the command line before anything runs; the values of flags that hold
 several are read by :mod:`.bounds`, with the same one-line refusals)."""
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..allowed import FLAG, NUMBER, TEXT, WHOLE, WORDS, Allowed, add_argument, filled
-from ..options import option
+from ..settings.checks import FLAG, NUMBER, TEXT, WHOLE, WORDS, Allowed, add_argument, filled
+from ..settings.table import option
 from .bounds import BYTES, MAX_SERVERS, SPAN, pair_form, parse_counts, parse_gpus, parse_rates
 from .hazard import parse_lifetimes
 from .model import PoolSpec

@@ -1,5 +1,5 @@
 """What a user of the plugin gets without setting anything, as the simulator models it:
-read from the declared options (:mod:`..options`, whose defaults the executor's
+read from the declared options (:mod:`..settings.table`, whose defaults the executor's
 settings take) and, for the executor's own, from its settings
 (:class:`~..executor.settings.ExecutorSettings`), never typed again here, so that a
 simulation with the defaults predicts a run with them and follows them when they
@@ -9,8 +9,8 @@ change.
 from __future__ import annotations
 
 from ..executor.settings import Tuning
-from ..options import setting_default
-from ..walltime import read_walltime
+from ..pilots.batch.walltime import read_walltime
+from ..settings.table import setting_default
 
 __all__ = [
     "LIFETIME_STAGGER",

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..allowed import WHOLE, Allowed, check_value
 from ..errors import ContextExecutorError
 from ..fleet.resources import Requirements
+from ..settings.checks import WHOLE, Allowed, check_value
 from .bounds import BYTES, ITEMS
 from .model import ContextModel
 

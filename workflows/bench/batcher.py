@@ -1,7 +1,7 @@
 """The batcher's added latency on a lone one-item call (issue 14: at most 1 ms p50).
 
 Interleaved: a direct call of a trivial function, then the same call through
-:func:`snakemake_executor_context.batching.batched` with the default settings (no
+:func:`snakemake_executor_context.callmerge.batched` with the default settings (no
 wait), many times; prints the p50 and p99 of each and the p50 difference. Nothing
 else runs, so every batched call leads its own batch: the cost of the locks, the
 request and the bookkeeping, which is what a job pays at low load.
@@ -16,7 +16,7 @@ import os
 import statistics
 import time
 
-from snakemake_executor_context.batching import batched
+from snakemake_executor_context.callmerge import batched
 
 
 def score(items: list[str]) -> list[int]:

@@ -2,7 +2,7 @@
 
 Runs on a lent GPU machine that has torch but no Snakemake, Dask, SQLAlchemy or
 transformers, and no registry: this script imports torch and the standard library,
-and loads the project's batcher (``snakemake_executor_context/batching.py``, stdlib
+and loads the project's batcher (``snakemake_executor_context/callmerge.py``, stdlib
 only) by its file path. It builds SmolLM2-135M's architecture in plain torch from its
 configuration (``llama_torch.py`` beside it, torch only) with seeded random weights:
 the same shapes, so the same cost.
@@ -61,8 +61,8 @@ def load_module(relative: str, name: str) -> Any:
 
 
 def load_batching() -> Any:
-    """The project's batcher module (``snakemake_executor_context/batching.py``)."""
-    return load_module("snakemake_executor_context/batching.py", "context_batching")
+    """The project's batcher module (``snakemake_executor_context/callmerge.py``)."""
+    return load_module("snakemake_executor_context/callmerge.py", "context_batching")
 
 
 class _Gate:

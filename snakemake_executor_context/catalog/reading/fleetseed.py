@@ -32,7 +32,7 @@ def job_seconds() -> Any:
 
 def placement_measurements(session: Session) -> dict[str, Any]:
     """Measured job and load seconds per context and GPU model, as
-    :meth:`~..fleet.measure.Measurements.merge_wire` takes them (one query per table)."""
+    :meth:`~...fleet.measure.Measurements.merge_wire` takes them (one query per table)."""
     job_rows = session.execute(
         select(Context.identity, Server.gpu_model, func.avg(job_seconds()), func.count())
         .select_from(Attempt)
@@ -70,11 +70,11 @@ def placement_measurements(session: Session) -> dict[str, Any]:
     return {
         "job": [[i, m, float(v), int(c)] for i, m, v, c in job_rows if v is not None],
         "load": loads(),
-        # By kind (:meth:`~..fleet.measure.Measurements.load_seconds`).
+        # By kind (:meth:`~...fleet.measure.Measurements.load_seconds`).
         "convert": loads(converted),
         "peer": loads(unconverted, fetched),
         "reload": loads(*plain),
-        # Where a load read (:meth:`~..fleet.measure.Measurements.rates`).
+        # Where a load read (:meth:`~...fleet.measure.Measurements.rates`).
         "source": loads(*plain, Placement.from_cache.is_(False)),
         "cache": loads(*plain, Placement.from_cache.is_(True)),
         "transfer": {i: [float(v), int(c)] for i, v, c in rates if v is not None},
@@ -98,7 +98,7 @@ LIFE_COLUMNS = (
 def survival_history(session: Session, *, before: float | None = None) -> dict[str, Any]:
     """The ended lives of the catalog's servers (the newest :data:`HISTORY_LIVES`, and
     only those that ended before ``before`` when given), as
-    :meth:`~..fleet.survival.SurvivalBook.merge_wire` takes them: a preemption or a
+    :meth:`~...fleet.survival.SurvivalBook.merge_wire` takes them: a preemption or a
     crash is a death, a close censors. Servers recorded before schema 8 (no
     ``ended_by``) are left out: whether they were lost is not known."""
     query = (

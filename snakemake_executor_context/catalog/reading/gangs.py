@@ -1,6 +1,6 @@
 """The gangs held now: contexts spanning several processes, loaded on live servers,
 with their members (for ``status`` and the monitor). Read from the placements that
-recorded a :class:`~..fleet.events.GangFormed`."""
+recorded a :class:`~...fleet.events.GangFormed`."""
 
 from __future__ import annotations
 

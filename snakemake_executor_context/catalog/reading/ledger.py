@@ -3,8 +3,8 @@ went (``snakemake-context report``, its CSV and JSON export, the monitor's view)
 
 :func:`read_ledger` reads, for the servers alive in the window, their attempts,
 loads, contexts held, drains and pilots' batch allocations, and accounts each server
-with :func:`~..fleet.accounting.account` (every second in one bucket,
-:class:`~..fleet.buckets.Bucket`). :class:`Ledger` sums the segments by server, GPU
+with :func:`~...fleet.accounting.account` (every second in one bucket,
+:class:`~...fleet.buckets.Bucket`). :class:`Ledger` sums the segments by server, GPU
 model, context, rule and run; :data:`EXPORT_COLUMNS` are the export's columns. The
 report adds, per survival group, how long the window's servers lived against what
 the history before it predicted (:func:`.lives.group_lives`).

@@ -3,7 +3,7 @@ live still (``snakemake-context status`` and the monitor), and, over a run, how 
 its servers lived against what the history before the run predicted (the report).
 
 Both take the ended lives :func:`~.fleetseed.survival_history` reads and the estimates of
-:mod:`..fleet.survival` (Kaplan-Meier per survival group, else per GPU model, else
+:mod:`...fleet.survival` (Kaplan-Meier per survival group, else per GPU model, else
 over every server, else the prior). An estimate whose curve is the prior is shown as
 the prior, not as a number: it says nothing about that server. A pilot's walltime is
 not in the catalog, so a live server's estimate is its curve's alone.
@@ -70,7 +70,7 @@ class LiveServer(NamedTuple):
 
     address: str
     joined: float
-    #: Its survival group (:func:`~..fleet.survival.survival_group`).
+    #: Its survival group (:func:`~...fleet.survival.survival_group`).
     group: str
     gpu_model: str
     name: str = ""

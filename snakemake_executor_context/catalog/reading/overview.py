@@ -45,7 +45,7 @@ def _how_got(kinds: dict[str, int], fetched: dict[str, Any] | None) -> str:
 def format_overview(catalog: str, report: dict[str, Any]) -> str:
     """The catalog part of ``snakemake-context status`` as text (from
     :func:`.status.overview`), every value read from the catalog shown escaped
-    (:func:`..terminal.shown`: a name or wildcard holding an ESC sequence reaches no
+    (:func:`...terminal.shown`: a name or wildcard holding an ESC sequence reaches no
     terminal)."""
     report = shown_values(report)
     lines = [f"Catalog {shown(catalog)}", "", "Fleet by GPU model:"]

@@ -220,7 +220,7 @@ def load_kind(
     from_cache: bool | None, conversions: int | None, peer_seconds: float | None
 ) -> LoadKind:
     """How a placement got its context: the kind of its load's first part, as the
-    ledger splits it (:func:`~..fleet.loads.load_parts`)."""
+    ledger splits it (:func:`~...fleet.loads.load_parts`)."""
     parts = load_parts(
         0.0, from_cache=from_cache, conversions=conversions, peer_seconds=peer_seconds
     )

@@ -173,7 +173,7 @@ def _wildcards(job: Job) -> dict[str, str]:
 
 
 def _title(job: Job) -> str:
-    """'score(shard=3) [job 12]', every value shown escaped (:func:`..terminal.shown`)."""
+    """'score(shard=3) [job 12]', every value shown escaped (:func:`...terminal.shown`)."""
     wildcards = ", ".join(f"{shown(k)}={shown(v)}" for k, v in _wildcards(job).items())
     rule, jobid = shown(job.rule), shown(job.jobid)
     return f"{rule}({wildcards}) [job {jobid}]" if wildcards else f"{rule} [job {jobid}]"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ... import paths
 from ...errors import UnsafePathError
-from ...processes import pid_alive
+from ...strays.processes import pid_alive
 from ..store import CatalogError, CatalogLocation
 
 __all__ = [

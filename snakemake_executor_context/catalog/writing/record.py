@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from ...fleet import events as ev
 from ...fleet.keys import is_attempt_key
 from ...fleet.state import model_of
-from ...processes import pid_alive
+from ...strays.processes import pid_alive
 from ...terminal import format_bytes
 from ..models import (
     RUN_INTERRUPTED,

@@ -214,7 +214,7 @@ def first_line(error: BaseException) -> str:
 
 
 class DaskRelay(QueuedSink):
-    """Sends events to the scheduler (``Client.log_event`` on :data:`..fleet.events.TOPIC`),
+    """Sends events to the scheduler (``Client.log_event`` on :data:`...fleet.events.TOPIC`),
     in batches, from its own thread: for an executor attached to a cluster whose
     scheduler plugin writes the catalog."""
 

@@ -5,9 +5,9 @@ The requests arrive on the server's own Dask port, which accepts only the cluste
 certificate (mutual TLS): no listener of its own. A request names a context identity
 and the declaration the requester was given (loader and arguments); the holder
 recomputes the identity from the declaration, asks its own copy of the loader where
-the template lies (:func:`..loaders.template_dir`), and serves only
+the template lies (:func:`...loaders.template_dir`), and serves only
 
-- a template that is a usable cache entry of this user's (:func:`..modelcache.entry_problem`:
+- a template that is a usable cache entry of this user's (:func:`...modelcache.entry_problem`:
   no symlink anywhere in it, nothing others could write, or matching the digests
   recorded when it was written);
 - the files its recorded manifest lists, by the manifest's own relative paths (a
@@ -22,7 +22,7 @@ keeps a call open that is answered only when the session ends (``watch``): if th
 server dies, that connection closes, and the receiver knows at once. The answer to a
 receiver that asks says the template's size and, while every session is taken, when
 the first is expected to end (for the receiver's choice between a peer and the
-source, :func:`..fleet.peerchoice.choose_origin`). A receiver that got a file whose
+source, :func:`...fleet.peerchoice.choose_origin`). A receiver that got a file whose
 digest differs from the manifest says so as it ends its session: the holder then
 checks its entry anew, every digest, and moves it aside if it is damaged
 (:mod:`...modelcache.cachecheck`; an event, a catalog row).

@@ -42,7 +42,7 @@ class DaskPeers:
 
     def rates(self, identity: str, model: str) -> Rates:
         """The hub's measured rates of the context's loads and transfers
-        (:meth:`~..fleet.measure.Measurements.rates`); empty when it cannot say."""
+        (:meth:`~...fleet.measure.Measurements.rates`); empty when it cannot say."""
         from distributed.utils import sync
 
         async def ask() -> Any:

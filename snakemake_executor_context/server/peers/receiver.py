@@ -3,19 +3,19 @@ context template is not in its local cache, it fetches the template from a serve
 that holds it (:mod:`.holder`), instead of reading the context's source.
 
 1. The template: the loader names the local directory (``@loader(template=...)``,
-   :func:`..loaders.template_dir`); nothing to do when the loader declares none or the
+   :func:`...loaders.template_dir`); nothing to do when the loader declares none or the
    directory is already a usable cache entry.
 2. The holders, or the source (:mod:`.survey`): every other server is asked
    whether it holds the template; peer or source is chosen by measured rates
-   (:func:`..fleet.peerchoice.choose_origin`: a source faster than a busy holder is
+   (:func:`...fleet.peerchoice.choose_origin`: a source faster than a busy holder is
    read at once). Holders are tried least busy first.
 3. The transfer (under the node's conversion lock of that entry, so two servers of one
-   node fetch once: :func:`..modelcache.convert_once`): a session with one holder
+   node fetch once: :func:`...modelcache.convert_once`): a session with one holder
    gives the manifest, refused in one line before anything is written when a path
    in it is not a plain relative one inside the directory, a path is listed twice or
    as another's directory, or its sizes do not add up to the bytes the holder
    announced (:meth:`...modelcache.manifest.Manifest.from_json`); room is made in the node's
-   cache for it (:func:`..modelcache.make_room`); each file is fetched in chunks into
+   cache for it (:func:`...modelcache.make_room`); each file is fetched in chunks into
    a new private directory beside the entry, created directory by directory from a
    descriptor of it without following a symlink, its sha256 taken as it is written.
    A holder that fails (it died, refused, sent a wrong size or a file whose digest
@@ -29,7 +29,7 @@ that holds it (:mod:`.holder`), instead of reading the context's source.
 4. When no holder can finish, the directory is removed and the load reads the
    source, with one line in the job's log saying why.
 
-Each holder's part is one :class:`~..fleet.events.ContextTransferred` event.
+Each holder's part is one :class:`~...fleet.events.ContextTransferred` event.
 """
 
 from __future__ import annotations

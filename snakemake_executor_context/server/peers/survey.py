@@ -2,7 +2,7 @@
 reads the source instead: every other server is asked at once whether it holds the
 template, how many transfers it would serve and, when it serves all it may, when its
 first ends; the fleet hub tells the measured rates of the context's loads and of
-peer transfers; the pure choice (:func:`..fleet.peerchoice.choose_origin`) says peer
+peer transfers; the pure choice (:func:`...fleet.peerchoice.choose_origin`) says peer
 or source. While every holder is busy and a peer is still the faster way, the
 holders are asked again every half second, up to the receiver's wait.
 """
@@ -85,7 +85,7 @@ class HolderPick:
         """The holders with a transfer to spare, least busy first; while every holder
         is busy, asked again every half second until ``deadline`` (``time.monotonic``;
         a receiver that finishes becomes a holder too). Empty: nobody holds it, the
-        source is expected sooner (:func:`..fleet.peerchoice.choose_origin`), or all
+        source is expected sooner (:func:`...fleet.peerchoice.choose_origin`), or all
         stayed busy."""
         said = False
         rates: Rates | None = None

@@ -1,12 +1,12 @@
 """A server's slots: which of its jobs run at once, and how many of each context.
 
-The slot gate (:mod:`.slots`) admits jobs; the shared group (:mod:`.sharing`) sets up
+The slot gate (:mod:`.gate`) admits jobs; the shared group (:mod:`.sharing`) sets up
 what the admitted jobs share. Each context starts at one job at a time; its per-job
-working memory, declared by its loader (:func:`..contexts.declare_job_memory`) or
+working memory, declared by its loader (:func:`...contexts.declare_job_memory`) or
 measured on its first job that ran alone (the peak of the process's RSS, or of
 allocated CUDA memory on a GPU, above what it was once the context was loaded), then
 raises that to what the server's memory holds: the loaded contexts once, plus the
-working memory of each job (:func:`.slots.fitting_slots`). On a GPU the memory is the
+working memory of each job (:func:`..fitting_slots`). On a GPU the memory is the
 GPU's, so the slots never need more than the GPU has.
 """
 

@@ -3,10 +3,10 @@
 With slots, several jobs run in one server process at once. cwd, the environment,
 ``sys.path``, ``sys.argv``, tempfile's directory, thread pools, the ``shell()``
 defaults and the settings of :mod:`..processwide` (umask, rlimits) are process-global:
-the slot gate (:mod:`.slots`) lets jobs overlap only when they agree on the first ones
+the slot gate (:mod:`.gate`) lets jobs overlap only when they agree on the first ones
 (:func:`group_of`), and :class:`SharedGroup` sets them when the first job of a group
 starts and restores them when its last one ends. The workflow's modules are forgotten
-then too (:func:`.isolation.fresh_modules`), not while another job of the workflow
+then too (:func:`..isolation.fresh_modules`), not while another job of the workflow
 still uses them.
 
 ``sys.modules['__main__']`` is per job: while a group runs it is a module whose

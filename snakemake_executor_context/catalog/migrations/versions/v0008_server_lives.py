@@ -1,5 +1,5 @@
 """Servers' lives: each server's partition, pool and group, and what ended it, from
-which the survival estimates (:mod:`...fleet.survival`) are made.
+which the survival estimates (:mod:`....fleet.survival`) are made.
 
 Revision ID: 0008
 Revises: 0007

@@ -38,8 +38,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .. import paths
-from ..errors import ClusterError
+from ... import paths
+from ...errors import ClusterError
 from .system import BatchSystem, PilotJob, WalltimeForm, clock, mebibytes, run_command
 
 __all__ = ["GPU_COMPLEX", "Sge", "qacct_end_state", "sge_directives"]

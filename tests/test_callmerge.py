@@ -1,4 +1,4 @@
-"""Batching across jobs (``snakemake_executor_context.batching``), with real threads:
+"""Batching across jobs (``snakemake_executor_context.callmerge``), with real threads:
 concurrent calls are merged, each caller gets its own results in order, an error
 reaches only the caller whose items raised, and an interrupted leader loses nobody's
 items."""
@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-from snakemake_executor_context import batching
-from snakemake_executor_context.batching import batched
+from snakemake_executor_context import callmerge
+from snakemake_executor_context.callmerge import batched
 from snakemake_executor_context.errors import JobCancelled
 from snakemake_executor_context.executor.summary import (
     batch_histogram,
@@ -166,8 +166,8 @@ def test_bad_settings_are_refused() -> None:
 @pytest.fixture
 def server_settings():
     """Whatever a test configures is unset afterwards (the settings are process-wide)."""
-    yield batching.configure
-    batching.configure(max_batch=None, max_wait=None)
+    yield callmerge.configure
+    callmerge.configure(max_batch=None, max_wait=None)
 
 
 def test_defaults_add_no_wait_and_the_server_settings_apply_to_batchers_made_before(
@@ -176,17 +176,17 @@ def test_defaults_add_no_wait_and_the_server_settings_apply_to_batchers_made_bef
     model = Model(seconds=0)
     score = batched(model.score)
     explicit = batched(model.score, max_batch=4)
-    assert (score.max_batch, score.max_wait) == (batching.DEFAULT_MAX_BATCH, 0.0)
-    assert batching.DEFAULT_MAX_WAIT == 0.0
+    assert (score.max_batch, score.max_wait) == (callmerge.DEFAULT_MAX_BATCH, 0.0)
+    assert callmerge.DEFAULT_MAX_WAIT == 0.0
     assert explicit.max_batch == 4
     server_settings(max_batch=3, max_wait=0.001)
     # Read at call time: both batchers, made before, follow the server.
     assert (score.max_batch, explicit.max_batch, score.max_wait) == (3, 3, 0.001)
     assert score([str(i) for i in range(7)]) == [str(i) for i in range(7)]
     assert [len(c) for c in model.calls] == [3, 3, 1]
-    assert batching.settings() == {"max_batch": 3, "max_wait": 0.001}
+    assert callmerge.settings() == {"max_batch": 3, "max_wait": 0.001}
     server_settings(max_batch=None, max_wait=None)
-    assert (score.max_batch, explicit.max_batch) == (batching.DEFAULT_MAX_BATCH, 4)
+    assert (score.max_batch, explicit.max_batch) == (callmerge.DEFAULT_MAX_BATCH, 4)
 
 
 def test_bad_server_settings_name_the_setting(server_settings) -> None:
@@ -194,7 +194,7 @@ def test_bad_server_settings_name_the_setting(server_settings) -> None:
         server_settings(max_batch=0)
     with pytest.raises(ValueError, match="--context-tuning batch_wait must be >= 0"):
         server_settings(max_wait=-0.5)
-    assert batching.settings() == {"max_batch": None, "max_wait": None}
+    assert callmerge.settings() == {"max_batch": None, "max_wait": None}
 
 
 def test_a_long_server_wait_gathers_concurrent_callers_into_one_call(server_settings) -> None:
@@ -210,16 +210,16 @@ def test_a_long_server_wait_gathers_concurrent_callers_into_one_call(server_sett
 
 def test_observers_see_every_call_on_the_leading_thread() -> None:
     seen: list[tuple[int, int]] = []
-    unregister = batching.observe(lambda size: seen.append((size, threading.get_ident())))
-    replaced = batching.observe(lambda size: seen.append((-1, 0)), name="test")
-    batching.observe(lambda size: 1 / 0, name="test")  # replaces; its error is ignored
+    unregister = callmerge.observe(lambda size: seen.append((size, threading.get_ident())))
+    replaced = callmerge.observe(lambda size: seen.append((-1, 0)), name="test")
+    callmerge.observe(lambda size: 1 / 0, name="test")  # replaces; its error is ignored
     try:
         score = batched(Model(seconds=0).score, max_batch=2)
         assert score(["a", "b", "c"]) == ["A", "B", "C"]
     finally:
         unregister()
         replaced()
-        batching.observe(lambda size: None, name="test")()
+        callmerge.observe(lambda size: None, name="test")()
     assert seen == [(2, threading.get_ident()), (1, threading.get_ident())]
     score(["d"])
     assert len(seen) == 2  # unregistered

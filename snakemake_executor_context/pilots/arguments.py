@@ -1,6 +1,6 @@
 """The pilot options of ``snakemake-context up --backend ...`` and of a run's
-``--context-backend`` (each declared once, in :mod:`..options`): the arguments, under
-the options' names, that become :class:`~.pilots.PilotOptions` and the cluster
+``--context-backend`` (each declared once, in :mod:`..settings.table`): the arguments, under
+the options' names, that become :class:`~..PilotOptions` and the cluster
 process's arguments."""
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..allowed import words_of
-from ..batch.registry import batch_system
-from ..fleetshape import Shape
-from ..options import (
+from ..settings.checks import words_of
+from ..settings.shape import Shape
+from ..settings.table import (
     OPTIONS,
     PILOT,
     add_option,
@@ -20,7 +19,8 @@ from ..options import (
     server_group_counted,
     up_flag,
 )
-from .pilots import PilotOptions, jobqueue_arguments
+from .batch.registry import batch_system
+from .request import PilotOptions, jobqueue_arguments
 
 __all__ = [
     "add_pilot_arguments",
@@ -42,7 +42,7 @@ def add_pilot_arguments(parser: Any) -> None:
 
 def walltime_line(backend: str, walltime: str, margin: float, flag: str) -> str:
     """The run's line on the pilots' walltime, as the batch system reads it."""
-    from ..walltime import read_walltime
+    from .batch.walltime import read_walltime
 
     reading = read_walltime(backend, walltime)
     return (
@@ -128,7 +128,7 @@ def serve_arguments(
     options: PilotOptions, min_pilots: int, max_pilots: int, idle_timeout: float
 ) -> list[str]:
     """The cluster process's arguments for a pool (its options checked already, as
-    :mod:`..options` declares them), each kind's job checked by its batch system first."""
+    :mod:`..settings.table` declares them), each kind's job checked by its batch system first."""
     for kind in options.kinds():
         _, job_arguments = jobqueue_arguments(kind)
         batch_system(kind.backend).check_submission(job_arguments)

@@ -2,13 +2,13 @@
 process for the servers it hosts (:class:`..cluster.nannies.ContextNanny`), a pilot's
 nanny for its server (:func:`dask_setup`, preloaded with ``--preload-nanny``).
 
-A server killed by SIGKILL takes its reaper role with it (:mod:`.leftovers`): its
+A server killed by SIGKILL takes its reaper role with it (:mod:`.jobsweep`): its
 jobs' detached processes, its zygote, what its jobs kept on purpose. The process
 above it is a child subreaper too, so they are reparented there, and its nanny ends
 them when it sees the server's exit, before it starts a new one: every child of that
 process that carries the server's mark (set by the nanny in the server's environment,
 inherited by everything it execs), or is a copy of the server forked without an exec,
-with everything below them (:func:`..processes.server_orphans`), never the other
+with everything below them (:func:`..strays.processes.server_orphans`), never the other
 servers' processes. What was ended is named in the log of the cluster (or pilot).
 """
 
@@ -21,8 +21,8 @@ import os
 from typing import Any
 
 from ..defaults import LEFTOVER_GRACE_SECONDS, SERVER_MARK_VARIABLE
-from ..leftbehind import ProcessFacts, describe, server_orphans
-from ..processes import become_subreaper, end_leftovers, facts_of, read_processes
+from .decisions import ProcessFacts, describe, server_orphans
+from .processes import become_subreaper, end_leftovers, facts_of, read_processes
 from .processgroups import GroupRecord, server_mark
 
 __all__ = ["ServerWatch", "dask_setup"]

@@ -10,7 +10,7 @@ What a job leaves running (a double fork, ``setsid``, a child it never waited fo
 does not outlive it. A server, its zygote and the process above them (the cluster's,
 a pilot's nanny) are child subreapers (:func:`become_subreaper`, Linux): what a job
 detaches is reparented to them instead of init, so it stays in their tree. Which
-processes to end is a pure decision (:mod:`.leftbehind`); :func:`read_processes`
+processes to end is a pure decision (:mod:`.decisions`); :func:`read_processes`
 reads its facts from ``/proc`` and :func:`end_leftovers` carries it out: SIGTERM,
 SIGKILL after a grace, and ``waitpid`` on the ended processes that are this process's
 children, never on any other (``waitpid(-1)`` would steal the exit status of a child a
@@ -31,8 +31,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from .defaults import JOB_MARK_VARIABLE, KEEP_VARIABLE, SERVER_MARK_VARIABLE
-from .leftbehind import ProcessFacts, span_leftovers
+from ..defaults import JOB_MARK_VARIABLE, KEEP_VARIABLE, SERVER_MARK_VARIABLE
+from .decisions import ProcessFacts, span_leftovers
 
 __all__ = [
     "OWN",

@@ -16,8 +16,8 @@ from typing import Any
 import dask_jobqueue
 from dask_jobqueue.core import JobQueueCluster
 
-from .pilots import PilotOptions, jobqueue_arguments
 from .pool import kind_wanted
+from .request import PilotOptions, jobqueue_arguments
 
 __all__ = ["PilotCluster", "start_pilot_cluster"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import ClusterError
+from ...errors import ClusterError
 from .htcondor import HTCondor
 from .lsf import Lsf
 from .pbs import Pbs

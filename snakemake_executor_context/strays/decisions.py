@@ -96,7 +96,7 @@ def _split(candidates: Sequence[ProcessFacts], facts: Sequence[ProcessFacts]) ->
 
 def job_leftovers(facts: Sequence[ProcessFacts], mark: str) -> Leftovers:
     """What a plain job left: every process carrying its mark (its environment's
-    :data:`~.defaults.JOB_MARK_VARIABLE`, inherited through ``setsid`` and double
+    :data:`~..defaults.JOB_MARK_VARIABLE`, inherited through ``setsid`` and double
     forks), once the job has ended."""
     return _split([fact for fact in facts if fact.job == mark], facts)
 

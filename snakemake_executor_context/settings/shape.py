@@ -4,10 +4,10 @@ defaults servers give ``batched()`` functions, and how servers share context tem
 (peer transfers, whether each has a cache of its own, and what a cache may hold).
 
 One typed record, :class:`Shape`, for the three ways servers start (the embedded
-cluster, `up`, pilots): its fields are options of :mod:`.options` (their defaults and
+cluster, `up`, pilots): its fields are options of :mod:`.table` (their defaults and
 checks are the table's), checked once (one line naming the setting), passed to the
 cluster process as arguments, to pilots inside their options, and to each server in
-its :class:`~.server.config.ServerConfig`.
+its :class:`~..server.config.ServerConfig`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .allowed import NUMBER, Setting, check
-from .errors import SettingError
-from .options import add_option, option, setting_default, up_flag
+from ..errors import SettingError
+from .checks import NUMBER, Setting, check
+from .table import add_option, option, setting_default, up_flag
 
 __all__ = ["Shape"]
 
@@ -28,7 +28,7 @@ __all__ = ["Shape"]
 class Shape:
     """Slots per server, threads per slot, the batching defaults, template sharing, and
     the GPUs each server owns with the timeout of the gangs spanning them. Each field
-    is the option of its name (:data:`~.options.OPTIONS`)."""
+    is the option of its name (:data:`~.table.OPTIONS`)."""
 
     slots: int = setting_default("slots")
     threads_per_slot: int = setting_default("threads_per_slot")
@@ -86,7 +86,7 @@ class Shape:
         directory is on their nodes, made by their job scripts."""
         if not self.own_caches:
             return
-        from . import paths
+        from .. import paths
 
         path = Path(self.own_caches).expanduser().absolute()
         problem = paths.dir_problem(path, tighten=True)
@@ -104,7 +104,7 @@ class Shape:
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser, *, helps: bool = True) -> None:
-        """Its options' flags (``--slots``...), as :func:`~.options.add_option` adds them."""
+        """Its options' flags (``--slots``...), as :func:`~.table.add_option` adds them."""
         for name in cls.names():
             add_option(parser, name, helps=helps)
 

@@ -9,7 +9,8 @@
 - :mod:`.registry`: the systems by their ``--backend`` name (``BACKENDS``,
   ``batch_system``) and a pilot's end as its system tells it (``batch_state``).
 
-Below the cluster: :mod:`..walltime` reads a walltime with a system's forms here, and
-the settings check it before any cluster starts. Imports nothing of the project but
-its errors and paths.
+- :mod:`.walltime`: a walltime read as a system reads it, with its forms here; the
+  settings check it before any cluster starts.
+
+Below the settings: imports nothing of the project but its errors and paths.
 """

@@ -18,8 +18,7 @@ from typing import Any
 from distributed.deploy.adaptive import Adaptive
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..batch.registry import batch_state
-from ..defaults import DEMAND_KEY, DEMAND_STALE_SECONDS
+from ..defaults import DEMAND_KEY, DEMAND_STALE_SECONDS, HUB_PLUGIN_NAME
 from ..fleet import events as ev
 from ..fleet.pilotbook import PilotRecord, PoolBooks
 from ..fleet.poolsizing import (
@@ -31,7 +30,7 @@ from ..fleet.poolsizing import (
     pilots_wanted,
     useful_pilots,
 )
-from .hub import PLUGIN_NAME as HUB_NAME
+from .batch.registry import batch_state
 
 __all__ = ["POOL_KEY", "DemandAdaptive", "demand_or_tasks", "kind_wanted"]
 
@@ -284,7 +283,7 @@ def kind_wanted(cluster: Any, kinds: list[Any]) -> int:
         )
     by_model = published.by_gpu_model if published is not None else {}
     wanted = [int(by_model.get(kind.gpu_type or "", 0)) for kind in kinds]
-    hub = cluster.scheduler.plugins.get(HUB_NAME) if cluster.scheduler is not None else None
+    hub = cluster.scheduler.plugins.get(HUB_PLUGIN_NAME) if cluster.scheduler is not None else None
     survival = None
     if hub is not None:
         groups = [

@@ -8,7 +8,7 @@ reading is doubtful (a field beyond its range, such as the 99 seconds of SLURM's
 ``99:99``, or a form the batch system does not define) is refused in one line.
 
 Each batch system's forms, from its documentation, are in its module of
-:mod:`.batch` (:attr:`~.batch.system.BatchSystem.walltime_forms`); how each writes a
+:mod:`..batch` (:attr:`~.system.BatchSystem.walltime_forms`); how each writes a
 walltime for its jobs is there too.
 """
 
@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .batch.registry import BACKENDS
+from .registry import BACKENDS
 
 __all__ = ["WalltimeError", "WalltimeReading", "read_walltime", "slurm_time"]
 

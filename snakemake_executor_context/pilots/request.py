@@ -5,7 +5,7 @@ preload, :mod:`..server.pilot`). :func:`jobqueue_arguments` turns the project's
 :class:`PilotOptions` into a dask-jobqueue cluster class and its keyword arguments, a
 pure function so that every backend's job script is tested without that batch system;
 what differs between batch systems (GPUs, walltime, queue and account, directives) each
-one's module of :mod:`..batch` says. :mod:`.pilotcluster` builds the cluster in the
+one's module of :mod:`..pilots.batch` says. :mod:`.jobqueue` builds the cluster in the
 cluster process.
 
 Facts the translation relies on:
@@ -29,8 +29,6 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..batch.registry import batch_system
-from ..batch.system import PilotJob
 from ..defaults import (
     BATCH_STARTED_VARIABLE,
     MODEL_CACHE_VARIABLE,
@@ -38,18 +36,19 @@ from ..defaults import (
     SOURCE_MBPS_VARIABLE,
 )
 from ..errors import ClusterError
-from ..fleetshape import Shape
-from ..options import setting_default
-from ..server.config import PilotServerSettings
-from ..walltime import WalltimeError, WalltimeReading, read_walltime
-from .plan import SERVER_DASK_CONFIG
+from ..server.config import SERVER_DASK_CONFIG, PilotServerSettings
+from ..settings.shape import Shape
+from ..settings.table import setting_default
+from .batch.registry import batch_system
+from .batch.system import PilotJob
+from .batch.walltime import WalltimeError, WalltimeReading, read_walltime
 
 __all__ = ["PilotOptions", "jobqueue_arguments", "walltime_of"]
 
 #: The module every pilot's worker preloads: it turns the worker into a context server.
 PILOT_PRELOAD = "snakemake_executor_context.server.pilot"
 #: The module every pilot's nanny preloads: it ends what a dead server left.
-PILOT_NANNY_PRELOAD = "snakemake_executor_context.server.orphans"
+PILOT_NANNY_PRELOAD = "snakemake_executor_context.strays.nannysweep"
 #: The module whose ``--shell`` makes the private root on a pilot's node.
 PATHS_MODULE = "snakemake_executor_context.paths"
 
@@ -64,7 +63,7 @@ class PilotOptions:
     account: str | None = None
     #: SLURM quality of service.
     qos: str | None = None
-    #: As the backend writes it (see :mod:`...walltime`); a pilot retires before it.
+    #: As the backend writes it (see :mod:`.batch.walltime`); a pilot retires before it.
     walltime: str = setting_default("pilot_walltime")
     gpus: int = setting_default("pilot_gpus")
     #: Pilots that form one server spanning that many nodes (1: each its own).

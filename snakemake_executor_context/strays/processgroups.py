@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import paths
 from ..defaults import SERVER_MARK_VARIABLE
 from ..errors import UnsafePathError
-from ..processes import kill_process_group
+from .processes import kill_process_group
 
 __all__ = ["GroupRecord", "nanny_pid", "server_mark", "with_parent_death_signal"]
 

@@ -1,5 +1,5 @@
 """What a server's jobs leave running: ended at their end, and named (how they are
-found and ended: :mod:`..processes`; the server is a child subreaper, so what a job
+found and ended: :mod:`..strays.processes`; the server is a child subreaper, so what a job
 detaches stays below it).
 
 - A plain job's processes carry its mark (:func:`plain_environment`): once the job
@@ -8,7 +8,7 @@ detaches stays below it).
   by when they started. A *span* is a stretch of time in which at least one
   in-process job runs (:class:`JobSpans`); when the last one ends, what started below
   the server during the span is ended, except a plain job's and the server's own
-  (:data:`..processes.OWN`). With one job in the span (always, with one slot) it is
+  (:data:`..strays.processes.OWN`). With one job in the span (always, with one slot) it is
   named in that job's log; with several, nobody can tell whose it was: it is named in
   the server's log and in the story of every job of the span. A job in another slot
   never loses its children: nothing is ended while an in-process job runs.
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from ..defaults import JOB_MARK_VARIABLE, KEEP_VARIABLE, LEFTOVER_GRACE_SECONDS
 from ..fleet import events as ev
 from ..jobspec import ContextJobSpec, JobResult
-from ..leftbehind import Leftovers, ProcessFacts, describe, job_leftovers, span_leftovers
-from ..processes import OWN, end_leftovers, is_subreaper, read_processes, ticks_now
+from .decisions import Leftovers, ProcessFacts, describe, job_leftovers, span_leftovers
+from .processes import OWN, end_leftovers, is_subreaper, read_processes, ticks_now
 
 __all__ = [
     "JobSpans",

@@ -19,7 +19,7 @@ __all__ = ["BatchSystem", "PilotJob", "WalltimeForm", "clock", "mebibytes", "run
 
 @dataclass(frozen=True)
 class WalltimeForm:
-    """One way a batch system writes a walltime (read by :mod:`..walltime`)."""
+    """One way a batch system writes a walltime (read by :mod:`.walltime`)."""
 
     #: The whole text, one group per field.
     pattern: str

@@ -4,18 +4,18 @@ A setting's :class:`Allowed` says what its value may be (a whole number in a ran
 finite number of seconds, a size, a walltime, one of some words) and how it combines
 with the others (it needs another setting, conflicts with one, may not exceed one).
 The executor's settings carry it in each field's metadata
-(:class:`~.executor.settings.ExecutorSettings`); ``snakemake-context up`` adds its flags
+(:class:`~..executor.settings.ExecutorSettings`); ``snakemake-context up`` adds its flags
 with :func:`add_argument`; both check with :func:`check`, which refuses the first bad
 value or combination in one line naming the setting, its value and what is allowed.
 The options of the servers and pilots, which both front ends have, declare theirs once
-in :mod:`.options`.
+in :mod:`.table`.
 
 Values are parsed here too (:meth:`Allowed.parse`, which never raises): a malformed
 value ("1.5" for a whole number) reaches :func:`check` as :class:`Malformed` and is
 refused in the same one line, not by argparse's usage text.
 
 An environment variable a user exports is a :class:`Variable` (the table is
-:data:`.options.VARIABLES`): read by the same parse wherever it is read, and refused at
+:data:`.table.VARIABLES`): read by the same parse wherever it is read, and refused at
 start by :func:`check_variables` in the same one line, naming the variable.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .errors import SettingError
+from ..errors import SettingError
 
 __all__ = [
     "Allowed",
@@ -210,7 +210,7 @@ def _size_bytes(value: Any) -> int:
 
 
 def _size_text(nbytes: float) -> str:
-    from .terminal import format_bytes
+    from ..terminal import format_bytes
 
     return format_bytes(int(nbytes))
 
@@ -398,7 +398,7 @@ def _check_combination(setting: Setting, values: Mapping[str, Any], by_name: dic
 
 
 def _check_walltime(setting: Setting, value: str, values: Mapping[str, Any], by_name: dict) -> None:
-    from .walltime import WalltimeError, read_walltime
+    from ..pilots.batch.walltime import WalltimeError, read_walltime
 
     backend = values.get(setting.allowed.backend)
     if not backend:
@@ -410,7 +410,7 @@ def _check_walltime(setting: Setting, value: str, values: Mapping[str, Any], by_
 
 
 def _check_margin(setting: Setting, value: Any, values: Mapping[str, Any], by_name: dict) -> None:
-    from .walltime import WalltimeError, read_walltime
+    from ..pilots.batch.walltime import WalltimeError, read_walltime
 
     walltime = by_name[setting.allowed.below_walltime]
     backend = values.get(walltime.allowed.backend)

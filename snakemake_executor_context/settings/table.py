@@ -1,15 +1,15 @@
 """Every option of the servers and of their pilots, declared once: its name, what it
-allows (:class:`~.allowed.Allowed`), its default and its help.
+allows (:class:`~.checks.Allowed`), its default and its help.
 
 The front ends are made from this table, never typed again:
 
-- the executor's settings (:class:`~.executor.settings.ExecutorSettings`, whose
+- the executor's settings (:class:`~..executor.settings.ExecutorSettings`, whose
   fields Snakemake turns into ``--context-NAME`` flags) take each field's default,
   help and checks with :func:`table_field`;
 - ``snakemake-context up`` and the cluster process add theirs with :func:`add_option`
   (``--NAME``, or the shorter flag an option declares: ``--queue`` for
   ``pilot_queue``), under the same names in their parsed arguments;
-- :class:`~.fleetshape.Shape` and the pilots' options take their defaults from it.
+- :class:`~.shape.Shape` and the pilots' options take their defaults from it.
 
 A help text names another option as ``{name}``, shown as that option's flag in the
 front end showing it, and never types a default: :meth:`Option.help_for` adds it.
@@ -28,7 +28,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .allowed import (
+from ..defaults import (
+    DEFAULT_MEMORY_BUDGET,
+    GANG_TIMEOUT_SECONDS,
+    LOCAL_DIR_VARIABLE,
+    MEMORY_CAP_VARIABLE,
+    MODEL_CACHE_SIZE_VARIABLE,
+    MODEL_CACHE_VARIABLE,
+    RECYCLE_VARIABLE,
+    SOURCE_MBPS_VARIABLE,
+)
+from ..errors import SettingError
+from ..pilots.batch.registry import BACKENDS
+from .checks import (
     BUDGET,
     NUMBER,
     SIZE,
@@ -43,18 +55,6 @@ from .allowed import (
     filled,
     settings_field,
 )
-from .batch.registry import BACKENDS
-from .defaults import (
-    DEFAULT_MEMORY_BUDGET,
-    GANG_TIMEOUT_SECONDS,
-    LOCAL_DIR_VARIABLE,
-    MEMORY_CAP_VARIABLE,
-    MODEL_CACHE_SIZE_VARIABLE,
-    MODEL_CACHE_VARIABLE,
-    RECYCLE_VARIABLE,
-    SOURCE_MBPS_VARIABLE,
-)
-from .errors import SettingError
 
 __all__ = [
     "EXECUTOR_PREFIX",
@@ -467,7 +467,7 @@ OPTIONS: dict[str, Option] = {declared.name: declared for declared in _DECLARED}
 
 def existing_dir(flag: str, value: str) -> str | None:
     """The ``form`` of a directory in which the plugin makes its private directory
-    (``--context-local-dir``, :data:`~.defaults.LOCAL_DIR_VARIABLE`): it must exist;
+    (``--context-local-dir``, :data:`~..defaults.LOCAL_DIR_VARIABLE`): it must exist;
     the plugin makes only its private directory inside it, never the path to it."""
     if Path(value).expanduser().is_dir():
         return None
@@ -538,7 +538,7 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
 
 def environment_value(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """The value of the variable ``name`` of :data:`VARIABLES` in ``environ`` (default
-    :data:`os.environ`), as the start check reads it (:meth:`~.allowed.Variable.read`:
+    :data:`os.environ`), as the start check reads it (:meth:`~.checks.Variable.read`:
     None when unset; SettingError, one line, when refused)."""
     return VARIABLES[name].read(environ)
 
