@@ -4,6 +4,7 @@ reaped by its pid, never another child's exit status taken."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -244,3 +245,32 @@ def _group_members(pgid: int) -> list[int]:
         except (OSError, psutil.Error):
             pass
     return members
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_leftover_caught_between_fork_and_exec_is_named_by_what_it_execs():
+    """A job's double fork, swept while its grandchild was still a copy of the server
+    (forked, not yet exec'd), was named as the server in CI: it is named by what it
+    becomes, as the job's log should say."""
+    from snakemake_executor_context.strays.processes import end_leftovers, facts_of
+
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only sleeps, then execs
+        try:
+            time.sleep(0.05)
+            os.execvp("sleep", ["sleep", "300"])
+        finally:
+            os._exit(1)
+    try:
+        caught = facts_of(child)
+        assert caught is not None
+        own = open("/proc/self/cmdline", "rb").read().replace(b"\0", b" ").strip()
+        assert caught.command == own.decode(errors="replace"), "not caught before the exec"
+        (ended,) = end_leftovers([caught], grace=5.0)
+        assert ended.command == "sleep 300", ended.describe()
+        assert ended.identity == caught.identity
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, 9)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child, 0)

@@ -283,8 +283,9 @@ def end_leftovers(processes: Sequence[ProcessFacts], grace: float) -> list[Proce
     (then up to 5 s more). Those that are, or become, this process's children (an
     orphan reparented to it as its parent ends) are reaped, each by its pid; a zombie
     of another parent counts as ended. A pid that names another process by now (its
-    start differs) is left alone. Returns those signalled."""
-    targets = [fact for fact in processes if _gone(fact) is False]
+    start differs) is left alone. Returns those signalled, named as they run (a copy
+    of this process forked a moment ago, named once it has exec'd)."""
+    targets = [_after_exec(fact) for fact in processes if _gone(fact) is False]
     for signum, seconds in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         alive = [fact for fact in targets if _gone(fact) is False]
         for fact in alive:
@@ -297,6 +298,25 @@ def end_leftovers(processes: Sequence[ProcessFacts], grace: float) -> list[Proce
         if not alive:
             break
     return targets
+
+
+def _after_exec(fact: ProcessFacts) -> ProcessFacts:
+    """The facts of a process that is still a copy of this one (forked, its exec not
+    yet done: a job's double fork caught between the two, seen in CI named as the
+    server) read again once it has exec'd, for at most :data:`_EXEC_SETTLES_SECONDS`;
+    a fork that never execs (a multiprocessing child) keeps its name."""
+    own = _read(f"/proc/{os.getpid()}/cmdline").replace(b"\0", b" ").strip()
+    if not own or fact.command != own.decode(errors="replace"):
+        return fact
+    deadline = time.monotonic() + _EXEC_SETTLES_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.005)
+        again = facts_of(fact.pid)
+        if again is None or again.started != fact.started:
+            return fact
+        if again.command != fact.command:
+            return again
+    return fact
 
 
 def _gone(fact: ProcessFacts) -> bool:
