@@ -111,12 +111,12 @@ BAD_SETTINGS = [
     ),
     (["--context-slots", "100000"], ["--context-slots 100000", "from 1 to 256"]),
     (
-        ["--context-pilot-queue", "gpu"],
-        ["--context-pilot-queue 'gpu' is not allowed without --context-backend"],
+        ["--context-pilots", "queue=gpu"],
+        ["--context-pilots queue 'gpu' is not allowed without --context-pilots backend"],
     ),
     (
-        ["--context-backend", "slurm", "--context-pilot-walltime", "99:99"],
-        ["--context-pilot-walltime '99:99'", "SLURM reads it as MM:SS, 01:41:00", "99 seconds"],
+        ["--context-pilots", "backend=slurm", "walltime=99:99"],
+        ["--context-pilots walltime '99:99'", "SLURM reads it as MM:SS, 01:41:00", "99 seconds"],
     ),
 ]
 
@@ -273,6 +273,7 @@ FREE_TEXT = {
     "survival_placement": "a switch with no combination to refuse",
     "report": "a switch; a ledger that cannot be written is a warning, never a failed run",
     "tuning": "its words are the tuning keys, each walked here as a setting of its own",
+    "pilots": "its words are the pilot request's keys, each walked here likewise",
 }
 #: A value that the further check (``form``) of a setting refuses; others: "localhost".
 FORM_BAD = {
@@ -284,14 +285,17 @@ FORM_BAD = {
 
 
 def _argv(case: list[str]) -> list[str]:
-    """A case's arguments, its tuning keys gathered behind one --context-tuning."""
-    plain, tuned = [], []
+    """A case's arguments, its keys gathered behind one --context-pilots and one
+    --context-tuning."""
+    plain: list[str] = []
+    keyed: dict[str, list[str]] = {"--context-pilots": [], "--context-tuning": []}
     for arg in case:
-        if arg.startswith("--context-tuning "):
-            tuned.append(arg.removeprefix("--context-tuning "))
+        flag, _, word = arg.partition(" ")
+        if flag in keyed and word:
+            keyed[flag].append(word)
         else:
             plain.append(arg)
-    return plain + (["--context-tuning", *tuned] if tuned else [])
+    return plain + [arg for flag, words in keyed.items() if words for arg in (flag, *words)]
 
 
 def _bad_values(setting, flag_of) -> list[list[str]]:
@@ -353,7 +357,8 @@ def _bad_values(setting, flag_of) -> list[list[str]]:
 
 
 def test_every_executor_setting_refuses_bad_values_in_one_line_naming_it(tmp_path):
-    """Every field of ExecutorSettings and every tuning key, through Snakemake's own
+    """Every field of ExecutorSettings, every key of the pilot request and of the
+    tuning, through Snakemake's own
     argument parser and plugin registry: each bad value or combination is one line
     naming the setting."""
     from snakemake.cli import parse_args
@@ -362,12 +367,14 @@ def test_every_executor_setting_refuses_bad_values_in_one_line_naming_it(tmp_pat
     from snakemake_executor_context.errors import ContextExecutorError
     from snakemake_executor_context.executor.settings import (
         ExecutorSettings,
+        PilotRequest,
         Tuning,
         settings_table,
     )
 
     table = {setting.name: setting for setting in settings_table()}
-    fields = [*dataclasses.fields(ExecutorSettings), *dataclasses.fields(Tuning)]
+    classes = (ExecutorSettings, PilotRequest, Tuning)
+    fields = [item for cls in classes for item in dataclasses.fields(cls)]
     assert set(table) == {f.name for f in fields}
     plugin = ExecutorPluginRegistry().get_plugin("context")
     walked = 0
@@ -444,7 +451,7 @@ def test_own_caches_are_made_where_the_servers_start(tmp_path):
     from snakemake_executor_context.executor.settings import ExecutorSettings
 
     node_local = tmp_path / "node-local" / "caches"
-    ExecutorSettings(own_caches=str(node_local), backend="slurm")
+    ExecutorSettings(own_caches=str(node_local), pilots=["backend=slurm"])
     ExecutorSettings(own_caches=str(node_local), scheduler_file=str(tmp_path / "x.json"))
     assert not node_local.parent.exists()
     ExecutorSettings(own_caches=str(node_local))

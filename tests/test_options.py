@@ -10,7 +10,7 @@ from dataclasses import fields, replace
 
 import pytest
 
-from snakemake_executor_context.executor.settings import ExecutorSettings, Tuning
+from snakemake_executor_context.executor.settings import ExecutorSettings, PilotRequest, Tuning
 from snakemake_executor_context.pilots.arguments import pilot_settings_args
 from snakemake_executor_context.pilots.request import PilotOptions
 from snakemake_executor_context.server.config import PilotServerSettings
@@ -41,7 +41,8 @@ def test_the_executors_settings_are_the_tables_options() -> None:
     """ExecutorSettings stays a dataclass (Snakemake reads its fields and their types at
     run time): each option field has the table's name, default, help and checks (the
     executor adding only combinations with settings it alone has)."""
-    declared = {item.name: item for item in (*fields(ExecutorSettings), *fields(Tuning))}
+    classes = (ExecutorSettings, PilotRequest, Tuning)
+    declared = {item.name: item for cls in classes for item in fields(cls)}
     expected = {name for name, found in OPTIONS.items() if found.executor}
     assert expected <= declared.keys()
     for name in expected:
@@ -66,10 +67,10 @@ def test_ups_flags_are_the_tables_options() -> None:
         assert action.help.startswith(found.help_for(up_flag)), name
         assert "--context-" not in action.help, name
     assert up_flag("pilot_queue") == "--queue" and up_flag("slots") == "--slots"
-    assert executor_flag("pilot_queue") == "--context-pilot-queue"
+    assert executor_flag("pilot_queue") == "--context-pilots queue"
     gpus = option("gpus_per_server")
     assert "--pilot-gpus" in gpus.help_for(up_flag)
-    assert "--context-pilot-gpus" in gpus.help_for(executor_flag)
+    assert "--context-pilots gpus" in gpus.help_for(executor_flag)
 
 
 def test_each_default_is_said_once_by_the_table() -> None:
@@ -96,9 +97,9 @@ def test_the_shape_holds_the_tables_server_options() -> None:
 
 
 def test_a_runs_default_pilot_settings_are_the_pilots_default_options() -> None:
-    """The pilots' options a run with only --context-backend asks for are those
-    PilotOptions declares by default: the two take their defaults from one table."""
-    serve = pilot_settings_args(ExecutorSettings(backend="slurm"))
+    """The pilots' options a run with only --context-pilots backend=slurm asks for are
+    those PilotOptions declares by default: the two take their defaults from one table."""
+    serve = pilot_settings_args(ExecutorSettings(pilots=["backend=slurm"]))
     options = PilotOptions.from_json(serve[serve.index("--pilots") + 1])
     assert options == PilotOptions(backend="slurm")
 

@@ -159,7 +159,7 @@ def test_pilot_settings_travel_in_the_job_script() -> None:
 
 def test_bad_pilot_options_are_one_clear_error() -> None:
     with pytest.raises(
-        ClusterError, match=r"--backend \(--context-backend\) 'torque'.*choose one of"
+        ClusterError, match=r"--backend \(--context-pilots backend\) 'torque'.*choose one of"
     ):
         jobqueue_arguments(PilotOptions(backend="torque"))
     with pytest.raises(ClusterError, match=r"walltime '2h': it is not a walltime SLURM reads"):
@@ -392,9 +392,9 @@ def test_a_pilot_runs_its_slots_not_its_cores_as_dask_threads(backend: str) -> N
 
 
 def test_every_executor_pilot_setting_reaches_the_pilots() -> None:
-    """The run's --context-pilot-* settings become the pilots' options, each one: a
-    setting that silently kept up's default (a GPU type, a directive) is a pool that
-    never serves a rule (found when --context-pilot-gpu-types was dropped)."""
+    """The keys of the run's --context-pilots become the pilots' options, each one: a
+    key that silently kept up's default (a GPU type, a directive) is a pool that
+    never serves a rule (found when the pilots' GPU types were dropped)."""
     from snakemake.cli import parse_args
     from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
@@ -403,17 +403,10 @@ def test_every_executor_pilot_setting_reaches_the_pilots() -> None:
     _, args = parse_args(
         [
             "--executor", "context", "--jobs", "1",
-            "--context-backend", "slurm",
-            "--context-pilot-gpu-types", "a100", "h100",
-            "--context-pilot-directives=--constraint=ib",
-            "--context-pilot-prologue", "module load cuda",
-            "--context-pilot-queue", "gpuq",
-            "--context-pilot-account", "proj7",
-            "--context-pilot-gpus", "2",
-            "--context-pilot-cores", "3",
-            "--context-pilot-memory", "12GB",
-            "--context-pilot-walltime", "02:00:00",
-            "--context-max-pilots", "5",
+            "--context-pilots", "backend=slurm", "gpu_type=a100", "gpu_type=h100",
+            "directive=--constraint=ib", "prologue=module load cuda", "queue=gpuq",
+            "account=proj7", "gpus=2", "cores=3", "memory=12GB", "walltime=02:00:00",
+            "max=5",
             "--context-slots", "3",
         ]
     )  # fmt: skip

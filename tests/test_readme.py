@@ -10,6 +10,7 @@ from dataclasses import fields
 import pytest
 
 from snakemake_executor_context.executor.settings import ExecutorSettings, Tuning
+from snakemake_executor_context.settings.table import PILOT_KEYS
 
 from .conftest import REPO, context_run, snakemake
 
@@ -58,6 +59,8 @@ def test_settings_page_lists_every_setting():
         assert f"| `{flag}` |" in page, flag
     for field in fields(Tuning):
         assert f"| `{field.name}` |" in page, f"--context-tuning {field.name}"
+    for key in PILOT_KEYS:
+        assert f"| `{key}` |" in page, f"--context-pilots {key}"
 
 
 def test_readme_settings_tour_names_real_settings():

@@ -81,13 +81,17 @@ def test_a_pilots_group_is_its_label_else_its_queue_and_kind() -> None:
     assert (config.group, config.partition, config.pool) == ("", "short", "a100")
     untyped = PilotOptions(backend="slurm", group="long").server_settings()
     assert (untyped.group, untyped.partition, untyped.pool) == ("long", "", "pilot")
-    serve = pilot_settings_args(ExecutorSettings(backend="slurm", tuning=["server_group=long"]))
+    serve = pilot_settings_args(
+        ExecutorSettings(pilots=["backend=slurm"], tuning=["server_group=long"])
+    )
     assert PilotOptions.from_json(serve[serve.index("--pilots") + 1]).group == "long"
 
 
 def test_pilots_refuse_counted_labels() -> None:
     with pytest.raises(SettingError) as raised:
-        pilot_settings_args(ExecutorSettings(backend="slurm", tuning=["server_group=a:1,b:1"]))
+        pilot_settings_args(
+            ExecutorSettings(pilots=["backend=slurm"], tuning=["server_group=a:1,b:1"])
+        )
     assert "not allowed with a pool of pilots" in str(raised.value)
     assert "--context-tuning server_group" in str(raised.value)
 

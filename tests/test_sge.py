@@ -231,16 +231,12 @@ def test_a_rule_needing_more_gpus_than_any_queue_offers_fails_at_start(tmp_path:
     (workdir / "Snakefile").write_text(GPU_HUNGRY_SNAKEFILE)
     run = context_run(
         workdir,
-        "--context-backend",
-        "sge",
-        "--context-pilot-queue",
-        "gpu.q",
-        "--context-pilot-gpus",
-        "8",
-        "--context-pilot-gpu-types",
-        "sgefake",
-        "--context-pilot-memory",
-        "1GB",
+        "--context-pilots",
+        "backend=sge",
+        "queue=gpu.q",
+        "gpus=8",
+        "gpu_type=sgefake",
+        "memory=1GB",
         timeout=120,
     )
     assert run.returncode != 0
@@ -338,6 +334,6 @@ def test_sge_pilot_directives() -> None:
     with pytest.raises(ClusterError, match=r"'1-02:00:05'.*not a walltime SGE reads"):
         jobqueue_arguments(PilotOptions(backend="sge", walltime="1-02:00:05"))
     assert kwargs["job_extra_directives"] == ["-S /bin/bash", "-l mem_free=15258M"]
-    with pytest.raises(ClusterError, match=r"--context-pilot-cores 4 on Grid Engine.*-pe smp 4"):
+    with pytest.raises(ClusterError, match=r"--context-pilots cores=4 on Grid Engine.*-pe smp 4"):
         jobqueue_arguments(PilotOptions(backend="sge", cores=4))
     assert jobqueue_arguments(PilotOptions(backend="sge", cores=4, extra_directives=("-pe smp 4",)))

@@ -253,16 +253,12 @@ def test_a_run_with_a_backend_submits_its_own_pilots(tmp_path: Path, slurm) -> N
     shutil.copytree(WORKFLOWS / "reuse", workdir)
     run = context_run(
         workdir,
-        "--context-backend",
-        "slurm",
-        "--context-pilot-gpu-types",
-        "fakeb",
-        "--context-pilot-memory",
-        "1GB",
-        "--context-max-pilots",
-        "2",
-        "--context-pilot-walltime",
-        "00:10:00",
+        "--context-pilots",
+        "backend=slurm",
+        "gpu_type=fakeb",
+        "memory=1GB",
+        "max=2",
+        "walltime=00:10:00",
         "--config",
         "count=6",
         "sleep=0.2",
@@ -274,7 +270,7 @@ def test_a_run_with_a_backend_submits_its_own_pilots(tmp_path: Path, slurm) -> N
     assert "pilot-fakeb-" in json.dumps(run.summaries()[-1])
     # SLURM's reading of the walltime, in the run's output.
     assert (
-        "Pilots' walltime (--context-pilot-walltime): SLURM reads '00:10:00' as HH:MM:SS: "
+        "Pilots' walltime (--context-pilots walltime): SLURM reads '00:10:00' as HH:MM:SS: "
         "00:10:00 (10 min)" in run.output
     ), run.output
     # The run's pool ends with the run: its pilots leave the queue.
@@ -287,12 +283,10 @@ def test_a_rule_no_pilot_can_run_fails_at_start(tmp_path: Path, slurm) -> None:
     (workdir / "Snakefile").write_text(GPU_MODEL_SNAKEFILE)
     run = context_run(
         workdir,
-        "--context-backend",
-        "slurm",
-        "--context-pilot-gpu-types",
-        "fakea",
-        "--context-pilot-memory",
-        "1GB",
+        "--context-pilots",
+        "backend=slurm",
+        "gpu_type=fakea",
+        "memory=1GB",
         timeout=120,
     )
     assert run.returncode != 0
@@ -449,10 +443,9 @@ def test_a_rule_no_registered_pilot_can_run_fails_in_one_line(tmp_path: Path, sl
     (workdir / "Snakefile").write_text(NO_GPU_TYPE_SNAKEFILE)
     run = context_run(
         workdir,
-        "--context-backend",
-        "slurm",
-        "--context-pilot-memory",
-        "1GB",
+        "--context-pilots",
+        "backend=slurm",
+        "memory=1GB",
         "--context-plain-jobs",
         "servers",
         timeout=240,
@@ -482,9 +475,8 @@ def test_sigterm_ends_a_run_waiting_for_pilots(tmp_path: Path, slurm) -> None:
     process = subprocess.Popen(
         [
             str(BIN / "snakemake"),
-            *("--executor", "context", "--jobs", "2", "--context-backend", "slurm"),
-            *("--context-pilot-memory", "1GB", "--context-pilot-gpu-types", "fakea"),
-            "--context-pilot-directives=--begin=now+1day",
+            *("--executor", "context", "--jobs", "2", "--context-pilots", "backend=slurm"),
+            *("memory=1GB", "gpu_type=fakea", "directive=--begin=now+1day"),
             *("--config", "count=2", "sleep=0.2"),
         ],
         cwd=workdir,

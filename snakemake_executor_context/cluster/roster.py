@@ -1,5 +1,5 @@
 """The roster of gang pilots, in the scheduler's process: servers that started as part
-of a gang of n nodes (``--context-pilot-nodes n``) wait here until n of them have
+of a gang of n nodes (``--context-pilots nodes=n``) wait here until n of them have
 come, and become one server (:class:`~..fleet.events.GangAssembled`).
 
 A pilot's server calls :data:`HANDLER` over its authenticated connection to the

@@ -6,8 +6,8 @@
 - :mod:`.tasks`: the attempts' Dask futures; :mod:`.results`: what a finished one says;
   :mod:`.pacing`: when finished jobs are told to Snakemake (together, while work is queued);
 - :mod:`.jobbuild`: a Snakemake job as a ticket and a spec; :mod:`.rulecheck`: the
-  checks at start; :mod:`.settings`: the ``--context-*`` settings (the pilots' in
-  :mod:`.pilotsettings`), each declaring what it allows;
+  checks at start; :mod:`.settings`: the one settings class, every ``--context-*`` flag (the
+  pilot request and the tuning keys among them), each declaring what it allows;
 - :mod:`.localjobs`: plain rules run in Snakemake's process, and their watchdog;
 - :mod:`.recording`: the run's catalog side; :mod:`.summary`: the run summary;
   :mod:`.startup`: connecting (and handing the embedded cluster's servers their

@@ -200,8 +200,8 @@ def check_pool_fits(rules: Iterable[Any], kinds: Sequence[Mapping[str, Any]]) ->
         if not any(covers(kind, wanted) for kind in offered):
             raise ContextExecutorError(
                 f"Rule '{rule.name}' asks for {req.describe()}, which no pilot of the pool "
-                f"can offer (pilots: {described}). Fix: --context-pilot-gpu-types, "
-                "--context-pilot-gpus or --context-pilot-memory, or the rule's resources."
+                f"can offer (pilots: {described}). Fix: --context-pilots gpu_type, gpus "
+                "or memory, or the rule's resources."
             )
 
 

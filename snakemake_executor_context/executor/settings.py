@@ -1,14 +1,17 @@
-"""Every ``--context-*`` flag of the executor, with its help text, and the tuning
+"""The executor's one settings class: every ``--context-*`` flag, with its help text,
+the pilot request behind ``--context-pilots`` (:class:`PilotRequest`) and the tuning
 keys behind ``--context-tuning`` (:class:`Tuning`).
 
 Snakemake turns each field of :class:`ExecutorSettings` into a command-line flag
 (``scheduler_address`` becomes ``--context-scheduler-address``) and a profile key
-(``context-scheduler-address``). The research switches and tuning a user rarely sets
-are the fields of :class:`Tuning`, given as ``--context-tuning KEY=VALUE ...`` and
-checked by the same table; the code reads them as settings (``settings.batch_max``).
-The servers' options (``--context-slots``...) and the pilots' are the option table's
-(:mod:`..settings.table`): their fields take its default, help and checks; the others are
-the executor's own, declared here.
+(``context-scheduler-address``). A pool of pilots is asked for in one flag,
+``--context-pilots backend=slurm queue=gpu ...``; the research switches and tuning a
+user rarely sets in another, ``--context-tuning KEY=VALUE ...``. Both are checked by
+the same table as the flags, and the code reads their keys as settings
+(``settings.pilot_queue``, ``settings.batch_max``). The servers' options
+(``--context-slots``...) and the pilots' are the option table's
+(:mod:`..settings.table`): their fields take its default, help and checks; the others
+are the executor's own, declared here.
 """
 
 # No `from __future__ import annotations`: Snakemake reads the field types at run time
@@ -43,6 +46,8 @@ from ..settings.checks import settings_field as _checked
 from ..settings.shape import Shape
 from ..settings.table import (
     EXECUTOR_PREFIX,
+    PILOT_KEYS,
+    PILOTS_FLAG,
     TUNING,
     TUNING_FLAG,
     check_environment,
@@ -50,9 +55,21 @@ from ..settings.table import (
     existing_dir,
     table_field,
 )
-from .pilotsettings import ATTACH_SETTINGS, PilotSettings
 
-__all__ = ["ExecutorSettings", "Tuning", "common_settings", "settings_table", "tuning_values"]
+__all__ = [
+    "ATTACH_SETTINGS",
+    "ExecutorSettings",
+    "PilotRequest",
+    "Tuning",
+    "common_settings",
+    "pilot_request",
+    "settings_table",
+    "tuning_values",
+]
+
+#: The settings that attach the run to a running cluster: pilots (and the embedded
+#: cluster's own settings) are for a cluster the run starts, not with one of these.
+ATTACH_SETTINGS = ("scheduler_address", "scheduler_file")
 
 
 def _address(flag: str, value: str) -> str | None:
@@ -79,7 +96,7 @@ common_settings = CommonSettings(
 
 
 @dataclass
-class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
+class ExecutorSettings(ExecutorSettingsBase):
     """Settings of ``snakemake --executor context``."""
 
     scheduler_address: Optional[str] = _checked(
@@ -179,8 +196,23 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
     slots: int = table_field("slots")
     own_caches: Optional[str] = table_field("own_caches")
     model_cache_size: Optional[str] = table_field("model_cache_size")
-    # The embedded cluster's: pilots own --context-pilot-gpus.
+    # The embedded cluster's: pilots own --context-pilots gpus.
     gpus_per_server: int = table_field("gpus_per_server", conflicts=("backend", *ATTACH_SETTINGS))
+    pilots: Optional[list[str]] = _checked(
+        None,
+        Allowed(WORDS, optional=True),
+        {
+            "help": "Run the servers as a pool of pilot jobs on a batch system, asked "
+            "for as KEY=VALUE: backend=slurm (or sge, pbs, lsf, htcondor) and any of "
+            "queue, account, qos, walltime, gpus, nodes, gpu_type, cores, memory, "
+            "directive, prologue, min, max, model_cache (a list's key once per item: "
+            "gpu_type=a100 gpu_type=h100). Each is checked as its own flag was. The "
+            "docs' settings page lists every key.",
+            "nargs": "+",
+            "type": str,
+            "metavar": "KEY=VALUE",
+        },
+    )
     tuning: Optional[list[str]] = _checked(
         None,
         Allowed(WORDS, optional=True),
@@ -206,7 +238,8 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
     def __post_init__(self) -> None:
         try:
             self.tuned = tuning_values(self.tuning)
-            check({**vars(self), **vars(self.tuned)}, settings_table())
+            self.requested = pilot_request(self.pilots)
+            check({**vars(self), **vars(self.tuned), **vars(self.requested)}, settings_table())
             # The variables a user exports (the servers inherit them), before anything
             # is made or started.
             check_environment()
@@ -219,11 +252,40 @@ class ExecutorSettings(ExecutorSettingsBase, PilotSettings):
             raise error.with_traceback(None) from None
 
     def __getattr__(self, name: str) -> Any:
-        """A tuning key read as a setting (``settings.batch_max``): the value
-        ``--context-tuning`` gave, else its default."""
+        """A key of the pilot request or of the tuning read as a setting
+        (``settings.pilot_queue``, ``settings.batch_max``): the value ``--context-pilots``
+        or ``--context-tuning`` gave, else its default."""
+        if name in _REQUEST_FIELDS:
+            return getattr(self.__dict__.get("requested") or PilotRequest(), name)
         if name in TUNING:
             return getattr(self.__dict__.get("tuned") or Tuning(), name)
         raise AttributeError(name)
+
+
+@dataclass
+class PilotRequest:
+    """A pool of pilots on a batch system, submitted for this run: given as
+    ``--context-pilots KEY=VALUE ...`` (the keys: :data:`~..settings.table.PILOT_KEYS`),
+    each field an option of the table, read as settings (``settings.pilot_queue``)."""
+
+    backend: Optional[str] = table_field("backend", conflicts=ATTACH_SETTINGS)
+    pilot_queue: Optional[str] = table_field("pilot_queue")
+    pilot_account: Optional[str] = table_field("pilot_account")
+    pilot_qos: Optional[str] = table_field("pilot_qos")
+    pilot_walltime: str = table_field("pilot_walltime")
+    pilot_gpus: int = table_field("pilot_gpus")
+    pilot_nodes: int = table_field("pilot_nodes")
+    pilot_gpu_types: Optional[list[str]] = table_field("pilot_gpu_types")
+    pilot_cores: int = table_field("pilot_cores")
+    pilot_memory: str = table_field("pilot_memory")
+    pilot_directives: Optional[list[str]] = table_field("pilot_directives")
+    pilot_prologue: Optional[list[str]] = table_field("pilot_prologue")
+    min_pilots: int = table_field("min_pilots")
+    max_pilots: int = table_field("max_pilots")
+    pilot_model_cache: Optional[str] = table_field("pilot_model_cache")
+
+
+_REQUEST_FIELDS = frozenset(PILOT_KEYS.values())
 
 
 @dataclass
@@ -333,42 +395,63 @@ def tuning_values(words: Any) -> Tuning:
     """The tuning ``--context-tuning`` gives (``KEY=VALUE`` words; a switch's ``KEY``
     alone), each value parsed as its setting allows (checked later, with the rest):
     an unknown key is one line naming the keys there are."""
+    keys = {name: name for name in TUNING}
+    return Tuning(**_keyed_values(words, TUNING_FLAG, "tuning key", keys, Tuning))
+
+
+def pilot_request(words: Any) -> PilotRequest:
+    """The pilot request ``--context-pilots`` gives (``KEY=VALUE`` words, a list's key
+    once per item), parsed as :func:`tuning_values` parses the tuning."""
+    return PilotRequest(**_keyed_values(words, PILOTS_FLAG, "pilot key", PILOT_KEYS, PilotRequest))
+
+
+def _keyed_values(
+    words: Any, flag: str, noun: str, keys: dict[str, str], cls: type
+) -> dict[str, Any]:
+    """The fields (by name) that ``KEY=VALUE`` words give, ``keys`` naming the field of
+    each key: a switch's ``KEY`` alone is true; a list's key adds one item each time."""
     given: dict[str, Any] = {}
-    table = {setting.name: setting for setting in _tuning_table()}
+    table = {setting.name: setting for setting in dataclass_settings(cls, "")}
     for word in words_of(words):
         key, sep, text = word.partition("=")
-        name = key.strip().replace("-", "_")
-        setting = table.get(name)
+        key = key.strip().replace("-", "_")
+        setting = table.get(keys.get(key, ""))
         if setting is None:
             raise SettingError(
-                f"{TUNING_FLAG} {word!r} is not allowed: no tuning key {key.strip()!r}; the "
-                f"keys are {', '.join(sorted(table))} (see the docs' settings page)."
+                f"{flag} {word!r} is not allowed: no {noun} {key!r}; the keys are "
+                f"{', '.join(sorted(keys))} (see the docs' settings page)."
             )
         if setting.allowed.kind == FLAG:
             answer = text.strip().lower() if sep else "true"
             if answer not in _SWITCH:
                 raise SettingError(
-                    f"{TUNING_FLAG} {word!r} is not allowed: {name} is a switch "
+                    f"{flag} {word!r} is not allowed: {key} is a switch "
                     "(KEY, KEY=true or KEY=false)."
                 )
-            given[name] = _SWITCH[answer]
+            given[setting.name] = _SWITCH[answer]
+        elif setting.allowed.kind == WORDS:
+            given[setting.name] = [*given.get(setting.name, ()), text] if sep else Malformed(word)
         else:
-            given[name] = setting.allowed.parse(text) if sep else Malformed(word)
-    return Tuning(**given)
+            given[setting.name] = setting.allowed.parse(text) if sep else Malformed(word)
+    return given
 
 
 _SWITCH = {"true": True, "yes": True, "1": True, "on": True}
 _SWITCH |= {"false": False, "no": False, "0": False, "off": False}
 
 
-def _tuning_table() -> list[Any]:
+def _keyed_table(cls: type) -> list[Any]:
     return [
         dataclasses.replace(setting, flag=executor_flag(setting.name))
-        for setting in dataclass_settings(Tuning, "")
+        for setting in dataclass_settings(cls, "")
     ]
 
 
 def settings_table() -> list[Any]:
-    """Every setting of the executor, with its flag and what it allows (a tuning
-    key's flag: ``--context-tuning KEY``)."""
-    return dataclass_settings(ExecutorSettings, EXECUTOR_PREFIX) + _tuning_table()
+    """Every setting of the executor, with its flag and what it allows (a key's flag:
+    ``--context-pilots queue``, ``--context-tuning batch_max``)."""
+    return (
+        dataclass_settings(ExecutorSettings, EXECUTOR_PREFIX)
+        + _keyed_table(PilotRequest)
+        + _keyed_table(Tuning)
+    )

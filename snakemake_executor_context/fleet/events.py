@@ -334,7 +334,7 @@ class ContextReady(Event):
 @dataclass(kw_only=True)
 class GangAssembled(Event):
     """Servers on several nodes became one server (pilots started as a gang,
-    ``--context-pilot-nodes n``): the ``leader`` runs the jobs and offers every
+    ``--context-pilots nodes=n``): the ``leader`` runs the jobs and offers every
     member's GPUs; the ``members`` run nothing themselves, only their share of the
     ranks of the leader's gangs. Sent by the hub; it holds until one of them leaves
     (they all leave then, and start again as new servers)."""

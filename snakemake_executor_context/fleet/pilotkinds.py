@@ -79,7 +79,7 @@ class PilotKinds:
         )
         return (
             f"{label[:1].upper()}{label[1:]} asks for {req.describe()}, which no pilot of the "
-            f"pool can run: {kinds}. Fix: --context-pilot-gpu-types (the GPU type the batch "
-            "system grants, advertised where NVML sees no GPU), --context-pilot-gpus or "
-            "--context-pilot-memory, or the rule's resources."
+            f"pool can run: {kinds}. Fix: --context-pilots gpu_type (the GPU type the batch "
+            "system grants, advertised where NVML sees no GPU), gpus or memory, or the "
+            "rule's resources."
         )

@@ -1,7 +1,7 @@
 """The devices a process owns: what a context server hands its loaders.
 
 A server that owns k GPUs (``--context-gpus-per-server k``, ``up --gpus-per-server
-k``, ``--context-pilot-gpus k``) sees them as ``cuda:0`` .. ``cuda:k-1`` (its
+k``, ``--context-pilots gpus=k``) sees them as ``cuda:0`` .. ``cuda:k-1`` (its
 ``CUDA_VISIBLE_DEVICES`` lists their UUIDs); a CPU server that stands in for k GPUs
 owns k ``cpu`` devices. The server writes the list to
 :data:`~..defaults.DEVICES_VARIABLE` when it starts; a loader reads it with

@@ -83,8 +83,8 @@ def start_gang(ref: LoaderRef, ranks: int, options: GangOptions, *, cwd: str | N
             f"Context '{ref.name}' spans {ranks} ranks, one per device, but this process "
             f"(pid {os.getpid()}) has {len(options.places)} device(s) ({have}). Fix: run "
             f"its rules on servers of {ranks} GPUs (--context-gpus-per-server {ranks}, "
-            f"`up --gpus-per-server {ranks}`, --context-pilot-gpus {ranks}, or pilots "
-            f"that span nodes: --context-pilot-nodes) and give them gpu={ranks}."
+            f"`up --gpus-per-server {ranks}`, --context-pilots gpus={ranks}, or pilots "
+            f"that span nodes: --context-pilots nodes=N) and give them gpu={ranks}."
         )
     devices = [device for _, device, _ in places]
     backend = "nccl" if all(d.startswith("cuda") for d in devices) else "gloo"

@@ -1,5 +1,5 @@
 """The pilot options of ``snakemake-context up --backend ...`` and of a run's
-``--context-backend`` (each declared once, in :mod:`..settings.table`): the arguments, under
+``--context-pilots`` (each declared once, in :mod:`..settings.table`): the arguments, under
 the options' names, that become :class:`~..PilotOptions` and the cluster
 process's arguments."""
 
@@ -113,7 +113,7 @@ def check_pilot_group(spec: str) -> None:
 
 
 def pilot_settings_args(settings: Any, log_directory: str | None = None) -> list[str]:
-    """The ``serve`` arguments for a run's ``--context-backend`` settings: the options
+    """The ``serve`` arguments for a run's ``--context-pilots`` request: the options
     it has, and the defaults of those only ``up`` has (one way to build the pilots)."""
     if not settings.backend:
         return []

@@ -1,5 +1,5 @@
 """A server's part in gangs that span nodes: pilots started as one server of n nodes
-(``--context-pilot-nodes n``) assemble at the scheduler (:mod:`..cluster.roster`); the
+(``--context-pilots nodes=n``) assemble at the scheduler (:mod:`..cluster.roster`); the
 leader runs the jobs and starts each gang's ranks on its own devices and, through the
 members, on theirs.
 

@@ -60,6 +60,8 @@ __all__ = [
     "EXECUTOR_PREFIX",
     "OPTIONS",
     "PILOT",
+    "PILOTS_FLAG",
+    "PILOT_KEYS",
     "SERVER",
     "TUNING",
     "TUNING_FLAG",
@@ -604,11 +606,26 @@ TUNING = frozenset(
 )  # fmt: skip
 
 
+#: The pilot request, one flag: ``--context-pilots KEY=VALUE ...``, each key an option
+#: of the table (a list's key given once per item: ``gpu_type=a100 gpu_type=h100``).
+PILOTS_FLAG = EXECUTOR_PREFIX + "pilots"
+PILOT_KEYS = {
+    "backend": "backend", "queue": "pilot_queue", "account": "pilot_account",
+    "qos": "pilot_qos", "walltime": "pilot_walltime", "gpus": "pilot_gpus",
+    "nodes": "pilot_nodes", "gpu_type": "pilot_gpu_types", "cores": "pilot_cores",
+    "memory": "pilot_memory", "directive": "pilot_directives", "prologue": "pilot_prologue",
+    "min": "min_pilots", "max": "max_pilots", "model_cache": "pilot_model_cache",
+}  # fmt: skip
+_PILOT_KEY_OF = {name: key for key, name in PILOT_KEYS.items()}
+
+
 def executor_flag(name: str) -> str:
-    """The executor's flag of an option: ``--context-pilot-queue``, or for a tuning
-    key ``--context-tuning batch_max``."""
+    """The executor's flag of an option: ``--context-slots``, for a key of the pilot
+    request ``--context-pilots queue``, for a tuning key ``--context-tuning batch_max``."""
     if name in TUNING:
         return f"{TUNING_FLAG} {name}"
+    if name in _PILOT_KEY_OF:
+        return f"{PILOTS_FLAG} {_PILOT_KEY_OF[name]}"
     return EXECUTOR_PREFIX + name.replace("_", "-")
 
 

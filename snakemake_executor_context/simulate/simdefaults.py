@@ -27,10 +27,10 @@ __all__ = [
 
 #: Jobs a server runs at once (``--context-slots``).
 SLOTS: int = int(setting_default("slots"))
-#: Pilots the pool keeps, and its most (``--context-min-pilots``, ``--context-max-pilots``).
+#: Pilots the pool keeps, and its most (``--context-pilots min``, ``--context-pilots max``).
 MIN_PILOTS: int = int(setting_default("min_pilots"))
 MAX_PILOTS: int = int(setting_default("max_pilots"))
-#: A pilot's walltime in seconds (``--context-pilot-walltime``: its default reads alike
+#: A pilot's walltime in seconds (``--context-pilots walltime``: its default reads alike
 #: in every batch system), how long before it a pilot retires
 #: (``--context-tuning pilot_retire_margin``), and up to how much earlier at random.
 PILOT_WALLTIME: float = float(read_walltime("slurm", setting_default("pilot_walltime")).seconds)

@@ -23,7 +23,7 @@ def batch_system(name: str) -> BatchSystem:
     system = BACKENDS.get(name)
     if system is None:
         raise ClusterError(
-            f"--backend (--context-backend) {name!r} is not a batch system this plugin "
+            f"--backend (--context-pilots backend) {name!r} is not a batch system this plugin "
             f"knows: choose one of {', '.join(sorted(BACKENDS))}."
         )
     return system

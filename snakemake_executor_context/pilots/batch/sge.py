@@ -61,9 +61,9 @@ def sge_directives(cores: int, memory: str, extra_directives: Sequence[str]) -> 
     extra = " ".join(extra_directives)
     if cores > 1 and not re.search(r"(^|\s)-pe\s", extra):
         raise ClusterError(
-            f"--context-pilot-cores {cores} on Grid Engine needs a parallel "
-            "environment, whose name is your site's: add --context-pilot-directives "
-            f"'-pe smp {cores}' (up: --directive), or use one core per pilot."
+            f"--context-pilots cores={cores} on Grid Engine needs a parallel "
+            "environment, whose name is your site's: add --context-pilots "
+            f"'directive=-pe smp {cores}' (up: --directive), or use one core per pilot."
         )
     found = [] if re.search(r"(^|\s)-S\s", extra) else ["-S /bin/bash"]
     return [*found, _memory_directive(memory)]
@@ -150,7 +150,7 @@ class Sge(BatchSystem):
         qsub = shutil.which("qsub")
         if qsub is None:
             raise ClusterError(
-                "--context-backend sge: qsub is not on PATH. Fix: run where Grid Engine's "
+                "--context-pilots backend=sge: qsub is not on PATH. Fix: run where Grid Engine's "
                 "client commands work (a login or submit host), with SGE_ROOT set."
             )
         # The pilot's mem_free request is a load value: an empty cluster has none.
@@ -172,15 +172,16 @@ class Sge(BatchSystem):
                     cwd=directory,
                 )
             except (OSError, subprocess.TimeoutExpired) as error:
-                raise ClusterError(f"--context-backend sge: qsub -w v failed: {error}") from None
+                raise ClusterError(
+                    f"--context-pilots backend=sge: qsub -w v failed: {error}"
+                ) from None
         said = " ".join((done.stdout + " " + done.stderr).split())
         if done.returncode == 0 or _LOAD_VALUE_UNKNOWN in said:
             return
         raise ClusterError(
             f"Grid Engine would never run this pool's pilots ({_requests(script)}): "
             f"{_reason(said)} (qsub -w v). Fix: "
-            "--context-pilot-gpus, --context-pilot-queue, --context-pilot-account, "
-            "--context-pilot-walltime or --context-pilot-directives (up: --pilot-gpus, "
+            "--context-pilots gpus, queue, account, walltime or directive (up: --pilot-gpus, "
             "--queue, --account, --walltime, --directive)."
         )
 
