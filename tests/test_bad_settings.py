@@ -279,6 +279,7 @@ FREE_TEXT = {
 FORM_BAD = {
     "local_dir": "/nonexistent/dir",
     "own_caches": "/proc/nope",
+    "model_cache": "",
     "catalog": "",
     "server_group": "short:0",
 }
@@ -451,13 +452,14 @@ def test_own_caches_are_made_where_the_servers_start(tmp_path):
     from snakemake_executor_context.executor.settings import ExecutorSettings
 
     node_local = tmp_path / "node-local" / "caches"
-    ExecutorSettings(own_caches=str(node_local), pilots=["backend=slurm"])
-    ExecutorSettings(own_caches=str(node_local), scheduler_file=str(tmp_path / "x.json"))
+    own = [f"own_caches={node_local}"]
+    ExecutorSettings(tuning=own, pilots=["backend=slurm"])
+    ExecutorSettings(tuning=own, scheduler_file=str(tmp_path / "x.json"))
     assert not node_local.parent.exists()
-    ExecutorSettings(own_caches=str(node_local))
+    ExecutorSettings(tuning=own)
     assert node_local.is_dir() and (node_local.stat().st_mode & 0o777) == 0o700
-    with pytest.raises(SettingError, match="--context-own-caches '/proc/nope' is not allowed"):
-        ExecutorSettings(own_caches="/proc/nope")
+    with pytest.raises(SettingError, match="--context-tuning own_caches '/proc/nope' is not"):
+        ExecutorSettings(tuning=["own_caches=/proc/nope"])
 
 
 # -- the environment variables a user exports ----------------------------------------

@@ -116,7 +116,7 @@ def test_a_second_server_warms_from_the_first_and_the_source_is_read_once(
     model from the first (a transfer in the catalog), not from the source."""
     workdir = workflow("ownmodel")
     caches = tmp_path / "caches"
-    common = ["--context-own-caches", str(caches), "--config", f"model={model}"]
+    common = ["--context-tuning", f"own_caches={caches}", "--config", f"model={model}"]
     context_run(workdir, "--context-servers", "1", *common, "count=1").check()
     shutil.rmtree(workdir / "out")
     before = tinyllm.tree_state(model)

@@ -452,7 +452,7 @@ def test_cold_servers_of_a_run_warm_from_a_peer_and_the_source_is_read_once(work
     workdir = workflow("peers")
     caches, log = tmp_path / "caches", tmp_path / "source.log"
     config = [f"megabytes={MEGABYTES}", f"source_log={log}", "sleep=0.5", "source_seconds=2"]
-    common = ["--context-own-caches", str(caches)]
+    common = ["--context-tuning", f"own_caches={caches}"]
     context_run(workdir, "--context-servers", "1", *common, "--config", "count=1", *config).check()
     assert len(log.read_text().splitlines()) == 1
     shutil.rmtree(workdir / "out")
@@ -542,7 +542,7 @@ def test_smollm2_warms_three_cold_servers_from_a_peer_with_equal_scores(tmp_path
     workdir = _workflow_copy(tmp_path)
     caches = tmp_path / "caches"
     config = ["n_claims=16", "claims_per_job=2", "templates=[qa_yes_no]", "batching=false"]
-    common = ["-s", "Snakefile", "-d", ".", "--context-own-caches", str(caches), "--config"]
+    common = ["-s", "Snakefile", "-d", ".", "--context-tuning", f"own_caches={caches}", "--config"]
     catalog = workdir / ".snakemake/context/catalog.db"
 
     def conversions() -> int:

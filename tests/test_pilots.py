@@ -326,7 +326,9 @@ def test_which_pilots_prove_useful_is_decided_at_the_time_given() -> None:
 
 def test_a_node_local_model_cache_is_exported_before_the_prologue() -> None:
     script, _ = _job_script(
-        "slurm", model_cache="/local/$USER/models", prologue=("rsync -a /shared/m/ x/",)
+        "slurm",
+        shape=Shape(model_cache="/local/$USER/models"),
+        prologue=("rsync -a /shared/m/ x/",),
     )
     lines = script.splitlines()
     export = lines.index('export SNAKEMAKE_CONTEXT_MODEL_CACHE="/local/$USER/models"')

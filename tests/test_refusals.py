@@ -309,14 +309,14 @@ SETTINGS_CASES: list[Refusal] = [
     # Was a traceback in the cluster's log, each server failing to make it.
     _setting(
         "own-caches-unmakeable",
-        "--context-own-caches",
-        "/proc/nope",
-        says="--context-own-caches '/proc/nope' is not allowed: the directory /proc/nope cannot",
+        "--context-tuning",
+        "own_caches=/proc/nope",
+        says="--context-tuning own_caches '/proc/nope' is not allowed: the directory /proc/nope",
     ),
     _setting(
         "own-caches-under-a-file",
-        "--context-own-caches",
-        "{tmp}/Snakefile/caches",
+        "--context-tuning",
+        "own_caches={tmp}/Snakefile/caches",
         says="/Snakefile/caches' is not allowed: the directory",
     ),
     # Made /nonexistent and /nonexistent/dir, then the private root in it.

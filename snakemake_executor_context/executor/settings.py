@@ -194,7 +194,7 @@ class ExecutorSettings(ExecutorSettingsBase):
         None, Allowed(TEXT, optional=True, form=existing_dir), dict(LOCAL_DIR_METADATA)
     )
     slots: int = table_field("slots")
-    own_caches: Optional[str] = table_field("own_caches")
+    model_cache: Optional[str] = table_field("model_cache")
     model_cache_size: Optional[str] = table_field("model_cache_size")
     # The embedded cluster's: pilots own --context-pilots gpus.
     gpus_per_server: int = table_field("gpus_per_server", conflicts=("backend", *ATTACH_SETTINGS))
@@ -205,7 +205,7 @@ class ExecutorSettings(ExecutorSettingsBase):
             "help": "Run the servers as a pool of pilot jobs on a batch system, asked "
             "for as KEY=VALUE: backend=slurm (or sge, pbs, lsf, htcondor) and any of "
             "queue, account, qos, walltime, gpus, nodes, gpu_type, cores, memory, "
-            "directive, prologue, min, max, model_cache (a list's key once per item: "
+            "directive, prologue, min, max (a list's key once per item: "
             "gpu_type=a100 gpu_type=h100). Each is checked as its own flag was. The "
             "docs' settings page lists every key.",
             "nargs": "+",
@@ -282,7 +282,6 @@ class PilotRequest:
     pilot_prologue: Optional[list[str]] = table_field("pilot_prologue")
     min_pilots: int = table_field("min_pilots")
     max_pilots: int = table_field("max_pilots")
-    pilot_model_cache: Optional[str] = table_field("pilot_model_cache")
 
 
 _REQUEST_FIELDS = frozenset(PILOT_KEYS.values())
@@ -389,6 +388,7 @@ class Tuning:
     interface: Optional[str] = table_field("interface")
     pilot_idle_timeout: float = table_field("pilot_idle_timeout")
     pilot_loads_per_source: int = table_field("pilot_loads_per_source")
+    own_caches: Optional[str] = table_field("own_caches")
 
 
 def tuning_values(words: Any) -> Tuning:

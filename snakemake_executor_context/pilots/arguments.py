@@ -72,7 +72,6 @@ def pilot_command_args(args: Any) -> list[str]:
         memory_budget=str(args.memory_budget),
         log_directory=args.pilot_log_dir,
         retire_margin=args.pilot_retire_margin,
-        model_cache=args.pilot_model_cache,
         loads_per_source=args.pilot_loads_per_source,
         lifetime_stagger=args.pilot_lifetime_stagger,
         shape=Shape.from_args(args),

@@ -91,7 +91,6 @@ class PilotOptions:
     #: Where pilots write their batch logs (None: the batch system's default).
     log_directory: str | None = None
     #: Node-local directory the prologue stages model weights into, if any.
-    model_cache: str | None = None
     #: At most this many pilots load the same context from the shared source at once.
     loads_per_source: int = setting_default("pilot_loads_per_source")
     #: How its server runs: its slots (its Dask threads, not its cores), threads per
@@ -208,11 +207,11 @@ def jobqueue_arguments(
         # system need not export the submitter's environment: Grid Engine does not).
         rate = shlex.quote(os.environ[SOURCE_MBPS_VARIABLE])
         prologue.append(f"export {SOURCE_MBPS_VARIABLE}={rate}")
-    if options.model_cache:
+    if options.shape.model_cache:
         # Loaders keep converted weights there (SmolLM2's does): node-local disk that
         # the user's prologue lines, run next, may stage weights into.
         # Double quotes: $USER, $TMPDIR and the like expand on the node.
-        cache = '"' + options.model_cache.replace('"', "") + '"'
+        cache = '"' + options.shape.model_cache.replace('"', "") + '"'
         prologue += [f"export {MODEL_CACHE_VARIABLE}={cache}", f"mkdir -p -m 700 {cache}"]
     prologue += list(options.prologue)
     kwargs: dict[str, Any] = {

@@ -56,6 +56,10 @@ class ContextServerPlugin(WorkerPlugin):
             own = paths.private_dir(Path(shape.own_caches).expanduser().absolute())
             # A worker's name is the cluster's to give: a plain file name here.
             os.environ[MODEL_CACHE_VARIABLE] = str(own / safe_name(config.name))
+        elif shape.model_cache:
+            # As a pilot's job script made it ($USER, $TMPDIR: this node's).
+            cache = os.path.expandvars(os.path.expanduser(shape.model_cache))
+            os.environ[MODEL_CACHE_VARIABLE] = cache
         if shape.model_cache_bytes > 0:
             os.environ[MODEL_CACHE_SIZE_VARIABLE] = str(shape.model_cache_bytes)
         # Unset (0): every batched() function keeps its own max_batch and max_wait.

@@ -36,6 +36,7 @@ class Shape:
     batch_wait: float = setting_default("batch_wait")
     peer_transfers: int = setting_default("peer_transfers")
     peer_mbps: float = setting_default("peer_mbps")
+    model_cache: str | None = setting_default("model_cache")
     own_caches: str | None = setting_default("own_caches")
     gpus_per_server: int = setting_default("gpus_per_server")
     gang_timeout: float = setting_default("gang_timeout")

@@ -223,6 +223,17 @@ _DECLARED = (
         "MB/s each transfer a server serves may take (0: no limit).",
     ),
     Option(
+        "model_cache",
+        Allowed(TEXT, optional=True, form=filled),
+        None,
+        "Where each node's model cache lives (loaders' converted weights, templates "
+        f"fetched from peers; the servers of a node share it), exported to the servers as "
+        f"{MODEL_CACHE_VARIABLE}. A pilot makes it on its node before its prologue, whose "
+        f"lines may stage weights into it ('rsync -a /shared/models/ ${MODEL_CACHE_VARIABLE}/'); "
+        "$USER and $TMPDIR expand there.",
+        default_text=f"${MODEL_CACHE_VARIABLE}, else ~/.cache/snakemake-context/models",
+    ),
+    Option(
         "own_caches",
         # Made and checked where the servers start (Shape.check_own_caches; a pilot's
         # on its node).
@@ -423,16 +434,6 @@ _DECLARED = (
         group=PILOT,
     ),
     Option(
-        "pilot_model_cache",
-        Allowed(TEXT, optional=True, needs=_POOL),
-        None,
-        "Node-local directory where loaders keep model weights on a pilot (exported as "
-        f"{MODEL_CACHE_VARIABLE} and created; {{pilot_prologue}} lines may stage weights "
-        f"into it, e.g. 'rsync -a /shared/models/ ${MODEL_CACHE_VARIABLE}/').",
-        group=PILOT,
-        up="model_cache",
-    ),
-    Option(
         "pilot_loads_per_source",
         Allowed(WHOLE, least=0, most=10_000, zero="no limit", needs=_POOL),
         2,
@@ -601,7 +602,7 @@ TUNING = frozenset(
         "preemption_budget", "agnostic", "recycle_after_leaks", "threads_per_slot",
         "batch_max", "batch_wait", "peer_transfers", "peer_mbps", "gang_timeout",
         "server_group", "survival_placement", "interface", "pilot_retire_margin",
-        "pilot_idle_timeout", "pilot_loads_per_source",
+        "pilot_idle_timeout", "pilot_loads_per_source", "own_caches",
     }
 )  # fmt: skip
 
@@ -614,7 +615,7 @@ PILOT_KEYS = {
     "qos": "pilot_qos", "walltime": "pilot_walltime", "gpus": "pilot_gpus",
     "nodes": "pilot_nodes", "gpu_type": "pilot_gpu_types", "cores": "pilot_cores",
     "memory": "pilot_memory", "directive": "pilot_directives", "prologue": "pilot_prologue",
-    "min": "min_pilots", "max": "max_pilots", "model_cache": "pilot_model_cache",
+    "min": "min_pilots", "max": "max_pilots",
 }  # fmt: skip
 _PILOT_KEY_OF = {name: key for key, name in PILOT_KEYS.items()}
 
