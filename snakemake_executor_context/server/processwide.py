@@ -12,7 +12,10 @@ unprivileged process, so :meth:`ProcessWide.restore` says so and the server rest
 A job's forked children are fresh script processes, not servers:
 :func:`prepare_server_process` makes each child forked from the server take
 the default signal handlers a script's process has (the server's own handlers drain
-it on SIGTERM and ignore Ctrl-C).
+it on SIGTERM and ignore Ctrl-C). Those signals are blocked in the forking thread
+from just before the fork until the child has its new handlers: one that reaches the
+child sooner (a ``Pool`` terminating a worker that has not run yet) waits for them,
+and ends the child as it would a script's.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ import resource
 import signal
 import socket
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..paths.outputs import current_umask
 
@@ -121,16 +127,51 @@ def open_own_file(path: str) -> int:
     return os.open(path, flags, 0o666 & ~server_umask())
 
 
+#: The signals a server handles or ignores otherwise than a fresh interpreter does,
+#: with the handler each gets back in a forked child.
+_SCRIPT_HANDLERS: dict[signal.Signals, Callable[[int, Any], Any] | signal.Handlers] = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGTERM: signal.SIG_DFL,
+    signal.SIGHUP: signal.SIG_DFL,
+    signal.SIGUSR1: signal.SIG_DFL,
+    signal.SIGUSR2: signal.SIG_DFL,
+}
+#: The forking thread's signal mask from before the fork (per thread: threads of two
+#: jobs may fork at once).
+_forking = threading.local()
+
+
 def prepare_server_process() -> None:
     """Remember the server's umask, and give every child forked from this process the
     signal handlers of a fresh interpreter (called once, in the server's main thread)."""
     _server_umask[:] = [current_umask()]
-    os.register_at_fork(after_in_child=_fresh_signals)
+    os.register_at_fork(
+        before=_block_signals, after_in_parent=_unblock_signals, after_in_child=_fresh_signals
+    )
+
+
+def _block_signals() -> None:
+    # Until the child has a script's handlers. Without this, a SIGTERM that reaches
+    # the child before then is dropped (Python clears the signals tripped before its
+    # fork handlers run) or runs the server's handler, which drains a copy of the
+    # server: either way the child lives on, and a Pool's terminate() waits for it
+    # forever (a worker that had not run yet when its pool ended hung a job of
+    # test_script_processes until its runtime limit, in CI and under load here).
+    _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SCRIPT_HANDLERS)
+
+
+def _unblock_signals() -> None:
+    mask = getattr(_forking, "mask", None)
+    if mask is not None:
+        del _forking.mask
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _fresh_signals() -> None:
-    # The forking thread is the child's main thread, the only one that may set these.
-    with contextlib.suppress(ValueError):
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(number, signal.SIG_DFL)
+    # The forking thread is the child's main thread, the only one that may set these;
+    # each is set even if another cannot be.
+    for number, handler in _SCRIPT_HANDLERS.items():
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(number, handler)
+    # A signal that came meanwhile is delivered now, to the handler just set.
+    _unblock_signals()
