@@ -304,7 +304,7 @@ def _queued(command: list[str]) -> list[str]:
 def slurm() -> Iterator[None]:
     """A running single-node SLURM (``tests/slurm/slurm-up.sh``), shared by the tests
     of this process that use it, stopped at the end unless it already ran."""
-    from .batchpools import batch_system
+    from tests.batchpools import batch_system
 
     yield from batch_system(
         "slurm",
@@ -320,7 +320,7 @@ def slurm() -> Iterator[None]:
 def sge() -> Iterator[None]:
     """A running single-node Grid Engine (``tests/sge/sge-up.sh``), shared by the
     tests of this process that use it, stopped at the end unless it already ran."""
-    from .batchpools import batch_system
+    from tests.batchpools import batch_system
 
     yield from batch_system(
         "sge",

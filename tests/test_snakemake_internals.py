@@ -22,9 +22,8 @@ from snakemake_executor_context.snakemake_internals import (
     check_snakemake,
     places,
 )
-
-from .conftest import HEADER, REPO, TOY_LOADER, TOY_SCRIPT, context_run
-from .test_architecture import MONITOR, SOURCES
+from tests.conftest import HEADER, REPO, TOY_LOADER, TOY_SCRIPT, context_run
+from tests.project.test_architecture import MONITOR, SOURCES
 
 INTERNALS_MODULE = "snakemake_executor_context.snakemake_internals"
 
