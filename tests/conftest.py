@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -236,6 +237,28 @@ from snakemake_executor_context import declare_context
 
 declare_context(config, "toy", "loader.py:load", value=5)
 """
+
+
+def toy_files(rules: str, files: dict[str, str] | None = None) -> dict[str, str]:
+    """The files of a small workflow on the toy context: a Snakefile that declares it
+    (HEADER) before ``rules`` (dedented), its loader (TOY_LOADER) and the script most
+    rules run (``scripts/use.py``, TOY_SCRIPT); ``files`` adds others or replaces these."""
+    return {
+        "Snakefile": HEADER + textwrap.dedent(rules),
+        "loader.py": TOY_LOADER,
+        "scripts/use.py": TOY_SCRIPT,
+        **(files or {}),
+    }
+
+
+@pytest.fixture
+def toy_workflow(make_workflow):
+    """Write a toy workflow (``toy_files``) into a fresh directory; returns the directory."""
+
+    def make(rules: str, files: dict[str, str] | None = None, name: str | None = None) -> Path:
+        return make_workflow(toy_files(rules, files), name=name)
+
+    return make
 
 
 @contextlib.contextmanager

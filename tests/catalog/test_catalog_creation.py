@@ -27,7 +27,7 @@ from snakemake_executor_context.catalog.writing.follow import FileId, moved
 from snakemake_executor_context.catalog.writing.writer import open_writer
 from snakemake_executor_context.executor.recording import Recording
 from snakemake_executor_context.fleet import events as ev
-from tests.conftest import BIN, TOY_LOADER, context_run
+from tests.conftest import BIN, context_run, toy_files
 
 #: Creates a catalog as a run opens it (``open_writer``) once per step: a forked
 #: child counts the statements it sends SQLite and its commits, and SIGKILLs itself
@@ -220,12 +220,8 @@ def test_a_catalog_that_cannot_be_written_again_is_said_and_no_report_named(tmp_
     ]
 
 
-SLOW_JOBS = {
-    "Snakefile": """
-from snakemake_executor_context import declare_context
-
-declare_context(config, "toy", "loader.py:load", value=5)
-
+SLOW_JOBS = toy_files(
+    """
 rule all:
     input: expand("out/{i}.txt", i=range(6))
 
@@ -235,9 +231,9 @@ rule work:
     resources: context="toy"
     script: "work.py"
 """,
-    "loader.py": TOY_LOADER,
-    # The first job to start runs at once; the others wait for the test's "go".
-    "work.py": """
+    {
+        # The first job to start runs at once; the others wait for the test's "go".
+        "work.py": """
 import os, time
 from pathlib import Path
 from snakemake_executor_context import load_context
@@ -252,7 +248,8 @@ except FileExistsError:
         time.sleep(0.1)
 Path(snakemake.output[0]).write_text("ok")
 """,
-}
+    },
+)
 
 
 def _move_mid_run(workdir: Path, move) -> tuple[str, str]:

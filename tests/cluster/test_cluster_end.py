@@ -11,14 +11,13 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import textwrap
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import BIN, HEADER, TOY_LOADER, WORKFLOWS, context_run
+from tests.conftest import BIN, HEADER, WORKFLOWS, context_run
 
 pytestmark = pytest.mark.slow
 
@@ -150,12 +149,10 @@ with open(snakemake.output[0], "w") as out:
 
 
 def test_dasks_log_records_go_to_the_cluster_log_and_the_server_leaves_the_fleet(
-    make_workflow,
+    toy_workflow,
 ):
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+    workdir = toy_workflow(
+        """
                 rule all:
                     input: "out.txt"
 
@@ -163,10 +160,10 @@ def test_dasks_log_records_go_to_the_cluster_log_and_the_server_leaves_the_fleet
                     output: "out.txt"
                     resources: context="toy"
                     script: "scripts/logs.py"
-            """),
-            "loader.py": TOY_LOADER,
+            """,
+        {
             "scripts/logs.py": DASK_RECORD,
-        }
+        },
     )
     context_run(workdir, "--context-servers", "1").check()
     (job_log,) = (workdir / ".snakemake/context/logs/logs").glob("*.log")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from snakemake_executor_context import __version__
-from tests.conftest import HEADER, TOY_LOADER, TOY_SCRIPT, context_run, plain_dask_cluster
+from tests.conftest import TOY_LOADER, TOY_SCRIPT, context_run, plain_dask_cluster, toy_files
 
 pytestmark = pytest.mark.slow
 
@@ -20,22 +20,13 @@ NOTEBOOK = (
 )
 
 
-def _files(rules: str, **extra: str) -> dict[str, str]:
-    return {
-        "Snakefile": HEADER + textwrap.dedent(rules),
-        "loader.py": TOY_LOADER,
-        "scripts/use.py": TOY_SCRIPT,
-        **extra,
-    }
-
-
 def _no_traceback(output: str) -> None:
     assert "Traceback (most recent call last)" not in output, output
 
 
 def test_undeclared_context_fails_before_any_job(make_workflow):
     workdir = make_workflow(
-        _files("""
+        toy_files("""
         rule use:
             output: "out.txt"
             resources: context="smollm3"
@@ -52,7 +43,7 @@ def test_undeclared_context_fails_before_any_job(make_workflow):
 
 def test_undeclared_context_from_a_function_fails_the_job(make_workflow):
     workdir = make_workflow(
-        _files("""
+        toy_files("""
         rule use:
             output: "out.txt"
             resources: context=lambda wildcards: "other"
@@ -76,14 +67,14 @@ def test_undeclared_context_from_a_function_fails_the_job(make_workflow):
 )
 def test_context_rule_needs_a_python_script(make_workflow, action, named):
     workdir = make_workflow(
-        _files(
+        toy_files(
             f"""
         rule use:
             output: "out.txt"
             resources: context="toy"
             {action}
     """,
-            **{"scripts/use.R": "1", "nb.py.ipynb": NOTEBOOK},
+            {"scripts/use.R": "1", "nb.py.ipynb": NOTEBOOK},
         )
     )
     run = context_run(workdir)
@@ -95,7 +86,7 @@ def test_context_rule_needs_a_python_script(make_workflow, action, named):
 
 def test_context_rule_with_shadow(make_workflow):
     workdir = make_workflow(
-        _files("""
+        toy_files("""
         rule use:
             output: "out.txt"
             shadow: "minimal"
@@ -112,7 +103,7 @@ def test_context_rule_with_shadow(make_workflow):
 def test_context_rule_with_software_deployment(make_workflow):
     # envmodules is the deployment method that runs here without conda or apptainer.
     workdir = make_workflow(
-        _files("""
+        toy_files("""
         rule use:
             output: "out.txt"
             envmodules: "python/3.11"
@@ -139,7 +130,7 @@ def test_conda_and_container_rules_are_refused(tmp_path, directive):
     from snakemake_executor_context.executor.rulecheck import check_context_rules
 
     value = '"env.yaml"' if directive == "conda" else '"docker://python:3.11"'
-    for name, content in _files(
+    for name, content in toy_files(
         f"""
         rule use:
             output: "out.txt"
@@ -147,7 +138,7 @@ def test_conda_and_container_rules_are_refused(tmp_path, directive):
             resources: context="toy"
             script: "scripts/use.py"
     """,
-        **{"env.yaml": "dependencies: [python]"},
+        {"env.yaml": "dependencies: [python]"},
     ).items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(content)
@@ -182,7 +173,7 @@ def load(value=1):
     return {"value": value}
 """
     workdir = make_workflow(
-        _files(
+        toy_files(
             """
         rule all:
             input: expand("out/{i}.txt", i=range(2))
@@ -192,7 +183,7 @@ def load(value=1):
             resources: context="toy"
             script: "scripts/use.py"
     """,
-            **{"loader.py": loader},
+            {"loader.py": loader},
         )
     )
     run = context_run(workdir, "--context-servers", "1", "--keep-going")
@@ -251,7 +242,7 @@ def test_version_skew_is_refused(make_workflow, tmp_path):
     )
     with plain_dask_cluster(tmp_path, "--preload", str(preload)) as scheduler:
         workdir = make_workflow(
-            _files("""
+            toy_files("""
             rule use:
                 output: "out.txt"
                 resources: context="toy"
@@ -280,7 +271,7 @@ def test_a_rule_no_server_of_the_embedded_cluster_fits_fails_at_start(
     make_workflow, resources, says
 ):
     workdir = make_workflow(
-        _files(f"""
+        toy_files(f"""
         rule use:
             output: "out.txt"
             resources: context="toy", {resources}
@@ -313,7 +304,7 @@ def test_a_rule_no_server_of_the_embedded_cluster_fits_fails_at_start(
 )
 def test_job_no_server_can_run_fails_fast(make_workflow, resources, reason):
     workdir = make_workflow(
-        _files(f"""
+        toy_files(f"""
         rule use:
             output: "out.txt"
             resources: context="toy", {resources}
@@ -332,7 +323,7 @@ def test_job_no_server_can_run_fails_fast(make_workflow, resources, reason):
 
 def test_job_waits_for_a_server_on_an_attached_cluster(make_workflow, scheduler_file):
     workdir = make_workflow(
-        _files("""
+        toy_files("""
         rule use:
             output: "out.txt"
             resources: context="toy", gpu=4
@@ -362,7 +353,7 @@ def test_job_waits_for_a_server_on_an_attached_cluster(make_workflow, scheduler_
 )
 def test_shared_fs_usage_lacking_what_servers_need_is_refused(make_workflow, usage, missing):
     workdir = make_workflow(
-        _files("""
+        toy_files("""
         rule use:
             output: "out.txt"
             resources: context="toy"
@@ -388,7 +379,7 @@ with open(snakemake.output[0], "w") as f:
     f.write(str(obj["value"]))
 """
     workdir = make_workflow(
-        _files(
+        toy_files(
             """
         rule all:
             input: expand("out/{i}.txt", i=range(4))
@@ -398,7 +389,7 @@ with open(snakemake.output[0], "w") as f:
             resources: context="toy"
             script: "scripts/use.py"
     """,
-            **{"scripts/use.py": script},
+            {"scripts/use.py": script},
         )
     )
     run = context_run(workdir, "--keep-going", "--context-servers", "1")
@@ -420,14 +411,14 @@ with open(snakemake.output[0], "w") as f:
 def test_missing_output_is_named(make_workflow):
     script = "from snakemake_executor_context import load_context\nload_context(snakemake)\n"
     workdir = make_workflow(
-        _files(
+        toy_files(
             """
         rule use:
             output: "out.txt", "never.txt"
             resources: context="toy"
             script: "scripts/use.py"
     """,
-            **{"scripts/use.py": script},
+            {"scripts/use.py": script},
         )
     )
     run = context_run(workdir)
@@ -442,7 +433,7 @@ open(snakemake.output[0], "w").close()
 sys.exit(int(snakemake.wildcards.code))
 """
     workdir = make_workflow(
-        _files(
+        toy_files(
             """
         rule all:
             input: "out/0.txt", "out/3.txt"
@@ -452,7 +443,7 @@ sys.exit(int(snakemake.wildcards.code))
             resources: context="toy"
             script: "scripts/use.py"
     """,
-            **{"scripts/use.py": script},
+            {"scripts/use.py": script},
         )
     )
     run = context_run(workdir, "--keep-going")

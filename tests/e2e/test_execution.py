@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import HEADER, TOY_LOADER, TOY_SCRIPT, context_run
+from tests.conftest import context_run
 
 pytestmark = pytest.mark.slow
 
@@ -34,14 +34,12 @@ def _cluster_processes(workdir: Path | None = None) -> list[psutil.Process]:
     return found
 
 
-def test_group_of_context_rule_and_shell_rule(make_workflow):
+def test_group_of_context_rule_and_shell_rule(toy_workflow):
     """A mixed group runs as one dispatch on a server, each member by its route: the
     context rule in-process, the shell rule as its own job command; each is a job of
     its own in the catalog."""
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+    workdir = toy_workflow(
+        """
             rule all:
                 input: "b.txt"
 
@@ -56,10 +54,7 @@ def test_group_of_context_rule_and_shell_rule(make_workflow):
                 output: "b.txt"
                 group: "g"
                 shell: "cat {input} > {output}; echo -n +shell >> {output}"
-        """),
-            "loader.py": TOY_LOADER,
-            "scripts/use.py": TOY_SCRIPT,
-        }
+        """,
     )
     run = context_run(workdir).check()
     assert (workdir / "b.txt").read_text() == "5+shell"
@@ -136,14 +131,12 @@ def test_a_group_no_server_can_run_gets_the_unrunnable_message(make_workflow):
     assert "AttributeError" not in run.output
 
 
-def test_a_group_of_context_jobs_no_server_can_run_names_its_widest_member(make_workflow):
+def test_a_group_of_context_jobs_no_server_can_run_names_its_widest_member(toy_workflow):
     """Two context jobs of gpu=1 share a group on a one-GPU server (Snakemake's gpu=2
     for the group is not what it needs); a member asking for 2 GPUs is named, with the
     fix on its rule, in the one line the user sees."""
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+    workdir = toy_workflow(
+        """
             rule all:
                 input: "b.txt"
 
@@ -159,10 +152,7 @@ def test_a_group_of_context_jobs_no_server_can_run_names_its_widest_member(make_
                 group: "g"
                 resources: context="toy", gpu=lambda wildcards: config.get("gpus", 1)
                 script: "scripts/use.py"
-        """),
-            "loader.py": TOY_LOADER,
-            "scripts/use.py": TOY_SCRIPT,
-        }
+        """,
     )
     context_run(workdir, "--context-servers", "1").check()
     (workdir / "b.txt").unlink()
@@ -176,19 +166,14 @@ def test_a_group_of_context_jobs_no_server_can_run_names_its_widest_member(make_
     assert "--set-resources b:" in run.output
 
 
-def test_dry_run_and_touch_start_no_cluster(make_workflow):
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+def test_dry_run_and_touch_start_no_cluster(toy_workflow):
+    workdir = toy_workflow(
+        """
             rule use:
                 output: "out.txt"
                 resources: context="toy"
                 script: "scripts/use.py"
-        """),
-            "loader.py": TOY_LOADER,
-            "scripts/use.py": TOY_SCRIPT,
-        }
+        """,
     )
     before = {p.pid for p in _cluster_processes(workdir)}
     dry = context_run(workdir, "-n").check()
@@ -200,7 +185,7 @@ def test_dry_run_and_touch_start_no_cluster(make_workflow):
     assert {p.pid for p in _cluster_processes(workdir)} <= before
 
 
-def test_twenty_chained_jobs_report_promptly(make_workflow):
+def test_twenty_chained_jobs_report_promptly(toy_workflow):
     """Status checks every 60 s, yet 20 chained 0.1 s jobs finish quickly: a finished
     job wakes the status loop (the pytest timeout is the assertion)."""
     script = """
@@ -212,10 +197,8 @@ time.sleep(0.1)
 with open(snakemake.output[0], "w") as f:
     f.write(snakemake.wildcards.i)
 """
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+    workdir = toy_workflow(
+        """
             rule all:
                 input: "chain/20.txt"
 
@@ -229,10 +212,10 @@ with open(snakemake.output[0], "w") as f:
                 wildcard_constraints: i="[1-9][0-9]*"
                 resources: context="toy"
                 script: "scripts/use.py"
-        """),
-            "loader.py": TOY_LOADER,
+        """,
+        {
             "scripts/use.py": script,
-        }
+        },
     )
     run = context_run(
         workdir,
@@ -350,11 +333,9 @@ os.chdir("/")
 """
 
 
-def test_what_a_job_changes_does_not_outlive_it(make_workflow):
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+def test_what_a_job_changes_does_not_outlive_it(toy_workflow):
+    workdir = toy_workflow(
+        """
             rule all:
                 input: "state/1.json"
 
@@ -364,10 +345,10 @@ def test_what_a_job_changes_does_not_outlive_it(make_workflow):
                 threads: lambda wc: 1 + int(wc.i)
                 resources: context="toy"
                 script: "scripts/messy.py"
-        """),
-            "loader.py": TOY_LOADER,
+        """,
+        {
             "scripts/messy.py": MESSY_SCRIPT,
-        }
+        },
     )
     context_run(workdir, "--context-servers", "1").check()
     import json
@@ -391,7 +372,7 @@ def test_what_a_job_changes_does_not_outlive_it(make_workflow):
     ]
 
 
-def test_retries_rerun_a_failed_context_job(make_workflow):
+def test_retries_rerun_a_failed_context_job(toy_workflow):
     script = """
 import os
 
@@ -401,18 +382,16 @@ if not os.path.exists("first-attempt-was-here"):
 with open(snakemake.output[0], "w") as f:
     f.write("second attempt")
 """
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+    workdir = toy_workflow(
+        """
             rule use:
                 output: "out.txt"
                 resources: context="toy"
                 script: "scripts/use.py"
-        """),
-            "loader.py": TOY_LOADER,
+        """,
+        {
             "scripts/use.py": script,
-        }
+        },
     )
     run = context_run(workdir, "--retries", "1").check()
     assert (workdir / "out.txt").read_text() == "second attempt"

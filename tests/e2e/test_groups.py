@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TOY_LOADER, WORKFLOWS, context_run
+from tests.conftest import WORKFLOWS, context_run, toy_files
 from tests.e2e.test_preemption import _background_run, _signal_busy_server
 
 pytestmark = pytest.mark.slow
@@ -101,10 +101,6 @@ def test_a_server_killed_during_a_group_reruns_the_group_and_counts_each_member_
 
 
 KEEP_GOING = textwrap.dedent("""
-    from snakemake_executor_context import declare_context
-
-    declare_context(config, "toy", "loader.py:load", value=5)
-
     rule all:
         input: "ok/b.txt", "flaky/b.txt", "bad/b.txt"
 
@@ -144,12 +140,7 @@ def test_keep_going_and_retries_rerun_and_fail_a_group_whole(make_workflow):
     second member always fails runs twice and fails, its first member's output
     removed; the third is made, and the run exits non-zero."""
     workdir = make_workflow(
-        {
-            "Snakefile": KEEP_GOING,
-            "loader.py": TOY_LOADER,
-            "scripts/a.py": MEMBER_SCRIPT,
-            "scripts/b.py": MEMBER_SCRIPT,
-        }
+        toy_files(KEEP_GOING, {"scripts/a.py": MEMBER_SCRIPT, "scripts/b.py": MEMBER_SCRIPT})
     )
     run = context_run(workdir, "--context-servers", "1", "--keep-going", "--retries", "1")
     assert run.returncode != 0, run.output

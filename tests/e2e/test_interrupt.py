@@ -24,7 +24,7 @@ import psutil
 import pytest
 from sqlalchemy import text
 
-from tests.conftest import BIN, HEADER, TESTS, TOY_LOADER, busy_loops, snakemake
+from tests.conftest import BIN, HEADER, TESTS, busy_loops, snakemake, toy_files
 
 pytestmark = pytest.mark.slow
 
@@ -89,11 +89,9 @@ with open(snakemake.output[0], "w") as f:
 """
 
 
-def test_sigint_to_the_process_group(make_workflow):
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+def test_sigint_to_the_process_group(toy_workflow):
+    workdir = toy_workflow(
+        """
             rule all:
                 input: "ctx/0.txt", "ctx/1.txt", "plain.txt"
 
@@ -105,10 +103,10 @@ def test_sigint_to_the_process_group(make_workflow):
             rule plain:
                 output: "plain.txt"
                 shell: "echo partial > {output}; sleep 120"
-        """),
-            "loader.py": TOY_LOADER,
+        """,
+        {
             "scripts/slow.py": SLOW_SCRIPT,
-        }
+        },
     )
     # Like a terminal: snakemake leads its own process group, which gets the SIGINT.
     args = ["--executor", "context", "--jobs", "3", "--context-servers", "3"]
@@ -150,13 +148,9 @@ with open(snakemake.output[0], "w") as f:
 """
 
 
-def test_sigint_with_an_attached_cluster_stops_jobs_and_keeps_servers(
-    make_workflow, scheduler_file
-):
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+def test_sigint_with_an_attached_cluster_stops_jobs_and_keeps_servers(toy_workflow, scheduler_file):
+    workdir = toy_workflow(
+        """
             rule all:
                 input: "ctx/0.txt", "ctx/1.txt"
 
@@ -164,10 +158,10 @@ def test_sigint_with_an_attached_cluster_stops_jobs_and_keeps_servers(
                 output: "ctx/{i}.txt"
                 resources: context="toy"
                 script: "scripts/slow.py"
-        """),
-            "loader.py": TOY_LOADER,
+        """,
+        {
             "scripts/slow.py": LOOPING_SCRIPT,
-        }
+        },
     )
     servers_before = {p.pid for p in _servers(scheduler_file)}
     args = ["--executor", "context", "--jobs", "2", "--context-scheduler-file", str(scheduler_file)]
@@ -309,14 +303,12 @@ CTRL_C_RUNS = int(os.environ.get("SNAKEMAKE_CONTEXT_CTRL_C_RUNS", "3"))
 BUSY_LOOP = "while True: pass"
 
 
-def test_ctrl_c_under_load(make_workflow):
+def test_ctrl_c_under_load(toy_workflow):
     """CPU-bound busy loops run throughout (:func:`.conftest.busy_loops`); each run
     gets SIGINT mid-run (its context jobs and a plain job running) and exits within
     10 s, leaving no process and no partial output."""
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+    workdir = toy_workflow(
+        """
             rule all:
                 input: "ctx/0.txt", "ctx/1.txt", "plain.txt"
 
@@ -328,10 +320,10 @@ def test_ctrl_c_under_load(make_workflow):
             rule plain:
                 output: "plain.txt"
                 shell: "echo partial > {output}; sleep 120"
-        """),
-            "loader.py": TOY_LOADER,
+        """,
+        {
             "scripts/slow.py": LOOPING_SCRIPT,
-        }
+        },
     )
     outputs = [workdir / "ctx/0.txt", workdir / "ctx/1.txt", workdir / "plain.txt"]
     busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(busy_loops())]
@@ -369,7 +361,7 @@ PLUGINS = TESTS / "plugins"
 #: Enough ready jobs that each selection has hundreds to choose from (the slowpick
 #: scheduler makes each one take 0.3 s, whatever the count).
 MANY_JOBS = 600
-MANY_NOOPS = HEADER + textwrap.dedent(f"""
+MANY_NOOPS = textwrap.dedent(f"""
     rule all:
         input: expand("out/{{i}}.txt", i=range({MANY_JOBS}))
 
@@ -400,7 +392,7 @@ def test_a_signal_at_hundreds_of_ready_jobs_stops_the_run_and_a_plain_rerun_fini
     holds while it selects: 5 of 6 tries at random moments, every try inside a
     selection), and after SIGINT the rerun stopped on IncompleteFilesException
     (outputs of jobs finished on their servers, never finished by Snakemake: 3 of 3)."""
-    workdir = make_workflow({"Snakefile": MANY_NOOPS, "loader.py": TOY_LOADER, "one.py": ONE_LINE})
+    workdir = make_workflow(toy_files(MANY_NOOPS, {"one.py": ONE_LINE}))
     args = ["--executor", "context", "--jobs", "8", "--context-servers", "2"]
     _stop_then_rerun(workdir, args, how, when, workdir / ".snakemake/context/catalog.db")
 
@@ -411,7 +403,7 @@ def test_sigterm_inside_a_selection_stops_a_run_attached_to_a_cluster(
     """The same SIGTERM, inside a selection, with the run attached to a persistent
     cluster (`snakemake-context up`), whose catalog records the run: it stops, the
     cluster stays, and a plain rerun on it writes every output."""
-    workdir = make_workflow({"Snakefile": MANY_NOOPS, "loader.py": TOY_LOADER, "one.py": ONE_LINE})
+    workdir = make_workflow(toy_files(MANY_NOOPS, {"one.py": ONE_LINE}))
     args = ["--executor", "context", "--jobs", "8"]
     args += ["--context-scheduler-file", str(scheduler_file)]
     catalog = scheduler_file.with_suffix(".db")  # the cluster's own (ClusterFiles)

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import BIN, WORKFLOWS, context_run
+from tests.conftest import BIN, WORKFLOWS, context_run, toy_files
 
 pytestmark = pytest.mark.slow
 
@@ -407,16 +407,12 @@ def test_an_in_process_job_whose_snakemake_is_killed_stops_on_its_server(
 ):
     """SIGKILL Snakemake (no Ctrl-C handling runs): Dask releases its tasks, and the
     persistent server stops the job it was running instead of running it on."""
-    from tests.conftest import HEADER, TOY_LOADER
-
     workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + 'rule slow:\n    output: "ctx.txt"\n    resources: context="toy"\n'
+        toy_files(
+            'rule slow:\n    output: "ctx.txt"\n    resources: context="toy"\n'
             + '    script: "scripts/slow.py"\n',
-            "loader.py": TOY_LOADER,
-            "scripts/slow.py": LOOPING_SCRIPT,
-        }
+            {"scripts/slow.py": LOOPING_SCRIPT},
+        )
     )
     command = [str(BIN / "snakemake"), "--executor", "context", "--jobs", "1"]
     process = subprocess.Popen(
@@ -562,16 +558,13 @@ def test_an_attached_schedulers_allowed_failures_is_checked(make_workflow, tmp_p
     """Under placement 'dask' Dask reruns a lost task under its own key and counts
     every death: a plain `dask scheduler` (allowed-failures 3) would fail a job before
     its budgets; the executor says so at the start, with what to set."""
-    from tests.conftest import HEADER, TOY_LOADER, TOY_SCRIPT, plain_dask_cluster
+    from tests.conftest import plain_dask_cluster
 
     workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + 'rule use:\n    output: "out.txt"\n    resources: context="toy"\n'
-            + '    script: "scripts/use.py"\n',
-            "loader.py": TOY_LOADER,
-            "scripts/use.py": TOY_SCRIPT,
-        }
+        toy_files(
+            'rule use:\n    output: "out.txt"\n    resources: context="toy"\n'
+            + '    script: "scripts/use.py"\n'
+        )
     )
     with plain_dask_cluster(tmp_path) as scheduler:
         run = context_run(

@@ -21,7 +21,7 @@ from snakemake_executor_context.jobspec import JobResult, PlainJobSpec
 from snakemake_executor_context.server.jobs import ServerJobs
 from snakemake_executor_context.server.server import ContextServer
 from snakemake_executor_context.terminal import error_text, shortened
-from tests.conftest import HEADER, TOY_LOADER, context_run
+from tests.conftest import context_run, toy_files
 
 BIG = 64 * 2**20
 
@@ -85,7 +85,7 @@ SCRIPTS = {
 
 @pytest.mark.slow
 def test_bad_values_and_odd_errors_fail_their_jobs_in_one_line(make_workflow):
-    workdir = make_workflow({"Snakefile": HEADER + JOBS, "loader.py": TOY_LOADER, **SCRIPTS})
+    workdir = make_workflow(toy_files(JOBS, SCRIPTS))
     started = time.monotonic()
     run = context_run(workdir, "--keep-going", "--context-servers", "2", timeout=180)
     seconds = time.monotonic() - started

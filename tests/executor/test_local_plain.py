@@ -15,14 +15,13 @@ import psutil
 import pytest
 
 from snakemake_executor_context.executor.localjobs import WATCH_SECONDS
-from tests.conftest import BIN, HEADER, TOY_LOADER, context_run, default_sigint, snakemake
+from tests.conftest import BIN, context_run, default_sigint, snakemake, toy_files
 from tests.e2e.test_execution import _cluster_processes
 
 pytestmark = pytest.mark.slow
 
-MIXED = {
-    "Snakefile": HEADER
-    + textwrap.dedent("""
+MIXED = toy_files(
+    """
     rule all:
         input: expand("final/{i}.txt", i=range(3)), "grouped/b.txt", "retried.txt"
 
@@ -66,20 +65,21 @@ MIXED = {
         log: "logs/retry.log"
         retries: 2
         shell: "if [ -e attempt ]; then echo ok > {output}; else touch attempt; exit 1; fi"
-    """),
-    "loader.py": TOY_LOADER,
-    "scripts/ctx.py": textwrap.dedent("""
+    """,
+    {
+        "scripts/ctx.py": textwrap.dedent("""
         from snakemake_executor_context import load_context
 
         obj = load_context(snakemake)
         with open(snakemake.output[0], "w") as f:
             f.write(f"{obj['value']} {snakemake.wildcards.i}\\n")
     """),
-    "scripts/plain.py": textwrap.dedent("""
+        "scripts/plain.py": textwrap.dedent("""
         with open(snakemake.output[0], "w") as f:
             f.write("plain " + open(snakemake.input[0]).read() + open(snakemake.input[1]).read())
     """),
-}
+    },
+)
 
 
 def _files(workdir: Path) -> dict[str, bytes]:

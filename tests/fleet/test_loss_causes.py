@@ -6,7 +6,6 @@ dispatch machine, the catalog's recorder, and real runs of the snakemake CLI."""
 from __future__ import annotations
 
 import sqlite3
-import textwrap
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from snakemake_executor_context.fleet.losses import (
     classify,
 )
 from tests.catalog_builder import CatalogBuilder
-from tests.conftest import HEADER, TOY_LOADER, TOY_SCRIPT, context_run
+from tests.conftest import TOY_LOADER, context_run, toy_files
 from tests.dispatch.test_dispatch import join, leave, machine, of, ticket
 
 NOTHING_KNOWN = classify()
@@ -146,22 +145,20 @@ open(snakemake.output[0], "w").write("never\\n")
 
 
 @pytest.mark.slow
-def test_a_job_that_closes_every_descriptor_fails_on_its_crash_budget(make_workflow):
+def test_a_job_that_closes_every_descriptor_fails_on_its_crash_budget(toy_workflow):
     """Each attempt takes its server down with no exit code known in time: the second
     is the job's, and with --context-crash-budget 1 the run ends naming it (before:
     10 preemptions, 6-7 minutes)."""
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+    workdir = toy_workflow(
+        """
                 rule close:
                     output: "closed.txt"
                     resources: context="toy"
                     script: "scripts/close.py"
-            """),
-            "loader.py": TOY_LOADER,
+            """,
+        {
             "scripts/close.py": CLOSERANGE,
-        }
+        },
     )
     began = time.monotonic()
     run = context_run(workdir, "--context-servers", "1", "--context-crash-budget", "1", timeout=110)
@@ -193,14 +190,12 @@ with open(snakemake.output[0], "w") as f:
 
 
 @pytest.mark.slow
-def test_the_embedded_cluster_brings_back_a_server_that_lost_its_scheduler(make_workflow):
+def test_the_embedded_cluster_brings_back_a_server_that_lost_its_scheduler(toy_workflow):
     """Dask's server closes itself, and its nanny with it, when its scheduler's
     connection closes: the run's only server was gone, the run waited 120 s and
     failed saying "change the rule's resources". Its nanny starts it again now."""
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+    workdir = toy_workflow(
+        """
                 rule all:
                     input: "after.txt"
 
@@ -214,10 +209,10 @@ def test_the_embedded_cluster_brings_back_a_server_that_lost_its_scheduler(make_
                     output: "after.txt"
                     resources: context="toy"
                     script: "scripts/cut.py"
-            """),
-            "loader.py": TOY_LOADER,
+            """,
+        {
             "scripts/cut.py": CUT_ONCE,
-        }
+        },
     )
     run = context_run(
         workdir, "--context-servers", "1", "--context-tuning", "wait_for_server=20", timeout=110
@@ -245,9 +240,8 @@ def test_a_loader_hung_past_its_runtime_leaves_no_attempt_without_an_outcome(mak
     """The hung load makes its server restart; the job sent behind it to that server
     ends cancelled and runs on the restarted one (before: its outcome stayed NULL)."""
     workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+        toy_files(
+            """
                 declare_context(config, "stuck", "loader.py:hang")
 
                 localrules: later
@@ -270,10 +264,9 @@ def test_a_loader_hung_past_its_runtime_leaves_no_attempt_without_an_outcome(mak
                     output: "ok.txt"
                     resources: context="toy"
                     script: "scripts/use.py"
-            """),
-            "loader.py": HANGING_LOADER,
-            "scripts/use.py": TOY_SCRIPT,
-        }
+            """,
+            {"loader.py": HANGING_LOADER},
+        )
     )
     fast_clock = {"SNAKEMAKE_CONTEXT_TIME_SCALE": "0.02"}  # a minute of runtime: 1.2 s
     run = context_run(workdir, "--context-servers", "1", "--jobs", "2", env=fast_clock, timeout=110)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HEADER, TOY_LOADER, context_run, persistent_cluster
+from tests.conftest import context_run, persistent_cluster, toy_files
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def one_server(tmp_path_factory) -> Iterator[Path]:
         yield path
 
 
-HELPER_SNAKEFILE = HEADER + textwrap.dedent("""
+HELPER_SNAKEFILE = textwrap.dedent("""
     rule all:
         input: "helper.txt"
 
@@ -41,12 +41,10 @@ with open(snakemake.output[0], "w") as f:
 
 def _helper_workflow(make_workflow, name: str, value: str) -> Path:
     return make_workflow(
-        {
-            "Snakefile": HELPER_SNAKEFILE,
-            "loader.py": TOY_LOADER,
-            "scripts/use_helper.py": USE_HELPER,
-            "scripts/helper.py": f"VALUE = {value!r}\n",
-        },
+        toy_files(
+            HELPER_SNAKEFILE,
+            {"scripts/use_helper.py": USE_HELPER, "scripts/helper.py": f"VALUE = {value!r}\n"},
+        ),
         name=name,
     )
 
@@ -114,7 +112,7 @@ def test_a_context_keeps_the_classes_its_loader_imported(make_workflow, one_serv
     assert [(workdir / f"checked/{i}.txt").read_text() for i in (0, 1)] == ["True", "True"]
 
 
-LEAKY_SNAKEFILE = HEADER + textwrap.dedent("""
+LEAKY_SNAKEFILE = textwrap.dedent("""
     rule all:
         input: "after.txt"
 
@@ -161,12 +159,7 @@ with open(snakemake.output[0], "w") as f:
 
 def test_a_leaked_thread_writes_into_no_other_jobs_log(make_workflow, one_server):
     workdir = make_workflow(
-        {
-            "Snakefile": LEAKY_SNAKEFILE,
-            "loader.py": TOY_LOADER,
-            "scripts/leaky.py": LEAKY,
-            "scripts/after.py": AFTER,
-        }
+        toy_files(LEAKY_SNAKEFILE, {"scripts/leaky.py": LEAKY, "scripts/after.py": AFTER})
     )
     run = context_run(workdir, "--context-scheduler-file", str(one_server)).check()
     assert "left 1 thread(s) still running (chatterbox" in run.output, run.output
@@ -196,11 +189,9 @@ with open(snakemake.output[0], "w") as f:
 """
 
 
-def test_a_server_that_keeps_leaking_is_recycled(make_workflow):
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+def test_a_server_that_keeps_leaking_is_recycled(toy_workflow):
+    workdir = toy_workflow(
+        """
                 rule all:
                     input: "leaky.txt", "after.txt"
 
@@ -214,10 +205,10 @@ def test_a_server_that_keeps_leaking_is_recycled(make_workflow):
                     output: "after.txt"
                     resources: context="toy"
                     script: "scripts/pid.py"
-            """),
-            "loader.py": TOY_LOADER,
+            """,
+        {
             "scripts/pid.py": PID_SCRIPT,
-        }
+        },
     )
     run = context_run(
         workdir,

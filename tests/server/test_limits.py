@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from tests.conftest import HEADER, TOY_LOADER, context_run
+from tests.conftest import context_run, toy_files
 
 pytestmark = pytest.mark.slow
 
 #: One minute of `runtime` lasts 1.2 s (the documented test-only scale).
 FAST_CLOCK = {"SNAKEMAKE_CONTEXT_TIME_SCALE": "0.02"}
 
-RUNTIME_SNAKEFILE = HEADER + textwrap.dedent("""
+RUNTIME_SNAKEFILE = textwrap.dedent("""
     rule all:
         input: "busy.txt", "asleep.txt", "shell.txt", "after.txt"
 
@@ -58,13 +58,10 @@ with open(snakemake.output[0], "w") as f:
 
 def test_runtime_stops_a_busy_loop_a_sleep_and_a_shell_job(make_workflow):
     workdir = make_workflow(
-        {
-            "Snakefile": RUNTIME_SNAKEFILE,
-            "loader.py": TOY_LOADER,
-            "scripts/busy.py": BUSY,
-            "scripts/asleep.py": ASLEEP,
-            "scripts/after.py": AFTER,
-        }
+        toy_files(
+            RUNTIME_SNAKEFILE,
+            {"scripts/busy.py": BUSY, "scripts/asleep.py": ASLEEP, "scripts/after.py": AFTER},
+        )
     )
     run = context_run(
         workdir, "--context-servers", "1", "--keep-going", env=FAST_CLOCK, timeout=200
@@ -80,11 +77,9 @@ def test_runtime_stops_a_busy_loop_a_sleep_and_a_shell_job(make_workflow):
     assert not (workdir / "after.txt").exists()  # its inputs failed; nothing hangs
 
 
-def test_the_server_runs_jobs_after_a_restart(make_workflow):
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+def test_the_server_runs_jobs_after_a_restart(toy_workflow):
+    workdir = toy_workflow(
+        """
                 rule all:
                     input: "asleep.txt", "later.txt"
 
@@ -98,11 +93,11 @@ def test_the_server_runs_jobs_after_a_restart(make_workflow):
                     output: "later.txt"
                     resources: context="toy"
                     script: "scripts/after.py"
-            """),
-            "loader.py": TOY_LOADER,
+            """,
+        {
             "scripts/asleep.py": ASLEEP,
             "scripts/after.py": AFTER,
-        }
+        },
     )
     run = context_run(
         workdir,
@@ -137,11 +132,9 @@ time.sleep(300)
 """
 
 
-def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+def test_a_job_past_the_memory_cap_fails_alone(toy_workflow):
+    workdir = toy_workflow(
+        """
                 rule all:
                     input: "hog.txt", "stuck.txt", expand("fine/{i}.txt", i=range(3))
 
@@ -161,12 +154,12 @@ def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
                     output: "fine/{i}.txt"
                     resources: context="toy"
                     script: "scripts/after.py"
-            """),
-            "loader.py": TOY_LOADER,
+            """,
+        {
             "scripts/hog.py": HOG,
             "scripts/stuck.py": STUCK,
             "scripts/after.py": AFTER,
-        }
+        },
     )
     run = context_run(
         workdir,
@@ -199,15 +192,13 @@ def test_a_job_past_the_memory_cap_fails_alone(make_workflow):
 
 @pytest.mark.long
 @pytest.mark.timeout(900)
-def test_a_one_minute_runtime_stops_a_300_s_sleep_within_75_s(make_workflow):
+def test_a_one_minute_runtime_stops_a_300_s_sleep_within_75_s(toy_workflow):
     """The real clock: `runtime: 1` on a job that sleeps 300 s fails 60-75 s after it
     started (measured here: 65 s), and the server then runs the next job. Long (163 s
     in CI on 2026-12-02): CI runs the same limit on the test-only scale
     (`test_runtime_stops_a_busy_loop_a_sleep_and_a_shell_job`)."""
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+    workdir = toy_workflow(
+        """
                 rule all:
                     input: "asleep.txt", "later.txt"
 
@@ -221,13 +212,13 @@ def test_a_one_minute_runtime_stops_a_300_s_sleep_within_75_s(make_workflow):
                     output: "later.txt"
                     resources: context="toy"
                     script: "scripts/after.py"
-            """),
-            "loader.py": TOY_LOADER,
+            """,
+        {
             "scripts/asleep.py": ASLEEP.replace(
                 "import time\n", "import time\nprint('started', time.time(), flush=True)\n"
             ),
             "scripts/after.py": AFTER,
-        }
+        },
     )
     run = context_run(workdir, "--context-servers", "1", "--keep-going", "--jobs", "1", timeout=200)
     ended = time.time()

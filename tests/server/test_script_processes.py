@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HEADER, TOY_LOADER, context_run, persistent_cluster, snakemake
+from tests.conftest import HEADER, TOY_LOADER, context_run, persistent_cluster, snakemake, toy_files
 
 pytestmark = pytest.mark.slow
 
-CHILDREN_SNAKEFILE = HEADER + textwrap.dedent("""
+CHILDREN_SNAKEFILE = textwrap.dedent("""
     DEFAULT = ["pool", "process", "executor", "dataloader"]
     OTHERS = ["spawn-pool", "spawn-process", "forkserver-pool", "forkserver-process"]
 
@@ -81,7 +81,7 @@ if __name__ == "__main__":
 
 def _children_workflow(make_workflow, name: str) -> Path:
     return make_workflow(
-        {"Snakefile": CHILDREN_SNAKEFILE, "loader.py": TOY_LOADER, "scripts/children.py": CHILDREN},
+        toy_files(CHILDREN_SNAKEFILE, {"scripts/children.py": CHILDREN}),
         name=name,
     )
 
@@ -113,7 +113,7 @@ def test_multiprocessing_in_context_jobs_as_under_the_local_executor(make_workfl
         )
 
 
-UNGUARDED_SNAKEFILE = HEADER + textwrap.dedent("""
+UNGUARDED_SNAKEFILE = textwrap.dedent("""
     rule unguarded:
         output: "unguarded.txt"
         resources: context="toy", runtime=2
@@ -132,9 +132,7 @@ open(snakemake.output[0], "w").write(f"the child exited {child.exitcode}")
 
 
 def test_a_child_that_cannot_start_fails_its_job_in_one_line(make_workflow):
-    workdir = make_workflow(
-        {"Snakefile": UNGUARDED_SNAKEFILE, "loader.py": TOY_LOADER, "unguarded.py": UNGUARDED}
-    )
+    workdir = make_workflow(toy_files(UNGUARDED_SNAKEFILE, {"unguarded.py": UNGUARDED}))
     run = context_run(workdir)
     assert run.returncode != 0, run.output
     line = next(line for line in run.output.splitlines() if "could not start" in line)
@@ -143,7 +141,7 @@ def test_a_child_that_cannot_start_fails_its_job_in_one_line(make_workflow):
     assert not (workdir / "unguarded.txt").exists()
 
 
-PROCESS_WIDE_SNAKEFILE = HEADER + textwrap.dedent("""
+PROCESS_WIDE_SNAKEFILE = textwrap.dedent("""
     rule all:
         input: "after.txt"
 
@@ -220,12 +218,7 @@ def test_a_jobs_umask_and_limits_end_with_it_on_a_persistent_cluster(
     with persistent_cluster(tmp_path_factory.mktemp("cluster"), "--servers", "1") as path:
         attach = ("--context-scheduler-file", str(path))
         changer = make_workflow(
-            {
-                "Snakefile": PROCESS_WIDE_SNAKEFILE,
-                "loader.py": TOY_LOADER,
-                "change.py": CHANGE,
-                "after.py": AFTER,
-            },
+            toy_files(PROCESS_WIDE_SNAKEFILE, {"change.py": CHANGE, "after.py": AFTER}),
             name="changer",
         )
         run = context_run(changer, *attach, "--config", f"hard={int(hard)}").check()

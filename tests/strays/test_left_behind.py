@@ -20,11 +20,11 @@ import pytest
 from snakemake_executor_context.strays.processes import pid_alive
 from tests.conftest import (
     BIN,
-    HEADER,
     TOY_LOADER,
     context_run,
     persistent_cluster,
     plain_dask_cluster,
+    toy_files,
 )
 
 pytestmark = pytest.mark.slow
@@ -75,7 +75,7 @@ with open(snakemake.output[0], "w") as f:
     f.write(f"{detached} {unwaited.pid}")
 """
 
-LEAVING = HEADER + textwrap.dedent("""
+LEAVING = textwrap.dedent("""
     rule all:
         input: "ctx.pids", "sh.pid", "kept.pid"
 
@@ -95,9 +95,7 @@ LEAVING = HEADER + textwrap.dedent("""
 
 
 def test_what_jobs_leave_running_is_ended_and_named_but_a_kept_process(make_workflow, one_server):
-    workdir = make_workflow(
-        {"Snakefile": LEAVING, "loader.py": TOY_LOADER, "scripts/detaching.py": DETACHING}
-    )
+    workdir = make_workflow(toy_files(LEAVING, {"scripts/detaching.py": DETACHING}))
     run = context_run(workdir, "--context-scheduler-file", str(one_server))
     (kept,) = _pids(workdir / "kept.pid") if (workdir / "kept.pid").exists() else [0]
     try:
@@ -122,7 +120,7 @@ def test_what_jobs_leave_running_is_ended_and_named_but_a_kept_process(make_work
             subprocess.run(["kill", str(kept)], check=False)
 
 
-FAILING = HEADER + textwrap.dedent("""
+FAILING = textwrap.dedent("""
     rule all:
         input: "status.txt", "failed.txt"
 
@@ -148,9 +146,7 @@ with open(snakemake.output[0], "w") as f:
 def test_a_failing_shell_rule_on_a_server_still_fails(make_workflow, one_server):
     """No reaper takes an exit status: the rule's `exit 3` fails it (its output,
     already written, would otherwise stand), and a context job's subprocesses see 3."""
-    workdir = make_workflow(
-        {"Snakefile": FAILING, "loader.py": TOY_LOADER, "scripts/status.py": STATUS}
-    )
+    workdir = make_workflow(toy_files(FAILING, {"scripts/status.py": STATUS}))
     run = context_run(workdir, "--context-scheduler-file", str(one_server), "--keep-going")
     assert run.returncode != 0, run.output
     assert "Error in rule failed" in run.output, run.output
@@ -171,7 +167,7 @@ from snakemake_executor_context import load_context
 with open(snakemake.output[0], "w") as f:
     f.write(str(load_context(snakemake)["helper"]))
 """
-WITH_HELPER = HEADER + textwrap.dedent("""
+WITH_HELPER = textwrap.dedent("""
     rule use:
         output: "helper.pid"
         resources: context="toy"
@@ -183,7 +179,7 @@ def test_what_a_contexts_loader_starts_lives_as_long_as_the_context(make_workflo
     """Not the leftover of the job that loaded it: ended when the context is evicted
     (here at once: a context-agnostic run drops it at its job's end)."""
     workdir = make_workflow(
-        {"Snakefile": WITH_HELPER, "loader.py": HELPER_LOADER, "scripts/use.py": USE_HELPER}
+        toy_files(WITH_HELPER, {"loader.py": HELPER_LOADER, "scripts/use.py": USE_HELPER})
     )
     attach = ("--context-scheduler-file", str(one_server))
     context_run(workdir, *attach).check()
@@ -197,7 +193,7 @@ def test_what_a_contexts_loader_starts_lives_as_long_as_the_context(make_workflo
         subprocess.run(["kill", str(helper)], check=False, capture_output=True)
 
 
-POOLS = HEADER + textwrap.dedent("""
+POOLS = textwrap.dedent("""
     rule all:
         input: "a.txt", "b.txt"
 
@@ -221,12 +217,12 @@ def test_the_interpreters_forkserver_is_not_a_jobs_leftover(make_workflow, one_s
     """The first job's pool starts multiprocessing's forkserver, which the server's
     interpreter keeps for the next job's pool: ended and reaped, the next job would
     fail (ChildProcessError) when it asks whether it still runs."""
-    workdir = make_workflow({"Snakefile": POOLS, "loader.py": TOY_LOADER, "scripts/pool.py": POOL})
+    workdir = make_workflow(toy_files(POOLS, {"scripts/pool.py": POOL}))
     context_run(workdir, "--context-scheduler-file", str(one_server), "--jobs", "1").check()
     assert (workdir / "a.txt").read_text() == (workdir / "b.txt").read_text() == "[3]"
 
 
-KILLED = HEADER + textwrap.dedent("""
+KILLED = textwrap.dedent("""
     rule ctx:
         output: "done.txt"
         resources: context="toy"
@@ -280,9 +276,7 @@ def _kill_the_server_under_its_daemon(
 
 
 def test_a_server_killed_while_its_jobs_daemon_runs_leaves_nothing(make_workflow, one_server):
-    workdir = make_workflow(
-        {"Snakefile": KILLED, "loader.py": TOY_LOADER, "scripts/daemon.py": DAEMON}
-    )
+    workdir = make_workflow(toy_files(KILLED, {"scripts/daemon.py": DAEMON}))
     process = _kill_the_server_under_its_daemon(workdir, one_server)
     try:
         output, _ = process.communicate(timeout=180)
@@ -337,7 +331,7 @@ LOADER_OF_SLOTS = TOY_LOADER.replace(
     "from snakemake_executor_context import declare_job_memory\n\ndef load(value=1):\n"
     "    declare_job_memory(10_000_000)",
 )
-TOGETHER = HEADER + textwrap.dedent("""
+TOGETHER = textwrap.dedent("""
     rule all:
         input: "a.pid", "b.pid"
 
@@ -365,11 +359,7 @@ def test_what_jobs_in_slots_leave_together_is_named_in_each_ones_story(make_work
     """Two in-process jobs at once on one server: whose daemon is whose cannot be
     told, so both are ended once the last one ends, and both stories name them."""
     workdir = make_workflow(
-        {
-            "Snakefile": TOGETHER,
-            "loader.py": LOADER_OF_SLOTS,
-            "scripts/together.py": TOGETHER_SCRIPT,
-        }
+        toy_files(TOGETHER, {"loader.py": LOADER_OF_SLOTS, "scripts/together.py": TOGETHER_SCRIPT})
     )
     context_run(workdir, "--context-servers", "1", "--context-slots", "2").check()
     daemons = sorted(_pids(workdir / "a.pid") + _pids(workdir / "b.pid"))
