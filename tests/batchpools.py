@@ -1,5 +1,5 @@
-"""What the tests on a real batch system share (``tests/test_slurm.py``,
-``tests/test_sge.py``): the skip that CI turns into a failure, the daemons' pid files,
+"""What the tests on a real batch system share (``tests/pilots/test_slurm.py``,
+``tests/pilots/test_sge.py``): the skip that CI turns into a failure, the daemons' pid files,
 waiting for the queue, and a pool of pilots started with ``snakemake-context up``."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN
+from tests.conftest import BIN
 
 
 def skip_unless_required(reason: str, required_by: str) -> None:

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -238,6 +239,28 @@ declare_context(config, "toy", "loader.py:load", value=5)
 """
 
 
+def toy_files(rules: str, files: dict[str, str] | None = None) -> dict[str, str]:
+    """The files of a small workflow on the toy context: a Snakefile that declares it
+    (HEADER) before ``rules`` (dedented), its loader (TOY_LOADER) and the script most
+    rules run (``scripts/use.py``, TOY_SCRIPT); ``files`` adds others or replaces these."""
+    return {
+        "Snakefile": HEADER + textwrap.dedent(rules),
+        "loader.py": TOY_LOADER,
+        "scripts/use.py": TOY_SCRIPT,
+        **(files or {}),
+    }
+
+
+@pytest.fixture
+def toy_workflow(make_workflow):
+    """Write a toy workflow (``toy_files``) into a fresh directory; returns the directory."""
+
+    def make(rules: str, files: dict[str, str] | None = None, name: str | None = None) -> Path:
+        return make_workflow(toy_files(rules, files), name=name)
+
+    return make
+
+
 @contextlib.contextmanager
 def plain_dask_cluster(directory: Path, *worker_args: str) -> Iterator[Path]:
     """`dask scheduler` and one `dask worker` (not started by this plugin)."""
@@ -304,7 +327,7 @@ def _queued(command: list[str]) -> list[str]:
 def slurm() -> Iterator[None]:
     """A running single-node SLURM (``tests/slurm/slurm-up.sh``), shared by the tests
     of this process that use it, stopped at the end unless it already ran."""
-    from .batchpools import batch_system
+    from tests.batchpools import batch_system
 
     yield from batch_system(
         "slurm",
@@ -320,7 +343,7 @@ def slurm() -> Iterator[None]:
 def sge() -> Iterator[None]:
     """A running single-node Grid Engine (``tests/sge/sge-up.sh``), shared by the
     tests of this process that use it, stopped at the end unless it already ran."""
-    from .batchpools import batch_system
+    from tests.batchpools import batch_system
 
     yield from batch_system(
         "sge",

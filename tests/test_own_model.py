@@ -29,9 +29,8 @@ from snakemake_executor_context.contexts import make_declaration
 from snakemake_executor_context.errors import ContextDeclarationError, ContextLoadError
 from snakemake_executor_context.hf import load_kwargs
 from snakemake_executor_context.modelcache import staging
-
-from . import tinyllm
-from .conftest import context_run, persistent_cluster
+from tests import tinyllm
+from tests.conftest import context_run, persistent_cluster
 
 HF = "snakemake_executor_context.hf:causal_lm"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN
+from tests.conftest import BIN
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,8 @@ from snakemake_executor_context.snakemake_internals import (
     check_snakemake,
     places,
 )
-
-from .conftest import HEADER, REPO, TOY_LOADER, TOY_SCRIPT, context_run
-from .test_architecture import MONITOR, SOURCES
+from tests.conftest import REPO, context_run
+from tests.project.test_architecture import MONITOR, SOURCES
 
 INTERNALS_MODULE = "snakemake_executor_context.snakemake_internals"
 
@@ -145,7 +144,7 @@ def test_only_the_internals_module_reads_snakemakes_internal_attributes():
 
 
 @pytest.mark.slow
-def test_a_snakemake_without_an_internal_fails_at_start_in_one_line(make_workflow, tmp_path):
+def test_a_snakemake_without_an_internal_fails_at_start_in_one_line(toy_workflow, tmp_path):
     """A Snakemake without ``snakemake.benchmark.write_benchmark_records`` (removed by
     a sitecustomize before the run; Snakemake itself needs it only for a job with a
     benchmark): the run stops before any cluster starts."""
@@ -158,18 +157,13 @@ def test_a_snakemake_without_an_internal_fails_at_start_in_one_line(make_workflo
         del snakemake.benchmark.write_benchmark_records
         """)
     )
-    workdir = make_workflow(
-        {
-            "Snakefile": HEADER
-            + textwrap.dedent("""
+    workdir = toy_workflow(
+        """
                 rule use:
                     output: "out.txt"
                     resources: context="toy"
                     script: "scripts/use.py"
-                """),
-            "loader.py": TOY_LOADER,
-            "scripts/use.py": TOY_SCRIPT,
-        }
+                """,
     )
     run = context_run(workdir, env={"PYTHONPATH": str(site)})
     assert run.returncode != 0, run.output

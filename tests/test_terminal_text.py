@@ -4,7 +4,7 @@ context name, a loss reason, is shown, never run by the terminal.
 
 ``status`` and ``story`` are the real commands, on a catalog the catalog's own
 recording code wrote (tests/catalog_builder.py); the monitor's side is in
-tests/test_monitor.py.
+tests/monitor/test_monitor.py.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ import pytest
 from snakemake_executor_context.errors import ContextExecutorError, SettingError
 from snakemake_executor_context.terminal import printable, shown, shown_values
 from tests.catalog_builder import CatalogBuilder
-
-from .conftest import BIN
+from tests.conftest import BIN
 
 #: What a terminal acts on: C0 controls but newline, DEL, C1 controls, and the
 #: bidirectional overrides.

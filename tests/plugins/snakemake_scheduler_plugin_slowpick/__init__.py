@@ -3,7 +3,7 @@ Snakemake's greedy selector, made slow, that says when it is selecting.
 
 Snakemake's scheduler selects jobs holding its lock in the main thread; at thousands
 of ready jobs the default (ILP) selector's solve takes a good part of a second, and a
-SIGTERM landing then met that lock (tests/test_interrupt.py). Each selection here
+SIGTERM landing then met that lock (tests/e2e/test_interrupt.py). Each selection here
 takes ``$SLOWPICK_SECONDS`` (default 0.3) and exists as the file ``$SLOWPICK_MARK``
 while it runs, so a test can send its signal inside a selection, or outside one.
 Found by Snakemake's plugin discovery when this folder is on ``PYTHONPATH``.
