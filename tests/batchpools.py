@@ -1,15 +1,18 @@
-"""What the tests on a real batch system share (``tests/pilots/test_slurm.py``,
-``tests/pilots/test_sge.py``): the skip that CI turns into a failure, the daemons' pid files,
-waiting for the queue, and a pool of pilots started with ``snakemake-context up``."""
+"""What the tests on a real batch system share (``tests/pilots/test_batch_scenarios.py``,
+``test_slurm.py``): the skip that CI turns into a failure, the daemons'
+pid files, waiting for the queue, a pool of pilots started with ``snakemake-context
+up``, and each system's queue and accounting read as the tests read them."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -156,3 +159,82 @@ def batch_system(
             subprocess.run(
                 ["bash", str(scripts / f"{name}-down.sh")], capture_output=True, timeout=120
             )
+
+
+# SLURM's queue.
+
+
+def _slurm_queue() -> list[dict[str, str]]:
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i|%j|%T|%b"], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        dict(zip(("id", "name", "state", "gres"), line.split("|"), strict=True))
+        for line in out.splitlines()
+        if line.strip()
+    ]
+
+
+def slurm_pilots() -> list[dict[str, str]]:
+    """The pilots in SLURM's queue: id, name, state, GPUs."""
+    return [job for job in _slurm_queue() if job["name"] == "snakemake-context"]
+
+
+# Grid Engine's queue and accounting.
+
+#: Where the execution daemon keeps the script of each job it runs (in a directory
+#: named after the host, as the daemon resolved it).
+SGE_SPOOLED_SCRIPTS = Path("/var/spool/gridengine/execd")
+#: What every pool here asks of Grid Engine (the fixture's queue and project), and a
+#: prologue line only bash runs (the queue's shell is /bin/sh).
+SGE_POOL = (
+    "--queue",
+    "gpu.q",
+    "--account",
+    "ctxproj",
+    "--gpu-type",
+    "sgefake",
+    "--prologue",
+    '[[ -n "$BASH_VERSION" ]] || exit 3',
+)
+
+
+def _sge_qstat() -> list[dict[str, str]]:
+    """Every job in the queue: number, full name, state (plain qstat cuts names)."""
+    out = subprocess.run(
+        ["qstat", "-u", "*", "-xml"], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        {
+            "id": job.findtext("JB_job_number", ""),
+            "name": job.findtext("JB_name", ""),
+            "state": job.findtext("state", ""),
+        }
+        for job in ET.fromstring(out).iter("job_list")
+    ]
+
+
+def sge_pilots() -> list[dict[str, str]]:
+    """The pilots in Grid Engine's queue: id, name, state."""
+    return [job for job in _sge_qstat() if job["name"] == "snakemake-context"]
+
+
+def sge_qstat_j(job_id: str) -> dict[str, str]:
+    """What qmaster holds of a job (``qstat -j``): its requests as it accepted them."""
+    out = subprocess.run(["qstat", "-j", job_id], capture_output=True, text=True).stdout
+    return {
+        key.strip(): value.strip()
+        for key, _, value in (line.partition(":") for line in out.splitlines())
+        if value
+    }
+
+
+def sge_qacct(job_id: str) -> dict[str, str]:
+    """The newest accounting record of a job number."""
+    out = subprocess.run(["qacct", "-j", job_id], capture_output=True, text=True).stdout
+    last = re.split(r"^=+\s*$", out, flags=re.MULTILINE)[-1]
+    return {
+        key: value.strip()
+        for key, _, value in (line.partition(" ") for line in last.splitlines())
+        if key
+    }

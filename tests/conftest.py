@@ -96,6 +96,9 @@ def _group(item: pytest.Item) -> str | None:
     for service in ("slurm", "sge"):
         if service in fixtures:
             return service
+    callspec = getattr(item, "callspec", None)
+    if "batch" in fixtures and callspec is not None:  # a scenario on either system
+        return str(callspec.params["batch"])
     if item.path.name in SHARED_SERVICES:
         return SHARED_SERVICES[item.path.name]
     info = getattr(item, "_fixtureinfo", None)

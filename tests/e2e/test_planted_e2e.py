@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from snakemake_executor_context.cluster.infofiles import identity
+from tests.batchpools import slurm_pilots as _pilots
 from tests.batchpools import wait
 from tests.conftest import ATTACKER, BIN, REPO, WORKFLOWS, need_second_user
-from tests.pilots.test_slurm import _pilots
 
 pytestmark = pytest.mark.slow
 

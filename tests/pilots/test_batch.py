@@ -8,9 +8,10 @@ import pytest
 
 from snakemake_executor_context.errors import ClusterError
 from snakemake_executor_context.pilots.batch.registry import BACKENDS, batch_state, batch_system
+from snakemake_executor_context.pilots.batch.sge import qacct_end_state, sge_directives
 from snakemake_executor_context.pilots.batch.system import PilotJob, clock, mebibytes
 from snakemake_executor_context.pilots.batch.walltime import WalltimeError, read_walltime
-from snakemake_executor_context.pilots.request import PilotOptions
+from snakemake_executor_context.pilots.request import PilotOptions, jobqueue_arguments
 
 
 def test_each_backend_names_a_dask_jobqueue_cluster_with_a_job_class() -> None:
@@ -92,3 +93,48 @@ def test_pilots_are_named_by_kind_with_one_count_and_shaped_by_their_kind() -> N
         assert first["config_name"] == "slurm"
     finally:
         cluster.close()
+
+
+# What Grid Engine writes, and how it is read.
+
+QACCT = """==============================================================
+qname        gpu.q
+jobname      snakemake-context
+jobnumber    {number}
+failed       {failed}
+exit_status  {status}
+"""
+
+
+@pytest.mark.parametrize(
+    ("failed", "status", "state"),
+    [
+        ("0    ", "0", "COMPLETED"),
+        ("0    ", "3", "FAILED"),
+        ("100 : assumedly after job", "137                  (Killed)", "CANCELLED"),
+        ("37  : qmaster enforced h_rt, h_cpu, or h_vmem limit", "137", "TIMEOUT"),
+        ("28  : changing into working directory", "0", "FAILED"),
+    ],
+)
+def test_qacct_records_read_as_batch_states(failed: str, status: str, state: str) -> None:
+    # An older job of the same number first (a recreated cell numbers jobs anew).
+    older = QACCT.format(number=4, failed="0", status="0")
+    assert qacct_end_state(older + QACCT.format(number=4, failed=failed, status=status)) == state
+    assert qacct_end_state("") is None
+
+
+def test_sge_pilot_directives() -> None:
+    assert sge_directives(1, "2GB", ()) == ["-S /bin/bash", "-l mem_free=1907M"]
+    assert sge_directives(1, "16GB", ("-S /bin/zsh",)) == ["-l mem_free=15258M"]
+    assert clock(93605) == "26:00:05"  # h_rt: hours past 24 kept in the hours
+    _, kwargs = jobqueue_arguments(PilotOptions(backend="sge", walltime="26:00:05"))
+    assert kwargs["walltime"] == "26:00:05" and kwargs["resource_spec"] == "gpu=1"
+    _, kwargs = jobqueue_arguments(PilotOptions(backend="sge", walltime="93605"))
+    assert kwargs["walltime"] == "26:00:05"
+    # SLURM's day form is not Grid Engine's: refused by name, never misread.
+    with pytest.raises(ClusterError, match=r"'1-02:00:05'.*not a walltime SGE reads"):
+        jobqueue_arguments(PilotOptions(backend="sge", walltime="1-02:00:05"))
+    assert kwargs["job_extra_directives"] == ["-S /bin/bash", "-l mem_free=15258M"]
+    with pytest.raises(ClusterError, match=r"--context-pilots cores=4 on Grid Engine.*-pe smp 4"):
+        jobqueue_arguments(PilotOptions(backend="sge", cores=4))
+    assert jobqueue_arguments(PilotOptions(backend="sge", cores=4, extra_directives=("-pe smp 4",)))

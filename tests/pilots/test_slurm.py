@@ -22,86 +22,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.batchpools import pilot_pool, wait
+from tests.batchpools import pilot_pool, slurm_pilots, wait
 from tests.batchpools import pool_books as _pool_books
 from tests.conftest import BIN, REPO, WORKFLOWS, context_run
 
 pytestmark = pytest.mark.slow
 
 
-def _squeue() -> list[dict[str, str]]:
-    out = subprocess.run(
-        ["squeue", "-h", "-o", "%i|%j|%T|%b"], capture_output=True, text=True, check=True
-    ).stdout
-    return [
-        dict(zip(("id", "name", "state", "gres"), line.split("|"), strict=True))
-        for line in out.splitlines()
-        if line.strip()
-    ]
-
-
-def _pilots() -> list[dict[str, str]]:
-    return [job for job in _squeue() if job["name"] == "snakemake-context"]
-
-
 @pytest.fixture
 def pool(tmp_path: Path, slurm) -> Iterator:
     """Start `snakemake-context up --backend slurm ...` with given options; stopped after."""
-    yield from pilot_pool(tmp_path, "slurm", (), _pilots, 30)
-
-
-def test_a_context_workflow_runs_on_slurm_pilots(tmp_path: Path, pool) -> None:
-    scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "1", "--max-pilots", "2")
-    pilots = wait(_pilots, 60, "a pilot in the queue")
-    assert "gpu:fakea:1" in pilots[0]["gres"], pilots
-    workdir = tmp_path / "wf"
-    shutil.copytree(WORKFLOWS / "reuse", workdir)
-    run = context_run(
-        workdir,
-        "--context-scheduler-file",
-        str(scheduler_file),
-        "--config",
-        "count=6",
-        "sleep=0.2",
-        env={"TOY_LOAD_SECONDS": "0.5"},
-        timeout=240,
-    ).check()
-    for i in range(6):
-        assert (workdir / "out" / f"{i}.txt").read_text().strip(), i
-    summary = run.summaries()[-1]
-    servers = json.dumps(summary)
-    # The jobs ran on pilots, named after their GPU type.
-    assert "pilot-fakea-" in servers, summary
-    # The pool's books are in the catalog, each pilot's batch allocation too, and once
-    # the pool is shut down every pilot's end: the ledger charges what SLURM charged.
-    subprocess.run(
-        [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(scheduler_file)],
-        capture_output=True,
-        timeout=60,
-    )
-    catalog = scheduler_file.with_suffix(".db")
-    with sqlite3.connect(catalog) as db:
-        pilots = db.execute("select name, registered, ended from pilots").fetchall()
-        servers_rows = db.execute("select name, allocated_at, joined, left from servers").fetchall()
-    # Every pilot that served registered; one the pool asked for while the run's demand
-    # lasted may still be starting when `down` ends it (seen once on a slow machine):
-    # it has an end, and no registration.
-    served = {name for name, *_ in servers_rows}
-    assert served and served <= {name for name, registered, _ in pilots if registered}, pilots
-    assert all(ended for _, _, ended in pilots), pilots
-    assert all(left is not None for *_, left in servers_rows), servers_rows
-    assert all(at is not None and at <= joined for _, at, joined, _ in servers_rows), servers_rows
-    from snakemake_executor_context.catalog.reading.ledger import read_ledger, window_of
-    from snakemake_executor_context.catalog.store import open_reader
-    from snakemake_executor_context.fleet.buckets import Bucket
-    from tests.fleet.test_ledger import assert_partition
-
-    store = open_reader(catalog)
-    with store.session() as session:
-        ledger = read_ledger(session, window_of(session, since=0.0))
-    store.close()
-    assert_partition(ledger)
-    assert ledger.totals().get(Bucket.ALLOCATED_BEFORE, 0.0) > 0, ledger.totals()
+    yield from pilot_pool(tmp_path, "slurm", (), slurm_pilots, 30)
 
 
 GPU_MODEL_SNAKEFILE = """
@@ -124,7 +55,7 @@ def test_gpu_model_rules_run_only_on_pilots_of_their_type(tmp_path: Path, pool) 
     scheduler_file = pool(
         "--gpu-type", "fakea", "--gpu-type", "fakeb", "--min-pilots", "2", "--max-pilots", "2"
     )
-    pilots = wait(lambda: len(_pilots()) == 2 and _pilots(), 60, "two pilots")
+    pilots = wait(lambda: len(slurm_pilots()) == 2 and slurm_pilots(), 60, "two pilots")
     gres = {job["id"]: job["gres"] for job in pilots}
     assert sorted(g.split(":")[-2] for g in gres.values()) == ["fakea", "fakeb"], gres
     workdir = tmp_path / "models"
@@ -142,109 +73,6 @@ def test_gpu_model_rules_run_only_on_pilots_of_their_type(tmp_path: Path, pool) 
         for i in range(2):
             job_id = (workdir / "out" / f"{kind}-{i}.txt").read_text().split()[-1]
             assert gres[job_id].split(":")[-2] == f"fake{kind}", (kind, gres)
-
-
-def test_a_cancelled_pilot_is_survived_and_classified(tmp_path: Path, pool) -> None:
-    scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "2", "--max-pilots", "2")
-    wait(lambda: len(_pilots()) == 2, 60, "two pilots")
-    workdir = tmp_path / "wf"
-    shutil.copytree(WORKFLOWS / "reuse", workdir)
-    process = subprocess.Popen(
-        [
-            str(BIN / "snakemake"),
-            "--executor",
-            "context",
-            "--jobs",
-            "2",
-            "--context-scheduler-file",
-            str(scheduler_file),
-            "--config",
-            "count=12",
-            "sleep=2",
-        ],
-        cwd=workdir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "TOY_LOAD_SECONDS": "0.5"},
-    )
-    try:
-        wait(
-            lambda: (
-                len(list((workdir / "out").glob("*.txt"))) >= 2
-                if (workdir / "out").exists()
-                else False
-            ),
-            120,
-            "the first outputs",
-        )
-        victim = _pilots()[0]["id"]
-        subprocess.run(["scancel", victim], check=True)
-        output, _ = process.communicate(timeout=240)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0, output
-    for i in range(12):
-        assert (workdir / "out" / f"{i}.txt").read_text().strip(), i
-
-    def cancelled_record():
-        records = _pool_books(scheduler_file).get("records", [])
-        return [r for r in records if r["job_id"] == victim and r["batch_state"]]
-
-    (record,) = wait(cancelled_record, 60, "the pool to read the cancelled pilot's state")
-    assert record["batch_state"] == "CANCELLED" and not record["released"], record
-    books = _pool_books(scheduler_file)
-    assert books["account"]["preempted"] >= 1, books
-    # The pool keeps its minimum: the cancelled pilot was replaced.
-    assert books["account"]["submitted"] >= 3, books
-
-
-def test_pilots_retire_before_walltime_and_are_replaced_while_work_remains(
-    tmp_path: Path, pool
-) -> None:
-    # Walltime 1 min (SLURM counts whole minutes: 00:01:10 would be 2), margin 40 s,
-    # stagger 5 s: each pilot retires after 15-20 s.
-    scheduler_file = pool(
-        "--gpu-type",
-        "fakea",
-        "--min-pilots",
-        "0",
-        "--max-pilots",
-        "1",
-        "--walltime",
-        "00:01:00",
-        "--retire-margin",
-        "40",
-        "--lifetime-stagger",
-        "5",
-        "--pilot-idle-timeout",
-        "3",
-    )
-    workdir = tmp_path / "wf"
-    shutil.copytree(WORKFLOWS / "reuse", workdir)
-    context_run(
-        workdir,
-        "--context-scheduler-file",
-        str(scheduler_file),
-        "--context-tuning",
-        "wait_for_server=120",
-        "--config",
-        "count=10",
-        "sleep=3",
-        env={"TOY_LOAD_SECONDS": "0.5"},
-        timeout=400,
-    ).check()
-    for i in range(10):
-        assert (workdir / "out" / f"{i}.txt").read_text().strip(), i
-    books = wait(
-        lambda: (b := _pool_books(scheduler_file))["account"]["running"] == 0 and b,
-        60,
-        "idle pilots to be released",
-    )
-    # 30 s of jobs on one pilot at a time that lives at most 20 s: at least two pilots.
-    assert books["account"]["submitted"] >= 2, books
-    assert books["account"]["crashed"] == 0, books
 
 
 def test_a_run_with_a_backend_submits_its_own_pilots(tmp_path: Path, slurm) -> None:
@@ -273,25 +101,7 @@ def test_a_run_with_a_backend_submits_its_own_pilots(tmp_path: Path, slurm) -> N
         "00:10:00 (10 min)" in run.output
     ), run.output
     # The run's pool ends with the run: its pilots leave the queue.
-    wait(lambda: not _pilots(), 60, "the run's pilots to leave the queue")
-
-
-def test_a_rule_no_pilot_can_run_fails_at_start(tmp_path: Path, slurm) -> None:
-    workdir = tmp_path / "models"
-    workdir.mkdir()
-    (workdir / "Snakefile").write_text(GPU_MODEL_SNAKEFILE)
-    run = context_run(
-        workdir,
-        "--context-pilots",
-        "backend=slurm",
-        "gpu_type=fakea",
-        "memory=1GB",
-        timeout=120,
-    )
-    assert run.returncode != 0
-    assert "Rule 'on_b' asks for gpu=1, gpu_model=fakeb, which no pilot of the pool" in run.output
-    assert "Traceback" not in run.output
-    assert not _pilots()
+    wait(lambda: not slurm_pilots(), 60, "the run's pilots to leave the queue")
 
 
 def test_pilots_refuse_connections_without_the_credentials(tmp_path: Path, pool) -> None:
@@ -345,7 +155,7 @@ def test_a_real_preemption_is_classified_preempted(tmp_path: Path, pool) -> None
     # slurm-up.sh: PreemptType=preempt/partition_prio, PreemptMode=CANCEL, and the
     # partition 'urgent' of a higher tier than the pilots' 'debug'.
     scheduler_file = pool("--gpu-type", "fakea", "--min-pilots", "1", "--max-pilots", "1")
-    victim = wait(_pilots, 60, "a pilot")[0]["id"]
+    victim = wait(slurm_pilots, 60, "a pilot")[0]["id"]
     wait(
         lambda: any(r["registered"] for r in _pool_books(scheduler_file).get("records", [])),
         60,
@@ -455,7 +265,7 @@ def test_a_rule_no_registered_pilot_can_run_fails_in_one_line(tmp_path: Path, sl
     assert "Rule 'needs_gpu' asks for gpu=1" in line, line
     assert "registered offering gpu=0" in line, line
     assert "Traceback" not in run.output
-    wait(lambda: not _pilots(), 60, "the run's pilots to leave the queue")
+    wait(lambda: not slurm_pilots(), 60, "the run's pilots to leave the queue")
     # How long after the pilot registered the job failed (the catalog's times).
     import sqlite3
 
@@ -484,7 +294,7 @@ def test_sigterm_ends_a_run_waiting_for_pilots(tmp_path: Path, slurm) -> None:
         start_new_session=True,
     )
     try:
-        wait(lambda: _pilots() or process.poll() is not None, 90, "a pending pilot")
+        wait(lambda: slurm_pilots() or process.poll() is not None, 90, "a pending pilot")
         assert process.poll() is None, process.communicate()[0]
         time.sleep(3)  # the run is waiting for the pilot now
         process.send_signal(signal.SIGTERM)
@@ -495,7 +305,7 @@ def test_sigterm_ends_a_run_waiting_for_pilots(tmp_path: Path, slurm) -> None:
     assert process.returncode != 0, output
     assert "not started: Snakemake was asked to stop (SIGTERM)" in output, output
     assert "Traceback" not in output, output
-    wait(lambda: not _pilots(), 60, "the run's pilots to leave the queue")
+    wait(lambda: not slurm_pilots(), 60, "the run's pilots to leave the queue")
 
 
 def test_a_pilot_that_joins_mid_run_warms_from_an_earlier_pilot(tmp_path: Path, pool) -> None:
@@ -505,7 +315,7 @@ def test_a_pilot_that_joins_mid_run_warms_from_an_earlier_pilot(tmp_path: Path, 
     scheduler_file = pool(
         "--gpu-type", "fakea", "--min-pilots", "1", "--max-pilots", "2", "--own-caches", str(caches)
     )
-    wait(_pilots, 60, "a pilot in the queue")
+    wait(slurm_pilots, 60, "a pilot in the queue")
     workdir = tmp_path / "wf"
     shutil.copytree(WORKFLOWS / "peers", workdir)
     context_run(
@@ -542,7 +352,7 @@ def test_two_pilots_on_two_nodes_form_one_server_and_run_a_two_rank_job(
         "--prologue",
         "export SNAKEMAKE_CONTEXT_NODE=node-$SLURM_JOB_ID",
     )
-    wait(lambda: len(_pilots()) == 2, 60, "two pilots in the queue")
+    wait(lambda: len(slurm_pilots()) == 2, 60, "two pilots in the queue")
     workdir = tmp_path / "wf"
     shutil.copytree(WORKFLOWS / "gang", workdir)
     context_run(
@@ -627,7 +437,9 @@ def test_two_cold_pilots_take_their_turns_for_the_read_only(
         "--peer-transfers",
         "0",
     )
-    wait(lambda: [p for p in _pilots() if p["state"] == "RUNNING"][1:], 90, "two running pilots")
+    wait(
+        lambda: [p for p in slurm_pilots() if p["state"] == "RUNNING"][1:], 90, "two running pilots"
+    )
     workdir = tmp_path / "wf"
     workdir.mkdir()
     (workdir / "Snakefile").write_text(STAGED_SNAKEFILE)

@@ -15,7 +15,7 @@ import pytest
 
 from snakemake_executor_context.defaults import PEER_WAIT_SECONDS
 from snakemake_executor_context.dispatch.vocabulary import JobTicket
-from snakemake_executor_context.executor.settings import ExecutorSettings, Tuning
+from snakemake_executor_context.executor.settings import ExecutorSettings, PilotRequest, Tuning
 from snakemake_executor_context.fleet import events as ev
 from snakemake_executor_context.fleet.loads import LoadKind
 from snakemake_executor_context.fleet.outcome import Outcome
@@ -259,7 +259,7 @@ def test_a_read_not_modelled_holds_no_turn() -> None:
 def test_the_simulators_defaults_are_the_plugins() -> None:
     """Read from the executor's settings, as a user gets them: RQ4's first pool and
     a pool spec's limit are the plugin's."""
-    every = (*fields(ExecutorSettings), *fields(Tuning))
+    every = (*fields(ExecutorSettings), *fields(PilotRequest), *fields(Tuning))
     declared: dict[str, Any] = {f.name: f.default for f in every}
     limit, transfers = declared["pilot_loads_per_source"], declared["peer_transfers"]
     assert (limit, transfers) == (simdefaults.LOADS_PER_SOURCE, simdefaults.PEER_TRANSFERS)
