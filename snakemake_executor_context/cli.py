@@ -2,7 +2,7 @@
 
 ::
 
-    snakemake-context up     [--scheduler-file F] [--servers N] [--memory-budget B]
+    snakemake-context up     [--scheduler-file F] [--servers N] [--contexts-memory B]
                              [--idle-timeout S] [--catalog PATH|URL|none]
     snakemake-context down   [--scheduler-file F]
     snakemake-context status [--scheduler-file F] [--catalog PATH|URL] [--json]

@@ -82,7 +82,7 @@ DEMAND_STALE_SECONDS = 60.0
 
 # Environment variables: each name once, wherever it is set or read.
 #: The servers' memory cap ("8GB"; unset, "0" or "none": no cap); the executor's
-#: --context-memory-cap sets it for its embedded cluster; export it for `up`.
+#: --context-server-memory sets it for its embedded cluster; export it for `up`.
 MEMORY_CAP_VARIABLE = "SNAKEMAKE_CONTEXT_MEMORY_CAP"
 #: Restart a server after this many jobs left threads running (default 3; 0: never).
 RECYCLE_VARIABLE = "SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS"

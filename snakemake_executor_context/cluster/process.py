@@ -94,7 +94,7 @@ class LocalClusterProcess:
             "serve",
             "--scheduler-file",
             str(files.scheduler_file),
-            up_flag("memory_budget"),
+            up_flag("contexts_memory"),
             str(memory_budget),
             "--idle-timeout",
             str(idle_timeout),

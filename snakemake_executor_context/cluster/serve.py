@@ -72,7 +72,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {SERVE_MODULE} serve")
     parser.add_argument("--scheduler-file", type=Path, required=True)
     add_option(parser, "servers")
-    add_option(parser, "memory_budget")
+    add_option(parser, "contexts_memory")
     add_option(parser, "server_group")
     parser.add_argument("--idle-timeout", type=float, default=0.0)
     parser.add_argument("--parent-pid", type=int, default=0)
@@ -183,7 +183,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
                     ContextServerPlugin(
                         ServerConfig(
                             name=plan.name,
-                            memory_budget=args.memory_budget,
+                            memory_budget=args.contexts_memory,
                             gpu=asdict(plan.gpu) if plan.gpu else None,
                             devices=plan.devices,
                             shape=shape,

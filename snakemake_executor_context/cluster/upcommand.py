@@ -24,7 +24,7 @@ def add_up_command(commands: Any, scheduler_file: Callable[[Any], None]) -> None
     up = commands.add_parser("up", help="start a persistent local cluster of context servers")
     scheduler_file(up)
     add_option(up, "servers")
-    add_option(up, "memory_budget")
+    add_option(up, "contexts_memory")
     add_argument(
         up,
         "--idle-timeout",
@@ -92,7 +92,7 @@ def _up(args: argparse.Namespace) -> int:
     local = LocalClusterProcess.start(
         args.scheduler_file,
         servers=args.servers,
-        memory_budget=args.memory_budget,
+        memory_budget=args.contexts_memory,
         timeout=args.timeout,
         idle_timeout=args.idle_timeout,
         catalog=catalog,

@@ -120,7 +120,7 @@ class ExecutorSettings(ExecutorSettingsBase):
         },
     )
     servers: Optional[int] = table_field("servers")
-    memory_budget: str = table_field("memory_budget")
+    contexts_memory: str = table_field("contexts_memory")
     catalog: Optional[str] = _checked(
         None,
         Allowed(TEXT, optional=True, form=filled),
@@ -177,7 +177,7 @@ class ExecutorSettings(ExecutorSettingsBase):
             "machine), 'servers' when attached to a cluster.",
         },
     )
-    memory_cap: Optional[str] = _checked(
+    server_memory: Optional[str] = _checked(
         None,
         Allowed(SIZE, least=2**26, optional=True, conflicts=ATTACH_SETTINGS),
         {
@@ -185,7 +185,7 @@ class ExecutorSettings(ExecutorSettingsBase):
             "processes included ('8GB'; default: none). A watchdog samples it every "
             "0.5 s; above the cap it stops the running job, which fails naming the "
             "cap and the memory seen, and restarts the server if the job does not "
-            "stop. Separate from --context-memory-budget (contexts) and from Dask's "
+            "stop. Separate from --context-contexts-memory (contexts) and from Dask's "
             "memory thresholds (off). For `snakemake-context up`, export "
             f"{MEMORY_CAP_VARIABLE} before starting it.",
         },

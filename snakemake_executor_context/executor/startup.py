@@ -148,7 +148,7 @@ def _connect(
     return ClusterConnection.start_embedded(
         cluster_dir / f"{run_id}.json",
         servers=settings.servers,
-        memory_budget=settings.memory_budget,
+        memory_budget=settings.contexts_memory,
         timeout=max(settings.connect_timeout, 60.0),
         catalog=catalog,
         extra_args=[
@@ -179,11 +179,11 @@ def export_local_dir(settings: ExecutorSettings) -> None:
 
 
 def export_server_limits(settings: ExecutorSettings) -> None:
-    """--context-memory-cap and --context-tuning recycle_after_leaks (checked with the other
+    """--context-server-memory and --context-tuning recycle_after_leaks (checked with the other
     settings): set for the embedded cluster's servers, through the variables a user
     exports for `snakemake-context up`."""
-    if settings.memory_cap is not None:
-        os.environ[MEMORY_CAP_VARIABLE] = settings.memory_cap
+    if settings.server_memory is not None:
+        os.environ[MEMORY_CAP_VARIABLE] = settings.server_memory
     os.environ[RECYCLE_VARIABLE] = str(int(settings.recycle_after_leaks))
 
 

@@ -137,7 +137,7 @@ def _admit(name: str, gang: Gang, budget: int) -> None:
             f"Context '{name}': rank {rank}'s shard takes {format_bytes(nbytes)} on "
             f"{gang.devices[rank]}, more than the {format_bytes(budget)} its device may hold "
             f"(the server's memory budget over its {len(gang.devices)} device(s)). Fix: "
-            "split it over more ranks, or raise --context-memory-budget."
+            "split it over more ranks, or raise --context-contexts-memory."
         )
 
 

@@ -69,7 +69,7 @@ def pilot_command_args(args: Any) -> list[str]:
         extra_directives=words_of(args.pilot_directives),
         prologue=words_of(args.pilot_prologue),
         interface=args.interface,
-        memory_budget=str(args.memory_budget),
+        memory_budget=str(args.contexts_memory),
         log_directory=args.pilot_log_dir,
         retire_margin=args.pilot_retire_margin,
         loads_per_source=args.pilot_loads_per_source,

@@ -87,7 +87,7 @@ class PilotOptions:
     lifetime_stagger: float = setting_default("pilot_lifetime_stagger")
     #: The Python that runs the pilot's server (default: the one running this).
     python: str | None = None
-    memory_budget: str = setting_default("memory_budget")
+    memory_budget: str = setting_default("contexts_memory")
     #: Where pilots write their batch logs (None: the batch system's default).
     log_directory: str | None = None
     #: Node-local directory the prologue stages model weights into, if any.

@@ -50,7 +50,7 @@ class ServerConfig:
 
     name: str = ""
     #: A fraction of the server's memory ("0.8") or a size ("6GB").
-    memory_budget: str = setting_default("memory_budget")
+    memory_budget: str = setting_default("contexts_memory")
     #: The GPU this server is pinned to (its first, when it owns several), as a
     #: GpuInfo dict; None on a CPU server.
     gpu: dict[str, Any] | None = None

@@ -74,7 +74,7 @@ def memory_message(cap: int, rss: int) -> str:
     :data:`~..defaults.MEMORY_CAP_VARIABLE`, set by the executor's flag for its
     embedded cluster or exported for ``snakemake-context up``: both are named."""
     return (
-        f"the server's memory cap of {format_bytes(cap)} ({executor_flag('memory_cap')}, or "
+        f"the server's memory cap of {format_bytes(cap)} ({executor_flag('server_memory')}, or "
         f"{MEMORY_CAP_VARIABLE}): the server and its child processes used "
         f"{format_bytes(rss)}. Fix: raise the cap, or make the job need less memory"
     )

@@ -166,7 +166,7 @@ _DECLARED = (
         default_text="the number of CPU cores, at most 4",
     ),
     Option(
-        "memory_budget",
+        "contexts_memory",
         Allowed(BUDGET),
         DEFAULT_MEMORY_BUDGET,
         "Memory each server may fill with loaded contexts before it evicts the least "
@@ -492,7 +492,7 @@ _DECLARED_VARIABLES = (
         MEMORY_CAP_VARIABLE,
         Allowed(SIZE, least=2**26, zero="no cap", off=("none", "off", "no")),
         "the memory cap of each server, its child processes included (the executor's "
-        "--context-memory-cap sets it for its embedded cluster)",
+        "--context-server-memory sets it for its embedded cluster)",
         "a size such as 8GB",
         "no cap",
     ),

@@ -118,7 +118,7 @@ def test_two_contexts_on_two_servers_with_room_for_one_each_load_twice(workflow)
         workdir,
         "--context-servers",
         "2",
-        "--context-memory-budget",
+        "--context-contexts-memory",
         "60MB",
         "--config",
         "count=20",

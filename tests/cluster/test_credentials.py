@@ -24,7 +24,7 @@ from snakemake_executor_context.executor.recording import _outside
 from snakemake_executor_context.settings.table import option
 
 SERVERS = option("servers").allowed
-MEMORY_BUDGET = option("memory_budget").allowed
+MEMORY_BUDGET = option("contexts_memory").allowed
 
 
 def _mode(path: Path) -> int:

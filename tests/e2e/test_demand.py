@@ -63,7 +63,7 @@ def test_two_contexts_on_two_servers(workflow, budget, max_loads, max_evictions)
         workdir,
         "--context-servers",
         "2",
-        "--context-memory-budget",
+        "--context-contexts-memory",
         budget,
         "--config",
         "count=12",

@@ -284,7 +284,7 @@ def test_eviction_of_least_recently_used(make_workflow):
         workdir,
         "--context-servers",
         "1",
-        "--context-memory-budget",
+        "--context-contexts-memory",
         "60MB",
     ).check()
     assert [(workdir / f"steps/{i}.txt").read_text() for i in range(5)] == list("abaab")

@@ -35,7 +35,7 @@ def test_snakemake_finds_the_plugin_and_lists_its_settings():
         "--context-scheduler-address",
         "--context-scheduler-file",
         "--context-servers",
-        "--context-memory-budget",
+        "--context-contexts-memory",
         "--context-catalog",
         "--context-tuning",
         "--context-credentials",

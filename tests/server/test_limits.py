@@ -165,7 +165,7 @@ def test_a_job_past_the_memory_cap_fails_alone(toy_workflow):
         workdir,
         "--context-servers",
         "1",
-        "--context-memory-cap",
+        "--context-server-memory",
         "1GB",
         "--keep-going",
         "--jobs",
@@ -174,7 +174,7 @@ def test_a_job_past_the_memory_cap_fails_alone(toy_workflow):
     )
     assert run.returncode != 0
     assert re.search(
-        r"stopped by the server's memory cap of 1\.00 GB \(--context-memory-cap, or "
+        r"stopped by the server's memory cap of 1\.00 GB \(--context-server-memory, or "
         r"SNAKEMAKE_CONTEXT_MEMORY_CAP\): the "
         r"server and its child processes used \d\.\d\d GB",
         run.output,
@@ -239,7 +239,7 @@ def test_a_one_minute_runtime_stops_a_300_s_sleep_within_75_s(toy_workflow):
 def test_a_bad_memory_cap_is_one_line(make_workflow):
     snakefile = "rule a:\n    output: 'a'\n    shell: 'touch {output}'\n"
     workdir = make_workflow({"Snakefile": snakefile})
-    run = context_run(workdir, "--context-memory-cap", "lots")
+    run = context_run(workdir, "--context-server-memory", "lots")
     assert run.returncode != 0
-    assert "--context-memory-cap 'lots' is not allowed: a size such as 16GB" in run.output
+    assert "--context-server-memory 'lots' is not allowed: a size such as 16GB" in run.output
     assert "Traceback (most recent call last)" not in run.output

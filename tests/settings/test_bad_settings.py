@@ -77,12 +77,12 @@ def _line(output: str, *parts: str) -> str:
 #: argument parser and plugin registry build the settings (in-process).
 BAD_SETTINGS = [
     (
-        ["--context-memory-budget", "abc"],
-        ["--context-memory-budget 'abc' is not allowed", "(0, 1]", "6GB"],
+        ["--context-contexts-memory", "abc"],
+        ["--context-contexts-memory 'abc' is not allowed", "(0, 1]", "6GB"],
     ),
     (
-        ["--context-memory-budget", "1.5"],
-        ["--context-memory-budget '1.5' is not allowed", "(0, 1]"],
+        ["--context-contexts-memory", "1.5"],
+        ["--context-contexts-memory '1.5' is not allowed", "(0, 1]"],
     ),
     (["--context-servers", "0"], ["--context-servers 0 is not allowed", "from 1 to 256"]),
     (["--context-servers", "-1"], ["--context-servers -1 is not allowed", "from 1 to 256"]),
@@ -241,7 +241,7 @@ def test_credentials_that_do_not_match_are_one_line(trivial, scheduler_file, cre
     [
         (["--servers", "0"], ["--servers 0 is not allowed", "from 1 to 256"]),
         (["--servers", "-1"], ["--servers -1 is not allowed", "from 1 to 256"]),
-        (["--memory-budget", "abc"], ["--memory-budget 'abc' is not allowed", "6GB"]),
+        (["--contexts-memory", "abc"], ["--contexts-memory 'abc' is not allowed", "6GB"]),
         (["--idle-timeout=-5"], ["--idle-timeout -5.0 is not allowed", "(0: never)"]),
         (["--timeout", "0"], ["--timeout 0.0 is not allowed", "above 0"]),
         (["--queue", "gpu"], ["--queue 'gpu' is not allowed without --backend"]),
@@ -559,7 +559,7 @@ def test_memory_cap_kill_message_names_the_variable_too():
     from snakemake_executor_context.server.limits import memory_message
 
     message = memory_message(2**30, 2**31)
-    assert "(--context-memory-cap, or SNAKEMAKE_CONTEXT_MEMORY_CAP)" in message, message
+    assert "(--context-server-memory, or SNAKEMAKE_CONTEXT_MEMORY_CAP)" in message, message
 
 
 def test_a_bad_variable_stops_snakemake_in_one_line_creating_nothing(tmp_path):

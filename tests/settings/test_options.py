@@ -115,7 +115,7 @@ def test_a_pilots_server_settings_are_one_record_on_the_wire() -> None:
     config = settings.server_config("pilot-a100-0", [], 8 * 2**30, allocated_at=12.0)
     assert config.shape == shape and config.shape.model_cache_bytes == 2_000_000_000
     assert (config.gang_nodes, config.gang_kind, config.allocated_at) == (2, "a100", 12.0)
-    assert config.memory_budget == setting_default("memory_budget")
+    assert config.memory_budget == setting_default("contexts_memory")
     assert config.loads_per_source == setting_default("pilot_loads_per_source")
     assert config.retires_at is not None
     with pytest.raises(TypeError):
