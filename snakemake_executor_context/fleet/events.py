@@ -259,7 +259,7 @@ class ServerDraining(Event):
     kind: ClassVar[str] = "server-draining"
     address: str
     name: str = ""
-    #: Why: 'SIGTERM', or 'recycled: CUDA-fatal error ...' (:mod:`..server.blackhole`).
+    #: Why: 'SIGTERM', or 'recycled: CUDA-fatal error ...' (:mod:`..server.policy`).
     why: str = "SIGTERM"
     #: Whether what made it leave was a crash (a rank of a gang that died by itself,
     #: or of a SIGKILL nobody announced): its jobs' crash budgets pay, not their

@@ -46,7 +46,7 @@ SERVER_DASK_CONFIG: dict[str, Any] = {
 @dataclass
 class ServerConfig:
     """How a server is set up (its memory cap and leak restarts come from the
-    environment: :class:`.limits.ServerLimits`)."""
+    environment: :class:`.policy.ServerLimits`)."""
 
     name: str = ""
     #: A fraction of the server's memory ("0.8") or a size ("6GB").
@@ -70,7 +70,7 @@ class ServerConfig:
     memory_bytes: int = 0
     #: Seconds without its scheduler after which the server stops its jobs (0: never).
     lease: float = SERVER_LEASE_SECONDS
-    #: Seconds between SIGTERM and the server's exit (:mod:`.drain`).
+    #: Seconds between SIGTERM and the server's exit (:mod:`.policy`).
     drain_grace: float = DRAIN_GRACE_SECONDS
     #: Start the plain-job zygote at once (a persistent cluster), not at a first job.
     warm_zygote: bool = False

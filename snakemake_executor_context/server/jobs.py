@@ -1,5 +1,5 @@
 """The jobs a server runs: each one in-process or as a plain job, under its limits
-(the watch loop: :mod:`.limits` says which limit a job broke), and what its end means
+(the watch loop: :mod:`.policy` says which limit a job broke), and what its end means
 for the server (a leaking or CUDA-fatal job makes it recycle: the server's one way
 out, passed in as ``recycle``)."""
 
@@ -20,14 +20,13 @@ from ..jobspec import ContextJobSpec, GroupJobSpec, JobResult, PlainJobSpec
 from ..strays.jobsweep import JobSpans
 from ..strays.processgroups import GroupRecord
 from ..terminal import error_text
-from .blackhole import gpu_failure
 from .cache import ContextCache, free_gpu_cache
 from .contextjob import run_context
 from .groupjob import run_group
 from .inventory import ServerStats
-from .limits import STOP_GRACE_SECONDS, ServerLimits, broken_limit, memory_message
 from .memwatch import process_tree_rss
 from .plain import run_plain_job
+from .policy import STOP_GRACE_SECONDS, ServerLimits, broken_limit, gpu_failure, memory_message
 from .running import RunningJob
 from .slots.serverslots import ServerSlots
 
@@ -71,7 +70,7 @@ class ServerJobs:
 
     def run_bounded(self, spec: Spec) -> JobResult:
         """Run one job under its limits (runtime, memory cap), if it has any: in a
-        thread of its own, watched from this one (see :mod:`.limits`)."""
+        thread of its own, watched from this one (see :mod:`.policy`)."""
         if spec.runtime_minutes is None and self.limits.memory_cap is None:
             return self._caught(spec)
         box: list[JobResult] = []

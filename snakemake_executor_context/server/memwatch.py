@@ -1,5 +1,5 @@
 """The memory watchdog: samples a server's RSS, with its child processes, and says
-when it is above the cap (:mod:`.limits` decides what that means for the jobs)."""
+when it is above the cap (:mod:`.policy` decides what that means for the jobs)."""
 
 from __future__ import annotations
 

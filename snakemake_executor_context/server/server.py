@@ -3,11 +3,10 @@
 It holds the contexts (:class:`~.cache.ContextCache`), the slots
 (:class:`~.slots.serverslots.ServerSlots`) and the jobs (:class:`~.jobs.ServerJobs`)
 of its process, sends the fleet's events, and reports its inventory. It owns its
-life: every way a server
-ends early (a drain on SIGTERM, a recycle after a CUDA-fatal error, a leak count or a
-job that will not stop) goes through :meth:`ContextServer.leave`, which :mod:`.drain`,
-:mod:`.blackhole` and :mod:`.limits` only inform with their decisions. One instance
-per process (:meth:`ContextServer.current`).
+life: every way a server ends early (a drain on SIGTERM, a recycle after a CUDA-fatal
+error, a leak count or a job that will not stop) goes through
+:meth:`ContextServer.leave`, which the policies of :mod:`.policy` only inform with their
+decisions. One instance per process (:meth:`ContextServer.current`).
 """
 
 from __future__ import annotations
@@ -36,18 +35,16 @@ from ..gang.devices import device_list
 from ..gang.start import RemoteDevice
 from ..settings.shape import Shape
 from ..strays.processgroups import GroupRecord
-from .blackhole import RECYCLE_GRACE
 from .cache import ContextCache, free_gpu_cache, resolve_budget
 from .config import ServerConfig
-from .drain import DRAINED_EXIT, plan_drain
 from .inventory import ServerInventory, ServerStats, SlotState, fields_of
 from .jobs import ServerJobs
-from .limits import ServerLimits
 from .loadturns import LoadTurns
 from .memwatch import MemoryWatchdog
 from .peers.holder import TemplateHolder
 from .peers.reach import DaskPeers
 from .peers.receiver import PeerFetch
+from .policy import DRAINED_EXIT, RECYCLE_GRACE, ServerLimits, plan_drain
 from .slots.serverslots import ServerSlots
 
 __all__ = ["ContextServer", "survival_group_here"]
@@ -259,7 +256,7 @@ class ContextServer:
     # -- its end -------------------------------------------------------------------
 
     def drain(self, grace: float) -> None:
-        """SIGTERM: finish the running jobs that fit ``grace`` (:mod:`.drain`), hand
+        """SIGTERM: finish the running jobs that fit ``grace`` (:mod:`.policy`), hand
         the others back at once, and leave."""
         with self._lock:
             if self.draining:
@@ -289,7 +286,7 @@ class ContextServer:
 
     def recycle(self, key: str, why: str) -> None:
         """Take no new job and leave once the executor has job ``key``'s result (and
-        the jobs in other slots have ended, :data:`.blackhole.RECYCLE_GRACE` at most);
+        the jobs in other slots have ended, :data:`.policy.RECYCLE_GRACE` at most);
         its nanny starts a fresh process."""
         if self._worker is None:
             logger.warning("cannot restart %s (%s): no worker", self.identity.describe(), why)

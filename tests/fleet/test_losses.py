@@ -199,7 +199,7 @@ def test_only_attempts_that_ran_on_a_lost_server_are_charged():
 
 
 def test_gpu_failures_are_told_from_their_text():
-    from snakemake_executor_context.server.blackhole import gpu_failure
+    from snakemake_executor_context.server.policy import gpu_failure
 
     assert gpu_failure("CUDA error: an illegal memory access was encountered") == "fatal"
     assert gpu_failure("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus") == "fatal"

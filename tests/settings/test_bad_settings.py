@@ -508,7 +508,7 @@ def test_good_variables_mean_what_they_meant(monkeypatch, tmp_path):
     from snakemake_executor_context import paths
     from snakemake_executor_context.executor.settings import ExecutorSettings
     from snakemake_executor_context.modelcache import cacheroom, entries, staging
-    from snakemake_executor_context.server.limits import ServerLimits
+    from snakemake_executor_context.server.policy import ServerLimits
 
     def limits(**env: str) -> ServerLimits:
         return ServerLimits.from_environment(
@@ -544,7 +544,7 @@ def test_a_bad_variable_in_a_reader_is_one_line(monkeypatch):
     start check refuses fails there in the same one line, never as no cap."""
     from snakemake_executor_context.errors import ContextLoadError, SettingError
     from snakemake_executor_context.modelcache import staging
-    from snakemake_executor_context.server.limits import ServerLimits
+    from snakemake_executor_context.server.policy import ServerLimits
 
     for bad in ("1e400", "nan", "1B", "-5GB"):
         with pytest.raises(SettingError, match=f"SNAKEMAKE_CONTEXT_MEMORY_CAP='{bad}'"):
@@ -556,7 +556,7 @@ def test_a_bad_variable_in_a_reader_is_one_line(monkeypatch):
 
 
 def test_memory_cap_kill_message_names_the_variable_too():
-    from snakemake_executor_context.server.limits import memory_message
+    from snakemake_executor_context.server.policy import memory_message
 
     message = memory_message(2**30, 2**31)
     assert "(--context-server-memory, or SNAKEMAKE_CONTEXT_MEMORY_CAP)" in message, message
