@@ -32,12 +32,11 @@ merged call is traced to its job by calling the function again on each job's ite
 alone: only the job whose items raise sees the error. A leader interrupted (its job
 cancelled) hands its batch back: the other jobs' items run in the next batch.
 
-Settings. ``max_batch`` and ``max_wait`` are read at every call, in this order: what
-the server set with :func:`configure` (its ``--context-tuning batch_max`` and
-``--context-tuning batch_wait``: the operator knows the device, where a GPU takes 64 claims a
-forward pass and a CPU is best at 8), else what the context passed to :func:`batched`,
-else the library's defaults (32 items, 0 s: no latency added at low load). A context
-loaded before its server configured follows the server's settings all the same.
+Settings. ``max_batch`` and ``max_wait`` are what the context passed to :func:`batched`
+(a workflow that runs on GPUs and CPUs alike reads them from its config: a GPU takes
+64 claims a forward pass where a CPU is best at 8, the fact-check workflow's
+``forward_batch``), else the library's defaults (32 items, 0 s: no latency added at low
+load). No server setting overrides them.
 
 Observers. :func:`observe` registers a callback called with the size of every call of a
 wrapped function, on the thread that made it (the leader's): a context server counts
@@ -59,7 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["Batcher", "batched", "configure", "observe", "settings"]
+__all__ = ["Batcher", "batched", "observe"]
 
 #: The library's defaults: calls of up to 32 items, no waiting for more.
 DEFAULT_MAX_BATCH = 32
@@ -76,28 +75,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-_config_lock = threading.Lock()
-#: What the server set (None: not set); see :func:`configure`.
-_configured: dict[str, float | int | None] = {"max_batch": None, "max_wait": None}
+_observers_lock = threading.Lock()
 _observers: dict[object, Callable[[int], None]] = {}
-
-
-def configure(*, max_batch: int | None = None, max_wait: float | None = None) -> None:
-    """Set this process's batch settings (a context server calls it with its
-    ``--context-tuning batch_max`` and ``--context-tuning batch_wait``). They take precedence over
-    the values a context passed to :func:`batched`, for every batcher, including those
-    made before this call. None leaves a setting unset (the context's or the library's
-    value applies); a bad value raises ValueError naming the setting."""
-    _check(max_batch, max_wait, "--context-tuning batch_max", "--context-tuning batch_wait")
-    with _config_lock:
-        _configured["max_batch"] = max_batch
-        _configured["max_wait"] = max_wait
-
-
-def settings() -> dict[str, float | int | None]:
-    """What :func:`configure` set (None where nothing was set)."""
-    with _config_lock:
-        return dict(_configured)
 
 
 def observe(callback: Callable[[int], None], *, name: str | None = None) -> Callable[[], None]:
@@ -109,11 +88,11 @@ def observe(callback: Callable[[int], None], *, name: str | None = None) -> Call
     unregisters the callback. A callback's exception is ignored: counting never fails
     a batch."""
     key: object = name if name is not None else object()
-    with _config_lock:
+    with _observers_lock:
         _observers[key] = callback
 
     def unregister() -> None:
-        with _config_lock:
+        with _observers_lock:
             if _observers.get(key) is callback:
                 del _observers[key]
 
@@ -121,7 +100,7 @@ def observe(callback: Callable[[int], None], *, name: str | None = None) -> Call
 
 
 def _notify(size: int) -> None:
-    with _config_lock:
+    with _observers_lock:
         callbacks = list(_observers.values())
     for callback in callbacks:
         try:
@@ -130,13 +109,13 @@ def _notify(size: int) -> None:
             continue
 
 
-def _check(max_batch: int | None, max_wait: float | None, batch_name: str, wait_name: str) -> None:
+def _check(max_batch: int | None, max_wait: float | None) -> None:
     if max_batch is not None and (
         isinstance(max_batch, bool) or int(max_batch) != max_batch or max_batch < 1
     ):
-        raise ValueError(f"{batch_name} must be a whole number of at least 1, got {max_batch!r}")
+        raise ValueError(f"max_batch must be a whole number of at least 1, got {max_batch!r}")
     if max_wait is not None and not max_wait >= 0:
-        raise ValueError(f"{wait_name} must be >= 0 seconds, got {max_wait!r}")
+        raise ValueError(f"max_wait must be >= 0 seconds, got {max_wait!r}")
 
 
 @dataclass
@@ -159,9 +138,9 @@ class Batcher(Generic[T, R]):
         max_batch: int | None = None,
         max_wait: float | None = None,
     ) -> None:
-        _check(max_batch, max_wait, "max_batch", "max_wait")
+        _check(max_batch, max_wait)
         self.fn = fn
-        #: What the context asked for (None: the library's default), below the server's.
+        #: What the context asked for (None: the library's default).
         self.requested_max_batch = max_batch
         self.requested_max_wait = max_wait
         #: How many calls of ``fn`` merged how many items (the batch-size histogram).
@@ -209,17 +188,13 @@ class Batcher(Generic[T, R]):
     @property
     def max_batch(self) -> int:
         """The most items one call of the function gets (see the module: settings)."""
-        value = _configured["max_batch"]
-        if value is None:
-            value = self.requested_max_batch
+        value = self.requested_max_batch
         return int(value) if value is not None else DEFAULT_MAX_BATCH
 
     @property
     def max_wait(self) -> float:
         """Seconds a leader waits for more items before calling (see the module)."""
-        value = _configured["max_wait"]
-        if value is None:
-            value = self.requested_max_wait
+        value = self.requested_max_wait
         return float(value) if value is not None else DEFAULT_MAX_WAIT
 
     def histogram(self) -> dict[int, int]:
@@ -356,7 +331,6 @@ def batched(
 ) -> Batcher[T, R]:
     """Wrap a function of a list of items so that concurrent calls share its calls.
 
-    ``max_batch`` and ``max_wait`` are the context's own values; a server's
-    :func:`configure` takes precedence, and without either the library's defaults
-    (32 items, 0 s) apply."""
+    ``max_batch`` and ``max_wait`` are the context's own values; without them the
+    library's defaults (32 items, 0 s) apply."""
     return Batcher(fn, max_batch=max_batch, max_wait=max_wait)

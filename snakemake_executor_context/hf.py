@@ -103,8 +103,7 @@ class CausalLM:
 
     def score_batched(self, items: list[ScoreItem], forward_batch: int = 8) -> list[float]:
         """:meth:`score`, with the items of the jobs running at once merged into forward
-        passes of up to ``forward_batch`` items (a server's ``--context-tuning batch_max``
-        overrides it; see :mod:`.callmerge`)."""
+        passes of up to ``forward_batch`` items (see :mod:`.callmerge`)."""
         with self.lock:
             batcher = self.batchers.get(forward_batch)
             if batcher is None:

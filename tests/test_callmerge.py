@@ -160,47 +160,23 @@ def test_bad_settings_are_refused() -> None:
 
 
 # ----------------------------------------------------------------------------------
-# Settings, observers, and batching inside jobs (issue 14).
+# Settings, observers, and batching inside jobs.
 
 
-@pytest.fixture
-def server_settings():
-    """Whatever a test configures is unset afterwards (the settings are process-wide)."""
-    yield callmerge.configure
-    callmerge.configure(max_batch=None, max_wait=None)
-
-
-def test_defaults_add_no_wait_and_the_server_settings_apply_to_batchers_made_before(
-    server_settings,
-) -> None:
+def test_defaults_add_no_wait_and_a_contexts_own_settings_apply() -> None:
     model = Model(seconds=0)
     score = batched(model.score)
-    explicit = batched(model.score, max_batch=4)
+    explicit = batched(model.score, max_batch=3, max_wait=0.001)
     assert (score.max_batch, score.max_wait) == (callmerge.DEFAULT_MAX_BATCH, 0.0)
     assert callmerge.DEFAULT_MAX_WAIT == 0.0
-    assert explicit.max_batch == 4
-    server_settings(max_batch=3, max_wait=0.001)
-    # Read at call time: both batchers, made before, follow the server.
-    assert (score.max_batch, explicit.max_batch, score.max_wait) == (3, 3, 0.001)
-    assert score([str(i) for i in range(7)]) == [str(i) for i in range(7)]
+    assert (explicit.max_batch, explicit.max_wait) == (3, 0.001)
+    assert explicit([str(i) for i in range(7)]) == [str(i) for i in range(7)]
     assert [len(c) for c in model.calls] == [3, 3, 1]
-    assert callmerge.settings() == {"max_batch": 3, "max_wait": 0.001}
-    server_settings(max_batch=None, max_wait=None)
-    assert (score.max_batch, explicit.max_batch) == (callmerge.DEFAULT_MAX_BATCH, 4)
 
 
-def test_bad_server_settings_name_the_setting(server_settings) -> None:
-    with pytest.raises(ValueError, match="--context-tuning batch_max must be a whole number"):
-        server_settings(max_batch=0)
-    with pytest.raises(ValueError, match="--context-tuning batch_wait must be >= 0"):
-        server_settings(max_wait=-0.5)
-    assert callmerge.settings() == {"max_batch": None, "max_wait": None}
-
-
-def test_a_long_server_wait_gathers_concurrent_callers_into_one_call(server_settings) -> None:
-    server_settings(max_batch=8, max_wait=0.5)
+def test_a_long_wait_gathers_concurrent_callers_into_one_call() -> None:
     model = Model(seconds=0)
-    score = batched(model.score)
+    score = batched(model.score, max_batch=8, max_wait=0.5)
     inputs = [[f"j{j}-{i}" for i in range(2)] for j in range(4)]
     out = _concurrently(score, inputs)
     assert out == [[i.upper() for i in items] for items in inputs]

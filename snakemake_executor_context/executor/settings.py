@@ -8,7 +8,7 @@ Snakemake turns each field of :class:`ExecutorSettings` into a command-line flag
 ``--context-pilots backend=slurm queue=gpu ...``; the research switches and tuning a
 user rarely sets in another, ``--context-tuning KEY=VALUE ...``. Both are checked by
 the same table as the flags, and the code reads their keys as settings
-(``settings.pilot_queue``, ``settings.batch_max``). The servers' options
+(``settings.pilot_queue``, ``settings.placement``). The servers' options
 (``--context-slots``...) and the pilots' are the option table's
 (:mod:`..settings.table`): their fields take its default, help and checks; the others
 are the executor's own, declared here.
@@ -218,7 +218,7 @@ class ExecutorSettings(ExecutorSettingsBase):
         Allowed(WORDS, optional=True),
         {
             "help": "Research switches and tuning, as KEY=VALUE (a switch: KEY alone), "
-            "each checked as its own flag was: placement=dask, agnostic, batch_max=16, "
+            "each checked as its own flag was: placement=dask, agnostic, status_interval=0.5, "
             "status_interval=0.5... The docs' settings page lists every key.",
             "nargs": "+",
             "type": str,
@@ -253,7 +253,7 @@ class ExecutorSettings(ExecutorSettingsBase):
 
     def __getattr__(self, name: str) -> Any:
         """A key of the pilot request or of the tuning read as a setting
-        (``settings.pilot_queue``, ``settings.batch_max``): the value ``--context-pilots``
+        (``settings.pilot_queue``, ``settings.placement``): the value ``--context-pilots``
         or ``--context-tuning`` gave, else its default."""
         if name in _REQUEST_FIELDS:
             return getattr(self.__dict__.get("requested") or PilotRequest(), name)
@@ -291,7 +291,7 @@ _REQUEST_FIELDS = frozenset(PILOT_KEYS.values())
 class Tuning:
     """The settings a user rarely sets: research switches and tuning, given as
     ``--context-tuning KEY=VALUE ...`` (a switch: ``KEY`` alone) and checked by the
-    same table as the flags. Read as settings: ``settings.batch_max``."""
+    same table as the flags. Read as settings: ``settings.placement``."""
 
     status_interval: float = _checked(
         1.0,
@@ -377,8 +377,6 @@ class Tuning:
         },
     )
     threads_per_slot: int = table_field("threads_per_slot")
-    batch_max: int = table_field("batch_max")
-    batch_wait: float = table_field("batch_wait")
     peer_transfers: int = table_field("peer_transfers")
     peer_mbps: float = table_field("peer_mbps")
     gang_timeout: float = table_field("gang_timeout")
@@ -449,7 +447,7 @@ def _keyed_table(cls: type) -> list[Any]:
 
 def settings_table() -> list[Any]:
     """Every setting of the executor, with its flag and what it allows (a key's flag:
-    ``--context-pilots queue``, ``--context-tuning batch_max``)."""
+    ``--context-pilots queue``, ``--context-tuning placement``)."""
     return (
         dataclass_settings(ExecutorSettings, EXECUTOR_PREFIX)
         + _keyed_table(PilotRequest)

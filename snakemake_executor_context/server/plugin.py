@@ -13,7 +13,6 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .. import paths
-from ..callmerge import configure as configure_batching
 from ..defaults import (
     DEVICES_VARIABLE,
     JOB_MARK_VARIABLE,
@@ -62,8 +61,6 @@ class ContextServerPlugin(WorkerPlugin):
             os.environ[MODEL_CACHE_VARIABLE] = cache
         if shape.model_cache_bytes > 0:
             os.environ[MODEL_CACHE_SIZE_VARIABLE] = str(shape.model_cache_bytes)
-        # Unset (0): every batched() function keeps its own max_batch and max_wait.
-        configure_batching(max_batch=shape.batch_max or None, max_wait=shape.batch_wait or None)
         server = ContextServer.install(config, worker.address, worker)
         # What its loaders see as theirs (server_devices()), and its gangs' ranks use.
         os.environ[DEVICES_VARIABLE] = ",".join(server.devices)

@@ -32,8 +32,6 @@ class Shape:
 
     slots: int = setting_default("slots")
     threads_per_slot: int = setting_default("threads_per_slot")
-    batch_max: int = setting_default("batch_max")
-    batch_wait: float = setting_default("batch_wait")
     peer_transfers: int = setting_default("peer_transfers")
     peer_mbps: float = setting_default("peer_mbps")
     model_cache: str | None = setting_default("model_cache")

@@ -192,20 +192,6 @@ _DECLARED = (
         "per server x threads per slot.",
     ),
     Option(
-        "batch_max",
-        Allowed(WHOLE, least=0, most=1_000_000, zero="each function's own max_batch"),
-        0,
-        "Most items a batched() call merges into one call of its function across the "
-        "jobs of a server (0: each function's own max_batch).",
-    ),
-    Option(
-        "batch_wait",
-        Allowed(NUMBER, least=0, most=1, unit="seconds"),
-        0.0,
-        "Seconds a batched() call waits for other jobs' items (0: a lone call is not "
-        "delayed; items arriving meanwhile form the next batch).",
-    ),
-    Option(
         "peer_transfers",
         Allowed(WHOLE, least=0, most=64, zero="no peer transfer"),
         2,
@@ -600,7 +586,7 @@ TUNING = frozenset(
     {
         "status_interval", "wait_for_server", "connect_timeout", "placement",
         "preemption_budget", "agnostic", "recycle_after_leaks", "threads_per_slot",
-        "batch_max", "batch_wait", "peer_transfers", "peer_mbps", "gang_timeout",
+        "peer_transfers", "peer_mbps", "gang_timeout",
         "server_group", "survival_placement", "interface", "pilot_retire_margin",
         "pilot_idle_timeout", "pilot_loads_per_source", "own_caches",
     }
@@ -622,7 +608,7 @@ _PILOT_KEY_OF = {name: key for key, name in PILOT_KEYS.items()}
 
 def executor_flag(name: str) -> str:
     """The executor's flag of an option: ``--context-slots``, for a key of the pilot
-    request ``--context-pilots queue``, for a tuning key ``--context-tuning batch_max``."""
+    request ``--context-pilots queue``, for a tuning key ``--context-tuning placement``."""
     if name in TUNING:
         return f"{TUNING_FLAG} {name}"
     if name in _PILOT_KEY_OF:

@@ -106,7 +106,7 @@ BAD_SETTINGS = [
     ),
     (
         ["--context-tuning", "batch_size=8"],
-        ["--context-tuning 'batch_size=8' is not allowed: no tuning key 'batch_size'", "batch_max"],
+        ["--context-tuning 'batch_size=8' is not allowed: no tuning key 'batch_size'", "placement"],
     ),
     (["--context-slots", "100000"], ["--context-slots 100000", "from 1 to 256"]),
     (

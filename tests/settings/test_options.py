@@ -89,7 +89,7 @@ def test_each_default_is_said_once_by_the_table() -> None:
 def test_the_shape_holds_the_tables_server_options() -> None:
     assert set(Shape.names()) <= {found.name for found in options_of(SERVER)}
     assert Shape() == Shape(**{name: setting_default(name) for name in Shape.names()})
-    shape = Shape(slots=3, batch_wait=0.5, own_caches="/tmp/caches")
+    shape = Shape(slots=3, peer_mbps=0.5, own_caches="/tmp/caches")
     assert Shape.from_wire(shape.to_wire()) == shape
     parser = argparse.ArgumentParser()
     Shape.add_arguments(parser)

@@ -81,8 +81,7 @@ class LoadedModel:
         shared with the items of concurrent jobs (batching across jobs).
 
         Items of any template (any answer ids) merge into one pass of up to
-        ``forward_batch`` items; a server's ``--context-tuning batch_max`` overrides that size
-        (see :mod:`snakemake_executor_context.callmerge`). Scores equal
+        ``forward_batch`` items (see :mod:`snakemake_executor_context.callmerge`). Scores equal
         :meth:`score`'s within 1e-4 (only the left padding differs)."""
         with self.lock:
             batcher = self.batchers.get(forward_batch)

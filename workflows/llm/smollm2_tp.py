@@ -155,7 +155,7 @@ class TensorParallelModel:
         """The scores of ``(prompt, yes_id, no_id)`` items, in forward passes shared
         with the items of concurrent jobs (``snakemake_executor_context.batched``: the
         batcher's leader calls the gang once per merged pass of up to
-        ``forward_batch`` items, a server's ``--context-tuning batch_max`` overriding it)."""
+        ``forward_batch`` items)."""
         with self.lock:
             batcher = self.batchers.get(forward_batch)
             if batcher is None:
