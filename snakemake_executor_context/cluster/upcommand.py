@@ -73,7 +73,7 @@ def _up(args: argparse.Namespace) -> int:
         )
         return 0
     if not args.backend:  # the servers start on this node (pilots make theirs on theirs)
-        shape.check_own_caches(up_flag("own_caches"))
+        shape.check_cache_dirs(up_flag)
     from .credentials import private_file
     from .infofiles import ClusterFiles
 

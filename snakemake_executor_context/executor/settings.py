@@ -219,7 +219,7 @@ class ExecutorSettings(ExecutorSettingsBase):
         {
             "help": "Research switches and tuning, as KEY=VALUE (a switch: KEY alone), "
             "each checked as its own flag was: placement=dask, agnostic, status_interval=0.5, "
-            "status_interval=0.5... The docs' settings page lists every key.",
+            "peer_transfers=0... The docs' settings page lists every key.",
             "nargs": "+",
             "type": str,
             "metavar": "KEY=VALUE",
@@ -246,7 +246,8 @@ class ExecutorSettings(ExecutorSettingsBase):
             if not (self.scheduler_file or self.scheduler_address or self.backend):
                 # The embedded cluster's servers start on this node: their directory is
                 # made and checked here (an attached cluster's and pilots' are theirs).
-                Shape(own_caches=self.own_caches).check_own_caches(executor_flag("own_caches"))
+                shape = Shape(model_cache=self.model_cache, own_caches=self.own_caches)
+                shape.check_cache_dirs(executor_flag)
         except SettingError as error:
             # The plugin's frames say nothing to the user (Snakemake prints them).
             raise error.with_traceback(None) from None

@@ -13,6 +13,8 @@ its :class:`~..server.config.ServerConfig`.
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -77,23 +79,26 @@ class Shape:
             found += [up_flag(name), repr(float(value)) if number else str(value)]
         return found
 
-    def check_own_caches(self, flag: str) -> None:
-        """Make and check the directory of per-server caches (0700) in this process,
-        as each server of a local cluster would at its start: one that cannot be made
-        (``/proc/nope``) or is not this user's is refused in one line naming ``flag``
-        before any server starts, not in the cluster's log. Not for pilots: their
-        directory is on their nodes, made by their job scripts."""
-        if not self.own_caches:
-            return
+    def check_cache_dirs(self, flag_of: Callable[[str], str]) -> None:
+        """Make and check the model cache and the directory of per-server caches (0700)
+        in this process, as each server of a local cluster would at its start: one
+        that cannot be made (``/proc/nope``) or is not this user's is refused in one
+        line naming its flag (``flag_of(name)``) before any server starts, not in the
+        cluster's log. Not for pilots: their directories are on their nodes, made by
+        their job scripts."""
         from .. import paths
 
-        path = Path(self.own_caches).expanduser().absolute()
-        problem = paths.dir_problem(path, tighten=True)
-        if problem:
-            raise SettingError(
-                f"{flag} {self.own_caches!r} is not allowed: the directory {path} {problem}; "
-                "name one this user can create."
-            )
+        for name in ("model_cache", "own_caches"):
+            given = getattr(self, name)
+            if not given:
+                continue
+            path = Path(os.path.expandvars(given)).expanduser().absolute()
+            problem = paths.dir_problem(path, tighten=True)
+            if problem:
+                raise SettingError(
+                    f"{flag_of(name)} {given!r} is not allowed: the directory {path} "
+                    f"{problem}; name one this user can create."
+                )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace | Any) -> Shape:

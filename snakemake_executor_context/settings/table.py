@@ -221,7 +221,7 @@ _DECLARED = (
     ),
     Option(
         "own_caches",
-        # Made and checked where the servers start (Shape.check_own_caches; a pilot's
+        # Made and checked where the servers start (Shape.check_cache_dirs; a pilot's
         # on its node).
         Allowed(TEXT, optional=True, form=filled),
         None,

@@ -443,7 +443,7 @@ def test_an_unusable_catalog_path_names_the_catalog_setting(tmp_path):
     assert "choose another --catalog" in done.stderr and "--scheduler-file" not in done.stderr
 
 
-def test_own_caches_are_made_where_the_servers_start(tmp_path):
+def test_cache_directories_are_made_where_the_servers_start(tmp_path):
     """The embedded cluster's directory of per-server caches is made and checked while
     the settings are read; a pilot's is on its node, and an attached cluster's is its
     own: neither is made (or refused) on this host."""
@@ -459,6 +459,15 @@ def test_own_caches_are_made_where_the_servers_start(tmp_path):
     assert node_local.is_dir() and (node_local.stat().st_mode & 0o777) == 0o700
     with pytest.raises(SettingError, match="--context-tuning own_caches '/proc/nope' is not"):
         ExecutorSettings(tuning=["own_caches=/proc/nope"])
+    # The model cache likewise: made here for the embedded cluster, on a pilot's node
+    # by its job script.
+    cache = tmp_path / "node-local" / "models"
+    ExecutorSettings(model_cache=str(cache), pilots=["backend=slurm"])
+    assert not cache.exists()
+    ExecutorSettings(model_cache=str(cache))
+    assert cache.is_dir() and (cache.stat().st_mode & 0o777) == 0o700
+    with pytest.raises(SettingError, match="--context-model-cache '/proc/nope' is not allowed"):
+        ExecutorSettings(model_cache="/proc/nope")
 
 
 # -- the environment variables a user exports ----------------------------------------
