@@ -1,10 +1,12 @@
 """Bad values on the command line: one line that says what is wrong, a non-zero exit,
 no traceback, no hang, and nothing created where it should not be.
 
-Each case is a real command (``snakemake-context ...`` or ``snakemake --executor
-context ...``) run in a fresh directory of its own. ``{tmp}`` in an argument is that
-directory; ``prepare`` makes what the command needs there first (a catalog, a
-Snakefile); ``after`` checks afterwards that nothing was created or changed.
+Each case is a real command (``snakemake-context ...``) run in a fresh directory of its
+own. The executor's settings are refused in-process, as Snakemake builds them
+(``tests/settings/test_bad_settings.py``), two of them through its command line.
+``{tmp}`` in an argument is the case's directory; ``prepare`` makes what the command
+needs there first (a catalog, a Snakefile); ``after`` checks afterwards that nothing was
+created or changed.
 The cases are grouped by the part of the plugin that refuses them.
 """
 
@@ -280,70 +282,7 @@ SIMULATE_CASES: list[Refusal] = [
     ),
 ]
 
-# ---- the executor's settings (snakemake --executor context --context-...) ----
-_TRIVIAL = 'rule all:\n    output: "a.txt"\n    shell: "touch {output}"\n'
-
-
-def _snakefile(tmp: Path) -> None:
-    (tmp / "Snakefile").write_text(_TRIVIAL)
-
-
-def _nothing_started(tmp: Path) -> None:
-    """Refused while the settings were read: no job ran, no cluster started, and
-    nothing of the plugin's was made in the workflow directory."""
-    assert not (tmp / "a.txt").exists()
-    assert not (tmp / ".snakemake" / "context").exists(), sorted((tmp / ".snakemake").rglob("*"))
-
-
-def _nothing_made(tmp: Path) -> None:
-    _nothing_started(tmp)
-    assert not (tmp / "missing").exists(), "the directories above --context-local-dir were made"
-
-
-def _setting(case: str, *args: str, says: str, after=_nothing_started) -> Refusal:
-    argv = ("snakemake", "--executor", "context", "--jobs", "1", *args)
-    return Refusal(f"settings-{case}", argv, says, prepare=_snakefile, after=after, timeout=120)
-
-
-SETTINGS_CASES: list[Refusal] = [
-    # Was a traceback in the cluster's log, each server failing to make it.
-    _setting(
-        "own-caches-unmakeable",
-        "--context-tuning",
-        "own_caches=/proc/nope",
-        says="--context-tuning own_caches '/proc/nope' is not allowed: the directory /proc/nope",
-    ),
-    _setting(
-        "own-caches-under-a-file",
-        "--context-tuning",
-        "own_caches={tmp}/Snakefile/caches",
-        says="/Snakefile/caches' is not allowed: the directory",
-    ),
-    # Made /nonexistent and /nonexistent/dir, then the private root in it.
-    _setting(
-        "local-dir-missing",
-        "--context-local-dir",
-        "{tmp}/missing/dir",
-        after=_nothing_made,
-        says="/missing/dir' is not allowed: no such directory",
-    ),
-    _setting(
-        "model-cache-size-huge",
-        "--context-model-cache-size",
-        "1e30",
-        says="--context-model-cache-size '1e30' is not allowed",
-    ),
-    _setting(
-        "peer-mbps-tiny",
-        "--context-tuning",
-        "peer_mbps=1e-9",
-        says="--context-tuning peer_mbps 1e-09 is not allowed",
-    ),
-    # Was taken as the default catalog, silently.
-    _setting("catalog-empty", "--context-catalog", "", says="--context-catalog '' is not allowed"),
-]
-
-CASES = CATALOG_CASES + SIMULATE_CASES + SETTINGS_CASES
+CASES = CATALOG_CASES + SIMULATE_CASES
 
 
 def _command(argv: tuple[str, ...], tmp: Path) -> list[str]:
@@ -376,4 +315,4 @@ def test_a_bad_value_is_refused_in_one_line(case: Refusal, tmp_path: Path) -> No
 
 
 def test_every_group_has_cases() -> None:
-    assert CATALOG_CASES and SIMULATE_CASES and SETTINGS_CASES
+    assert CATALOG_CASES and SIMULATE_CASES

@@ -117,6 +117,15 @@ BAD_SETTINGS = [
         ["--context-pilots", "backend=slurm", "walltime=99:99"],
         ["--context-pilots walltime '99:99'", "SLURM reads it as MM:SS, 01:41:00", "99 seconds"],
     ),
+    # Was a traceback in the cluster's log, each server failing to make it.
+    (
+        ["--context-tuning", "own_caches=/proc/nope"],
+        ["--context-tuning own_caches '/proc/nope' is not allowed: the directory /proc/nope"],
+    ),
+    (["--context-model-cache-size", "1e30"], ["--context-model-cache-size '1e30' is not allowed"]),
+    (["--context-tuning", "peer_mbps=1e-9"], ["--context-tuning peer_mbps 1e-09 is not allowed"]),
+    # Was taken as the default catalog, silently.
+    (["--context-catalog", ""], ["--context-catalog '' is not allowed"]),
 ]
 
 
@@ -140,11 +149,22 @@ def test_bad_setting_is_one_line(args, parts):
     assert "\n" not in message and all(part in message for part in parts), message
 
 
+def test_directories_that_cannot_be_used_are_refused_making_nothing(tmp_path):
+    """A cache directory below a file, and a local directory that does not exist: one
+    line each, and nothing made above them (the plugin makes nothing above its
+    private directory)."""
+    (tmp_path / "Snakefile").write_text(TRIVIAL)
+    below_a_file = f"own_caches={tmp_path}/Snakefile/caches"
+    message = _settings_error(["--context-tuning", below_a_file])
+    assert "/Snakefile/caches' is not allowed: the directory" in message, message
+    message = _settings_error(["--context-local-dir", str(tmp_path / "missing" / "dir")])
+    assert "/missing/dir' is not allowed: no such directory" in message, message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Snakefile"]
+
+
 @pytest.mark.parametrize(
     ("args", "parts"),
     [
-        BAD_SETTINGS[0],
-        BAD_SETTINGS[-1],
         # Checked once the run has its settings: where it would connect.
         (
             ["--context-scheduler-address", "tcp://127.0.0.1:8786"],
