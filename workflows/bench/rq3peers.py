@@ -4,7 +4,7 @@ what a kill costs when its replacement warms from a peer instead of the source.
 The context has real files (:func:`peerload.load_files`): a directory of
 ``--megabytes`` MB whose source is read through a limit of ``--rate`` MB/s shared by
 all readers (a shared filesystem under load), copied into the server's own cache
-(``--context-own-caches``), read back; its template is that cache entry, named per
+(``--context-tuning own_caches=DIR``), read back; its template is that cache entry, named per
 server process, so a replacement (the injector restarts a killed server under its
 name) starts with an empty cache. Jobs of ``--job`` seconds score ``--claims``
 claims each (sleeps). Four runs on the embedded cluster of ``--servers`` servers,
