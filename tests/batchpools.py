@@ -161,7 +161,25 @@ def batch_system(
             )
 
 
-# SLURM's queue.
+# SLURM's queue, and a workflow of its two fake GPU types.
+
+
+#: Rules of both fake GPU types (slurm-up.sh: fakea, fakeb): each job writes its
+#: CUDA_VISIBLE_DEVICES and SLURM job id.
+SLURM_GPU_MODELS = """
+rule all:
+    input: expand("out/{kind}-{i}.txt", kind=["a", "b"], i=range(2))
+
+rule on_a:
+    output: "out/a-{i}.txt"
+    resources: gpu=1, gpu_model="fakea"
+    shell: "echo $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID > {output}"
+
+rule on_b:
+    output: "out/b-{i}.txt"
+    resources: gpu=1, gpu_model="fakeb"
+    shell: "echo $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID > {output}"
+"""
 
 
 def _slurm_queue() -> list[dict[str, str]]:

@@ -79,6 +79,19 @@ def _address(flag: str, value: str) -> str | None:
     return None
 
 
+def _keyed_flag(help_text: str) -> Any:
+    """A flag whose words are ``KEY=VALUE`` settings, each checked as a flag of its own
+    would be (:func:`_keyed_values`)."""
+    metadata = {
+        "help": f"{help_text} Each is checked as its own flag was. The docs' settings page "
+        "lists every key.",
+        "nargs": "+",
+        "type": str,
+        "metavar": "KEY=VALUE",
+    }
+    return _checked(None, Allowed(WORDS, optional=True), metadata)
+
+
 common_settings = CommonSettings(
     # Jobs run in server processes, not in Snakemake's own process.
     non_local_exec=True,
@@ -198,32 +211,15 @@ class ExecutorSettings(ExecutorSettingsBase):
     model_cache_size: Optional[str] = table_field("model_cache_size")
     # The embedded cluster's: pilots own --context-pilots gpus.
     gpus_per_server: int = table_field("gpus_per_server", conflicts=("backend", *ATTACH_SETTINGS))
-    pilots: Optional[list[str]] = _checked(
-        None,
-        Allowed(WORDS, optional=True),
-        {
-            "help": "Run the servers as a pool of pilot jobs on a batch system, asked "
-            "for as KEY=VALUE: backend=slurm (or sge, pbs, lsf, htcondor) and any of "
-            "queue, account, qos, walltime, gpus, nodes, gpu_type, cores, memory, "
-            "directive, prologue, min, max (a list's key once per item: "
-            "gpu_type=a100 gpu_type=h100). Each is checked as its own flag was. The "
-            "docs' settings page lists every key.",
-            "nargs": "+",
-            "type": str,
-            "metavar": "KEY=VALUE",
-        },
+    pilots: Optional[list[str]] = _keyed_flag(
+        "Run the servers as a pool of pilot jobs on a batch system, asked for as "
+        "KEY=VALUE: backend=slurm (or sge, pbs, lsf, htcondor) and any of queue, account, "
+        "qos, walltime, gpus, nodes, gpu_type, cores, memory, directive, prologue, min, max "
+        "(a list's key once per item: gpu_type=a100 gpu_type=h100)."
     )
-    tuning: Optional[list[str]] = _checked(
-        None,
-        Allowed(WORDS, optional=True),
-        {
-            "help": "Research switches and tuning, as KEY=VALUE (a switch: KEY alone), "
-            "each checked as its own flag was: placement=dask, agnostic, status_interval=0.5, "
-            "peer_transfers=0... The docs' settings page lists every key.",
-            "nargs": "+",
-            "type": str,
-            "metavar": "KEY=VALUE",
-        },
+    tuning: Optional[list[str]] = _keyed_flag(
+        "Research switches and tuning, as KEY=VALUE (a switch: KEY alone): placement=dask, "
+        "agnostic, status_interval=0.5, peer_transfers=0..."
     )
     report: bool = _checked(
         False,

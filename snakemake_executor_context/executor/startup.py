@@ -102,7 +102,7 @@ def checked_declarations(workflow: Any) -> dict[str, ContextDeclaration]:
 
 
 def shape_of(settings: ExecutorSettings) -> Shape:
-    """The servers' shape and batching defaults the settings ask for."""
+    """The servers' shape the settings ask for."""
     return Shape.from_args(settings)
 
 

@@ -94,7 +94,7 @@ class PilotOptions:
     #: At most this many pilots load the same context from the shared source at once.
     loads_per_source: int = setting_default("pilot_loads_per_source")
     #: How its server runs: its slots (its Dask threads, not its cores), threads per
-    #: slot, batching defaults, template sharing and gang timeout.
+    #: slot, the model caches, template sharing and gang timeout.
     shape: Shape = field(default_factory=Shape)
     extra: dict[str, str] = field(default_factory=dict)
     #: The label of the pilots' survival group (``server_group``; '': their queue

@@ -8,7 +8,7 @@ the cluster process's, the simulator's) is made from here.
 - :mod:`.checks`: what a setting allows (:class:`~.checks.Allowed`), how a value is
   parsed and refused in one line naming the setting;
 - :mod:`.shape`: the fleet's shape (:class:`~.shape.Shape`): slots per server, threads
-  per slot, GPUs per server, the batching defaults, template sharing.
+  per slot, GPUs per server, the model caches, template sharing.
 
 Below the pilots and above the batch systems' facts (their names and walltime forms,
 :mod:`..pilots.batch`): the checks read a walltime as the named system does.

@@ -1,7 +1,7 @@
 """The fleet's shape, LLSC's "triples": servers per node x slots per server x threads
-per slot, the GPUs each server owns (a context may span them: a gang), the batching
-defaults servers give ``batched()`` functions, and how servers share context templates
-(peer transfers, whether each has a cache of its own, and what a cache may hold).
+per slot, the GPUs each server owns (a context may span them: a gang), where the
+model cache lives, and how servers share context templates (peer transfers, whether
+each has a cache of its own, and what a cache may hold).
 
 One typed record, :class:`Shape`, for the three ways servers start (the embedded
 cluster, `up`, pilots): its fields are options of :mod:`.table` (their defaults and
@@ -28,7 +28,7 @@ __all__ = ["Shape"]
 
 @dataclass(frozen=True)
 class Shape:
-    """Slots per server, threads per slot, the batching defaults, template sharing, and
+    """Slots per server, threads per slot, the model caches, template sharing, and
     the GPUs each server owns with the timeout of the gangs spanning them. Each field
     is the option of its name (:data:`~.table.OPTIONS`)."""
 

@@ -33,6 +33,7 @@ import pytest
 from tests.batchpools import (
     SGE_POOL,
     SGE_SPOOLED_SCRIPTS,
+    SLURM_GPU_MODELS,
     pilot_pool,
     sge_pilots,
     sge_qacct,
@@ -153,20 +154,6 @@ def _sge_retired(books: dict) -> None:
     assert sge_qacct(retired[0]["job_id"])["exit_status"] == "0"
 
 
-SLURM_UNRUNNABLE = """
-rule all:
-    input: expand("out/{kind}-{i}.txt", kind=["a", "b"], i=range(2))
-
-rule on_a:
-    output: "out/a-{i}.txt"
-    resources: gpu=1, gpu_model="fakea"
-    shell: "echo $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID > {output}"
-
-rule on_b:
-    output: "out/b-{i}.txt"
-    resources: gpu=1, gpu_model="fakeb"
-    shell: "echo $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID > {output}"
-"""
 SGE_UNRUNNABLE = """
 rule all:
     input: "out/big.txt"
@@ -190,7 +177,7 @@ SYSTEMS = {
         first_pilot=_slurm_first,
         after_down=_slurm_after_down,
         # A GPU type the pool does not ask for: refused by the plugin before a pilot.
-        unrunnable=SLURM_UNRUNNABLE,
+        unrunnable=SLURM_GPU_MODELS,
         unrunnable_request=("backend=slurm", "gpu_type=fakea", "memory=1GB"),
         refusal=("Rule 'on_b' asks for gpu=1, gpu_model=fakeb, which no pilot of the pool",),
         # SLURM counts whole minutes: 00:01:10 would be 2.

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.batchpools import pilot_pool, slurm_pilots, wait
+from tests.batchpools import SLURM_GPU_MODELS, pilot_pool, slurm_pilots, wait
 from tests.batchpools import pool_books as _pool_books
 from tests.conftest import BIN, REPO, WORKFLOWS, context_run
 
@@ -35,22 +35,6 @@ def pool(tmp_path: Path, slurm) -> Iterator:
     yield from pilot_pool(tmp_path, "slurm", (), slurm_pilots, 30)
 
 
-GPU_MODEL_SNAKEFILE = """
-rule all:
-    input: expand("out/{kind}-{i}.txt", kind=["a", "b"], i=range(2))
-
-rule on_a:
-    output: "out/a-{i}.txt"
-    resources: gpu=1, gpu_model="fakea"
-    shell: "echo $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID > {output}"
-
-rule on_b:
-    output: "out/b-{i}.txt"
-    resources: gpu=1, gpu_model="fakeb"
-    shell: "echo $CUDA_VISIBLE_DEVICES $SLURM_JOB_ID > {output}"
-"""
-
-
 def test_gpu_model_rules_run_only_on_pilots_of_their_type(tmp_path: Path, pool) -> None:
     scheduler_file = pool(
         "--gpu-type", "fakea", "--gpu-type", "fakeb", "--min-pilots", "2", "--max-pilots", "2"
@@ -60,7 +44,7 @@ def test_gpu_model_rules_run_only_on_pilots_of_their_type(tmp_path: Path, pool) 
     assert sorted(g.split(":")[-2] for g in gres.values()) == ["fakea", "fakeb"], gres
     workdir = tmp_path / "models"
     workdir.mkdir()
-    (workdir / "Snakefile").write_text(GPU_MODEL_SNAKEFILE)
+    (workdir / "Snakefile").write_text(SLURM_GPU_MODELS)
     context_run(
         workdir,
         "--context-scheduler-file",
