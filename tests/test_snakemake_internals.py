@@ -180,20 +180,26 @@ def test_a_snakemake_without_an_internal_fails_at_start_in_one_line(toy_workflow
 
 def test_only_the_job_schedulers_wake_up_timers_are_cancelled_at_shutdown():
     """Snakemake's scheduler leaves a non-daemon 1 s Timer behind each pass of its loop
-    (it kept the process alive after the last job); the plugin cancels those, and no
-    other timer."""
+    (it kept the process alive after the last job), and the plugin's one pending
+    wake-up stands in for them; the plugin cancels those, and no other timer."""
     import threading
 
-    from snakemake_executor_context.snakemake_internals import cancel_scheduler_timers
+    from snakemake_executor_context.snakemake_internals import (
+        REEVALUATION_TIMER,
+        cancel_scheduler_timers,
+    )
 
     theirs = eval(compile("lambda: None", "/x/snakemake/scheduling/job_scheduler.py", "eval"))
     wake_up = threading.Timer(60, theirs)
+    ours = threading.Timer(60, lambda: None)
+    ours.name = REEVALUATION_TIMER
     other = threading.Timer(60, lambda: None)
-    wake_up.start()
-    other.start()
+    for timer in (wake_up, ours, other):
+        timer.start()
     try:
-        assert cancel_scheduler_timers() == 1
+        assert cancel_scheduler_timers() == 2
         wake_up.join(5)
-        assert not wake_up.is_alive() and other.is_alive()
+        ours.join(5)
+        assert not wake_up.is_alive() and not ours.is_alive() and other.is_alive()
     finally:
         other.cancel()

@@ -22,7 +22,9 @@ from ..fleet.keys import job_key_of, new_run_id
 from ..jobspec import remove_outputs
 from ..snakemake_internals import (
     cancel_scheduler_timers,
+    finish_together,
     graceful_stop_off_the_main_thread,
+    one_reevaluation_pending,
     thin_selections,
     told_not_finished,
 )
@@ -119,6 +121,7 @@ class Executor(RemoteExecutor):
         """Hand a Snakemake job to dispatch (placed and submitted by the status loop)."""
         self._ctrl_c.raise_if_swallowed()
         thin_selections(self.workflow)  # once: the scheduler exists once it runs jobs
+        one_reevaluation_pending(self.workflow)
         made, spec, error = self.specs.build(job, self.declarations)
         if warning := self._group_warnings(job):
             self.logger.warning(warning)
@@ -233,12 +236,12 @@ class Executor(RemoteExecutor):
                 self._inbox.put(v.AttemptEnded(key, time.time(), message=why))
 
     def _tell_held(self, everything: bool = False) -> None:
-        """Tell Snakemake the held successes together, when :mod:`.pacing` says so."""
+        """Tell Snakemake the held successes together, when :mod:`.pacing` says so: one
+        pass of its scheduler for them all (:func:`..snakemake_internals.finish_together`)."""
         handed, queued = len(self._jobs) + len(self._held), self.dispatch.queued
-        for info in self._held.due(
-            time.monotonic(), handed=handed, queued=queued, everything=everything
-        ):
-            self.report_job_success(info)
+        due = self._held.due(time.monotonic(), handed=handed, queued=queued, everything=everything)
+        if due:
+            finish_together(self.workflow, [info.job for info in due])
 
     def _reported(self, ticket: v.JobTicket) -> SubmittedJobInfo:
         """The job's Snakemake record, taken out of the jobs in flight (reported once)."""

@@ -3,9 +3,9 @@
 Snakemake's scheduler makes one pass over its ready jobs for every job reported
 finished, and selects as many jobs as there are free slots at that pass. Told one at a
 time, each pass fills one slot: with thousands of ready jobs the passes are the run's
-bottleneck (measured: 2.4 jobs a pass at 2,000 ready jobs). Told together, one pass
-fills them all, and the passes after it find no free slot (and cost nothing:
-:func:`..snakemake_internals.thin_selections`).
+bottleneck (measured: 2.4 jobs a pass at 2,000 ready jobs). Told together, they wake
+the scheduler once (:func:`..snakemake_internals.finish_together`), and that pass fills
+them all.
 
 A success is held back only while holding costs no server any work: while dispatch
 still has jobs queued for the servers' slots. It is told once half of the jobs

@@ -104,6 +104,55 @@ def test_two_thousand_context_jobs_under_each_scheduler(tmp_path, scheduler):
     assert "hub INFO context catalog:" in log.read_text()
 
 
+#: Runs Snakemake's command line in this process, counting the passes of its scheduler's
+#: loop that select jobs and the most timer threads alive at one of them.
+COUNTING_DRIVER = """
+import json, sys, threading
+from snakemake.scheduling import job_scheduler
+
+seen = {"passes": 0, "timers": 0}
+select = job_scheduler.JobScheduler.job_selector
+
+def counted(self, jobs):
+    seen["passes"] += 1
+    alive = sum(isinstance(t, threading.Timer) for t in threading.enumerate())
+    seen["timers"] = max(seen["timers"], alive)
+    return select(self, jobs)
+
+job_scheduler.JobScheduler.job_selector = counted
+from snakemake.cli import main
+sys.argv = ["snakemake", *sys.argv[1:]]
+try:
+    main()
+finally:
+    with open("passes.json", "w") as f:
+        json.dump(seen, f)
+"""
+
+
+@pytest.mark.slow
+def test_finished_jobs_wake_snakemakes_loop_once_per_report_and_one_timer_is_pending(tmp_path):
+    """Snakemake's scheduler, under its default job rate limit, starts a 1 s timer that
+    wakes its loop at every pass over ready jobs, and every such wake-up is a pass that
+    starts another: before, 1,000 jobs made 3,507 passes with 262 timer threads alive
+    at once, the loop busy for the whole run. And each job told finished woke it once
+    more. Now one wake-up is pending at a time and the jobs told together wake it once:
+    fewer passes than half the jobs (285 for 1,000 measured)."""
+    size = 400
+    workdir = _noop_workflow(tmp_path / "passes")
+    (workdir / "count.py").write_text(COUNTING_DRIVER)
+    args = ["--executor", "context", "--context-servers", "2", "--jobs", "8", "all"]
+    run = subprocess.run(
+        [str(BIN / "python"), "count.py", *args, "--config", f"size={size}"],
+        cwd=workdir, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    _every_job_once(workdir, size, run.stdout + run.stderr)
+    seen = json.loads((workdir / "passes.json").read_text())
+    assert seen["timers"] <= 2, seen
+    assert seen["passes"] < size // 2, seen
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("servers", "size", "seconds"),
