@@ -82,6 +82,10 @@ def plugin_share(folded: Path) -> dict[str, float]:
     total = plugin = catalog = 0
     for line in folded.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
+        if not count_text.isdigit():
+            # py-spy --nonblocking can read a frame's name as it changes: a name with a
+            # newline in it splits its sample over two lines (seen once in 2,000 jobs).
+            continue
         count = int(count_text)
         total += count
         for frame in reversed(stack.split(";")):
