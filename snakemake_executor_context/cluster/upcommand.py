@@ -73,7 +73,8 @@ def _up(args: argparse.Namespace) -> int:
         )
         return 0
     if not args.backend:  # the servers start on this node (pilots make theirs on theirs)
-        shape.check_cache_dirs(up_flag)
+        for note in shape.check_cache_dirs(up_flag):
+            print(note)
     from .credentials import private_file
     from .infofiles import ClusterFiles
 

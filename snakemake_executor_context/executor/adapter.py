@@ -111,6 +111,8 @@ class Executor(RemoteExecutor):
         servers = len(self.dispatch.fleet.servers)
         announce.announce_fleet(servers, workflow, connection, say, took=connected)
         announce.announce_walltime(settings, say)
+        for note in settings.cache_notes:
+            say(note)
         steps.mark("plan")
         self.logger.debug(steps.line())
         self._ready = True

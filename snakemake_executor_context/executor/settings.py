@@ -232,6 +232,8 @@ class ExecutorSettings(ExecutorSettingsBase):
     )
 
     def __post_init__(self) -> None:
+        #: What others can do in the named caches the embedded cluster's servers use.
+        self.cache_notes: list[str] = []
         try:
             self.tuned = tuning_values(self.tuning)
             self.requested = pilot_request(self.pilots)
@@ -243,7 +245,7 @@ class ExecutorSettings(ExecutorSettingsBase):
                 # The embedded cluster's servers start on this node: their directory is
                 # made and checked here (an attached cluster's and pilots' are theirs).
                 shape = Shape(model_cache=self.model_cache, own_caches=self.own_caches)
-                shape.check_cache_dirs(executor_flag)
+                self.cache_notes = shape.check_cache_dirs(executor_flag)
         except SettingError as error:
             # The plugin's frames say nothing to the user (Snakemake prints them).
             raise error.with_traceback(None) from None

@@ -67,6 +67,7 @@ from .root import (
     SCRATCH_NAME,
     dir_problem,
     local_base,
+    named_dir_problem,
     not_a_directory,
     private_dir,
     private_path,
@@ -74,6 +75,7 @@ from .root import (
     private_temporary_directory,
     root_path,
     scratch_dir,
+    shared_note,
 )
 
 __all__ = [
@@ -90,6 +92,7 @@ __all__ = [
     "local_base",
     "lock_descriptor",
     "lock_path",
+    "named_dir_problem",
     "new_private_dir",
     "new_private_file",
     "not_a_directory",
@@ -110,6 +113,7 @@ __all__ = [
     "replace_private",
     "root_path",
     "scratch_dir",
+    "shared_note",
     "write_output",
     "write_private",
 ]

@@ -184,6 +184,78 @@ def dir_problem(path: Path, *, tighten: bool, create: bool = True) -> str | None
     return None
 
 
+def named_dir_problem(path: Path, *, make: bool) -> str | None:
+    """What makes ``path``, a directory the user names (a model cache, the per-server
+    caches), unfit, or None. One that exists is used as it is, never chmod-ed (a lab's
+    group-shared 2775 cache stays so; what is loaded from it is checked entry by entry):
+    refused only when it is not a directory, another user's symlink, or one every
+    user may change (writable by all, no sticky bit). A missing one is made 0700
+    (``make``; missing parents follow the umask); without ``make`` the levels it lacks
+    are made and removed again, so that what cannot be made is found while nothing
+    stays on disk (``snakemake -n``)."""
+    missing = []
+    for level in (path, *path.parents):
+        if os.path.lexists(level):
+            break
+        missing.append(level)
+    try:
+        for level in reversed(missing):
+            level.mkdir(mode=PRIVATE_DIR_MODE)
+    except FileExistsError:
+        pass  # made meanwhile: checked below like any other
+    except OSError as error:
+        return f"cannot be created ({error})"
+    finally:
+        if not make:
+            for level in missing:
+                with contextlib.suppress(OSError):
+                    level.rmdir()
+    if missing and not make:
+        return None
+    try:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            if info.st_uid not in (os.getuid(), 0):
+                return f"is a symlink of uid {info.st_uid} (to {os.readlink(path)})"
+            info = os.stat(path)
+    except OSError as error:
+        return f"cannot be read ({error})"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"is not a directory (a file of uid {info.st_uid})"
+    if info.st_mode & 0o002 and not info.st_mode & stat.S_ISVTX:
+        mode = stat.S_IMODE(info.st_mode)
+        return f"has mode {mode:04o}: every user may change what it holds (no sticky bit)"
+    return None
+
+
+def shared_note(path: Path) -> str | None:
+    """Who else can change what the existing directory ``path`` (a named cache, used
+    as it is) holds, or None when nobody but this user (and root) can."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    mode = stat.S_IMODE(info.st_mode)
+    who = []
+    if info.st_uid not in (os.getuid(), 0):
+        who.append(f"its owner uid {info.st_uid}")
+    if mode & 0o020:
+        try:
+            group = grp.getgrgid(info.st_gid).gr_name
+        except KeyError:
+            group = str(info.st_gid)
+        who.append(f"the members of group {group}")
+    if mode & 0o002:
+        who.append("every user (sticky: each may add, and remove only their own)")
+    if not who:
+        return None
+    return (
+        f"{path} (mode {mode:04o}) is shared: {' and '.join(who)} may add, replace and "
+        "remove what it holds, so the models this user's servers load are checked entry "
+        "by entry"
+    )
+
+
 def private_dir(path: Path, fix: str = _PLANTED, *, tighten: bool = True) -> Path:
     """``path``, checked by :func:`dir_problem`; else :class:`UnsafePathError`
     naming the directory, the problem and ``fix``."""

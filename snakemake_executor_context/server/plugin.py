@@ -20,6 +20,7 @@ from ..defaults import (
     MODEL_CACHE_SIZE_VARIABLE,
     MODEL_CACHE_VARIABLE,
 )
+from ..errors import UnsafePathError
 from ..fleet.keys import is_attempt_key, safe_name
 from ..strays.processes import become_subreaper
 from .config import ServerConfig
@@ -52,7 +53,9 @@ class ContextServerPlugin(WorkerPlugin):
             config.memory_bytes = int(worker.memory_manager.memory_limit or 0)
         shape = config.shape = replace(config.shape, slots=worker_slots(worker))
         if shape.own_caches:
-            own = paths.private_dir(Path(shape.own_caches).expanduser().absolute())
+            own = Path(shape.own_caches).expanduser().absolute()
+            if problem := paths.named_dir_problem(own, make=True):
+                raise UnsafePathError(f"Refusing the per-server caches {own}: it {problem}.")
             # A worker's name is the cluster's to give: a plain file name here.
             os.environ[MODEL_CACHE_VARIABLE] = str(own / safe_name(config.name))
         elif shape.model_cache:

@@ -79,26 +79,35 @@ class Shape:
             found += [up_flag(name), repr(float(value)) if number else str(value)]
         return found
 
-    def check_cache_dirs(self, flag_of: Callable[[str], str]) -> None:
-        """Make and check the model cache and the directory of per-server caches (0700)
-        in this process, as each server of a local cluster would at its start: one
-        that cannot be made (``/proc/nope``) or is not this user's is refused in one
-        line naming its flag (``flag_of(name)``) before any server starts, not in the
-        cluster's log. Not for pilots: their directories are on their nodes, made by
-        their job scripts."""
+    def check_cache_dirs(self, flag_of: Callable[[str], str]) -> list[str]:
+        """Check the model cache and the directory of per-server caches in this
+        process, as each server of a local cluster would use them at its start: one
+        that cannot be made (``/proc/nope``), is not a directory or that every user may
+        change is refused in one line naming its flag (``flag_of(name)``) before any
+        server starts, not in the cluster's log. Nothing is made or changed here (the
+        servers make what is missing, 0700; one that exists is used as it is). Returns
+        a line for each existing one that others may change, saying who.
+        Not for pilots: their directories are on their nodes, made by their job
+        scripts."""
         from .. import paths
 
+        notes = []
         for name in ("model_cache", "own_caches"):
             given = getattr(self, name)
             if not given:
                 continue
             path = Path(os.path.expandvars(given)).expanduser().absolute()
-            problem = paths.dir_problem(path, tighten=True)
+            problem = paths.named_dir_problem(path, make=False)
             if problem:
                 raise SettingError(
                     f"{flag_of(name)} {given!r} is not allowed: the directory {path} "
-                    f"{problem}; name one this user can create."
+                    f"{problem}. Fix: name a directory that not every user may change, or "
+                    "one this user can create."
                 )
+            note = paths.shared_note(path)
+            if note:
+                notes.append(f"{flag_of(name)}: {note}.")
+        return notes
 
     @classmethod
     def from_args(cls, args: argparse.Namespace | Any) -> Shape:

@@ -463,10 +463,12 @@ def test_an_unusable_catalog_path_names_the_catalog_setting(tmp_path):
     assert "choose another --catalog" in done.stderr and "--scheduler-file" not in done.stderr
 
 
-def test_cache_directories_are_made_where_the_servers_start(tmp_path):
-    """The embedded cluster's directory of per-server caches is made and checked while
-    the settings are read; a pilot's is on its node, and an attached cluster's is its
-    own: neither is made (or refused) on this host."""
+def test_cache_directories_are_checked_with_the_settings_and_made_by_none_of_them(tmp_path):
+    """The embedded cluster's model cache and directory of per-server caches are
+    checked while the settings are read (what cannot be made is refused there), but
+    made only where the servers start: reading the settings (as ``snakemake -n``
+    does) leaves nothing on disk. A pilot's are on its node, and an attached
+    cluster's are its own: neither is checked on this host."""
     from snakemake_executor_context.errors import SettingError
     from snakemake_executor_context.executor.settings import ExecutorSettings
 
@@ -474,20 +476,52 @@ def test_cache_directories_are_made_where_the_servers_start(tmp_path):
     own = [f"own_caches={node_local}"]
     ExecutorSettings(tuning=own, pilots=["backend=slurm"])
     ExecutorSettings(tuning=own, scheduler_file=str(tmp_path / "x.json"))
-    assert not node_local.parent.exists()
     ExecutorSettings(tuning=own)
-    assert node_local.is_dir() and (node_local.stat().st_mode & 0o777) == 0o700
+    ExecutorSettings(model_cache=str(tmp_path / "node-local" / "models"))
+    assert list(tmp_path.iterdir()) == []
     with pytest.raises(SettingError, match="--context-tuning own_caches '/proc/nope' is not"):
         ExecutorSettings(tuning=["own_caches=/proc/nope"])
-    # The model cache likewise: made here for the embedded cluster, on a pilot's node
-    # by its job script.
-    cache = tmp_path / "node-local" / "models"
-    ExecutorSettings(model_cache=str(cache), pilots=["backend=slurm"])
-    assert not cache.exists()
-    ExecutorSettings(model_cache=str(cache))
-    assert cache.is_dir() and (cache.stat().st_mode & 0o777) == 0o700
     with pytest.raises(SettingError, match="--context-model-cache '/proc/nope' is not allowed"):
         ExecutorSettings(model_cache="/proc/nope")
+    open_to_all = tmp_path / "open"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    with pytest.raises(SettingError, match="mode 0777: every user may change what it holds"):
+        ExecutorSettings(model_cache=str(open_to_all))
+    assert open_to_all.stat().st_mode & 0o7777 == 0o777
+
+
+def test_named_directories_are_used_as_they_are_by_a_dry_run_and_a_run(toy_workflow, tmp_path):
+    """A lab's group-shared model cache (2775) and a readable directory of per-server
+    caches (0755) keep their modes and setgid bit through ``snakemake -n`` and a real
+    run; the run says once what the group can do in the cache."""
+    workdir = toy_workflow(
+        """
+        rule all:
+            input: "out.txt"
+
+        rule use:
+            output: "out.txt"
+            resources: context="toy"
+            script: "scripts/use.py"
+        """
+    )
+    lab = tmp_path / "lab"
+    models, own = lab / "models", lab / "own"
+    for directory, mode in ((models, 0o2775), (own, 0o755)):
+        directory.mkdir(parents=True)
+        directory.chmod(mode)
+    flags = ["--context-model-cache", str(models), "--context-tuning", f"own_caches={own}"]
+    dry = snakemake(workdir, "-n", "--executor", "context", "--jobs", "1", *flags, timeout=HUNG)
+    assert dry.returncode == 0, dry.output
+    assert (models.stat().st_mode & 0o7777, own.stat().st_mode & 0o7777) == (0o2775, 0o755)
+    assert list(own.iterdir()) == [] and list(models.iterdir()) == []
+    run = snakemake(workdir, "--executor", "context", "--jobs", "1", *flags, timeout=HUNG)
+    assert run.returncode == 0, run.output
+    assert (models.stat().st_mode & 0o7777, own.stat().st_mode & 0o7777) == (0o2775, 0o755)
+    line = _line(run.output, "--context-model-cache:", "(mode 2775) is shared")
+    assert "the members of group" in line and "may add, replace and remove" in line, line
+    assert not [line for line in run.output.splitlines() if "own_caches:" in line]
 
 
 # -- the environment variables a user exports ----------------------------------------
