@@ -92,7 +92,8 @@ TIME_SCALE_VARIABLE = "SNAKEMAKE_CONTEXT_TIME_SCALE"
 PILOT_VARIABLE = "SNAKEMAKE_CONTEXT_PILOT"
 #: When a pilot's batch job started (Unix seconds), exported first by its job script.
 BATCH_STARTED_VARIABLE = "SNAKEMAKE_CONTEXT_BATCH_STARTED"
-#: Benchmarks and tests only: "1" starts the embedded cluster without TLS.
+#: A benchmark's only: set to its own pid for a snakemake it starts, that run's embedded
+#: cluster runs without TLS; any other value (an inherited "1") is refused at start.
 NO_TLS_VARIABLE = "SNAKEMAKE_CONTEXT_BENCH_NO_TLS"
 #: Moves the private root, the directory in which the plugin keeps its node-local
 #: files (see :mod:`.paths`); the executor's --context-local-dir sets it.

@@ -18,7 +18,6 @@ from ..defaults import (
     CONTEXT_DIR,
     LEASE_GRACE_SECONDS,
     MEMORY_CAP_VARIABLE,
-    NO_TLS_VARIABLE,
     RECYCLE_VARIABLE,
     SERVER_LEASE_SECONDS,
 )
@@ -27,7 +26,7 @@ from ..dispatch.vocabulary import SchedulerLost, Stimulus, StopQueued
 from ..errors import ContextExecutorError
 from ..fleet.pilotkinds import PilotKinds
 from ..settings.shape import Shape
-from ..settings.table import up_flag
+from ..settings.table import plaintext_benchmark, up_flag
 from ..snakemake_internals import (
     check_snakemake,
     graceful_shutdown_requested,
@@ -141,9 +140,9 @@ def _connect(
             allow_plaintext=bool(settings.allow_plaintext),
         )
     export_server_limits(settings)
-    tls = os.environ.get(NO_TLS_VARIABLE, "") != "1"
+    tls = not plaintext_benchmark()
     if not tls:
-        say(f"{NO_TLS_VARIABLE}=1: the embedded cluster runs WITHOUT TLS (benchmarks only).")
+        say("A benchmark's switch: this run's embedded cluster runs WITHOUT TLS or credentials.")
     catalog = run_catalog(settings.catalog, workdir, say)
     return ClusterConnection.start_embedded(
         cluster_dir / f"{run_id}.json",

@@ -22,6 +22,7 @@ takes its value from :func:`environment_value`, so each means one thing everywhe
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -35,6 +36,7 @@ from ..defaults import (
     MEMORY_CAP_VARIABLE,
     MODEL_CACHE_SIZE_VARIABLE,
     MODEL_CACHE_VARIABLE,
+    NO_TLS_VARIABLE,
     RECYCLE_VARIABLE,
     SOURCE_MBPS_VARIABLE,
 )
@@ -75,6 +77,7 @@ __all__ = [
     "existing_dir",
     "option",
     "options_of",
+    "plaintext_benchmark",
     "server_group_counted",
     "server_group_labels",
     "setting_default",
@@ -513,9 +516,37 @@ _DECLARED_VARIABLES = (
         "a size such as 20GB",
         "no limit",
     ),
+    Variable(
+        NO_TLS_VARIABLE,
+        Allowed(TEXT, form=lambda name, value: _benchmark_parent(value)),
+        "a benchmark's switch that starts one run's embedded cluster without TLS",
+        "it for one run only, as its pid, from the process that starts that snakemake "
+        "(workflows/bench/core.py does)",
+        "mutual TLS on every port",
+    ),
 )
 #: The environment variables a user sets, by name: what each allows and means.
 VARIABLES: dict[str, Variable] = {declared.name: declared for declared in _DECLARED_VARIABLES}
+
+
+def _benchmark_parent(value: str) -> str | None:
+    """Why ``value`` of :data:`~..defaults.NO_TLS_VARIABLE` is refused: it is honoured
+    only as the pid of the process that started this one, which a benchmark sets for
+    each run it starts and a profile, a module file or a shell's export cannot carry."""
+    if value.strip() == str(os.getppid()):
+        return None
+    return (
+        "it would start this run's cluster without TLS or credentials, so it is honoured "
+        f"only as the pid of the process that started this one ({os.getppid()}), never "
+        "inherited"
+    )
+
+
+def plaintext_benchmark(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a benchmark asked for this one run's embedded cluster without TLS
+    (:data:`~..defaults.NO_TLS_VARIABLE`, as :func:`_benchmark_parent` allows it)."""
+    value = VARIABLES[NO_TLS_VARIABLE].read(environ)
+    return value is not None and _benchmark_parent(value) is None
 
 
 def check_environment(environ: Mapping[str, str] | None = None) -> None:

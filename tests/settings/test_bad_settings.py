@@ -45,7 +45,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _bad_run(workdir: Path, *args: str) -> str:
+def _bad_run(workdir: Path, *args: str, env: dict[str, str] | None = None) -> str:
     # Far beyond HUNG: a run that waited for its connection would be killed.
     wait = f"connect_timeout={10 * HUNG}"
     if "--context-tuning" in args:
@@ -53,7 +53,7 @@ def _bad_run(workdir: Path, *args: str) -> str:
         args = (*args[:at], wait, *args[at:])
     else:
         args = (*args, "--context-tuning", wait)
-    run = snakemake(workdir, "--executor", "context", "--jobs", "1", *args, timeout=HUNG)
+    run = snakemake(workdir, "--executor", "context", "--jobs", "1", *args, timeout=HUNG, env=env)
     assert run.returncode != 0, run.output
     assert "Traceback (most recent call last)" not in run.output, run.output
     assert not (workdir / "a.txt").exists()
@@ -546,6 +546,8 @@ NOT_UTF8 = b"/tmp/snakemake-context-\xff-dir"
         ("SNAKEMAKE_CONTEXT_RECYCLE_AFTER_LEAKS", "abc"),
         ("SNAKEMAKE_CONTEXT_MODEL_CACHE_SIZE", "abc"),
         ("SNAKEMAKE_CONTEXT_MODEL_CACHE", NOT_UTF8),
+        # Inherited: a benchmark sets it to its own pid for the one run it starts.
+        ("SNAKEMAKE_CONTEXT_BENCH_NO_TLS", "1"),
     ],
 )
 def test_a_bad_variable_is_refused_with_the_settings(monkeypatch, name, value):
@@ -647,6 +649,25 @@ def test_a_bad_variable_stops_snakemake_in_one_line_creating_nothing(tmp_path):
     assert not (workdir / ".snakemake" / "context").exists()
     assert not (workdir / "a.txt").exists()
     assert not list(local.iterdir()), "a private directory was made"
+
+
+def test_an_inherited_switch_never_turns_tls_off_and_a_benchmarks_does_for_its_run(trivial):
+    """``SNAKEMAKE_CONTEXT_BENCH_NO_TLS=1`` inherited from a profile, a module file or a
+    shell's export stops the run in one line before any cluster starts (it turned off
+    every credential check of the run's cluster); set to the pid of the process that
+    starts snakemake, as the benchmark does, that one run goes without TLS, saying so."""
+    output = _bad_run(trivial, env={"SNAKEMAKE_CONTEXT_BENCH_NO_TLS": "1"})
+    line = _line(output, "SNAKEMAKE_CONTEXT_BENCH_NO_TLS='1' is not allowed")
+    assert "honoured only as the pid of the process that started this one" in line, line
+    plain = snakemake(
+        trivial,
+        *("--executor", "context", "--jobs", "1", "--forcerun", "all"),
+        timeout=HUNG,
+        env={"SNAKEMAKE_CONTEXT_BENCH_NO_TLS": str(os.getpid())},
+    )
+    assert plain.returncode == 0, plain.output
+    _line(plain.output, "embedded cluster runs WITHOUT TLS")
+    (trivial / "a.txt").unlink()
 
 
 def test_a_bad_variable_stops_up_in_one_line_creating_nothing(tmp_path):

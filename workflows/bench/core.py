@@ -9,9 +9,10 @@
 Workers are matched: 2 context servers against ``--executor local --cores 2``.
 
 The context runs go twice, interleaved: with TLS (the default, mutual TLS between
-every part of the cluster) and without it (``SNAKEMAKE_CONTEXT_BENCH_NO_TLS=1``, a
-switch for this measurement only); TLS must keep at least 90% of the no-op throughput
-and the same loader speed-up (``--no-tls-baseline`` off: TLS only, as before).
+every part of the cluster) and without it (``SNAKEMAKE_CONTEXT_BENCH_NO_TLS`` set to
+this script's pid for that one run: honoured only from the process that starts the
+run, so no profile, module file or export can carry it); TLS must keep at least 90% of
+the no-op throughput and the same loader speed-up (``--no-tls-baseline`` off: TLS only, as before).
 
     python workflows/bench/core.py [--jobs 200] [--slow-jobs 40] [--repeats 1] [--out DIR]
 """
@@ -73,7 +74,9 @@ def run(executor: str, n: int, load_seconds: float, root: Path, tls: bool = True
         args += ["--executor", "context", "--jobs", "8", "--context-servers", "2"]
     else:
         args += ["--executor", "local", "--cores", "2"]
-    env = {**os.environ, NO_TLS: "0" if tls else "1"}
+    env = {name: value for name, value in os.environ.items() if name != NO_TLS}
+    if not tls:
+        env[NO_TLS] = str(os.getpid())  # snakemake's parent: honoured for this run only
     started = time.perf_counter()
     done = subprocess.run(args, cwd=workdir, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
