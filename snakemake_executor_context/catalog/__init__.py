@@ -20,3 +20,25 @@ up``, the fleet's hub in the scheduler's process (:mod:`..cluster.hub`), to whic
 executors send their events through Dask; on a Dask cluster this plugin did not start,
 the executor process. A PostgreSQL (or any SQLAlchemy) URL may have several writers.
 """
+
+from __future__ import annotations
+
+__all__ = ["catalog_form"]
+
+
+def catalog_form(flag: str, value: str) -> str | None:
+    """The check of a catalog flag's value at start (a ``form`` of
+    :class:`..settings.checks.Allowed`): not empty, and :func:`.store.catalog_problem`.
+    A URL's password is not repeated in the refusal. SQLAlchemy is imported here, only
+    when a catalog is named: every Snakemake start reads the settings."""
+    from ..errors import SettingError
+    from ..settings.checks import filled
+    from .store import catalog_problem
+
+    problem = filled(flag, value) or catalog_problem(value, flag)
+    if problem and "://" in value and "@" in value:
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(value.strip()).render_as_string(hide_password=True)
+        raise SettingError(f"{flag} {shown!r} is not allowed: {problem}.")
+    return problem

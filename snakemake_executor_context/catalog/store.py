@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from .. import paths
+from ..defaults import catalog_disabled
 from ..errors import ContextExecutorError
 from .migrations.runner import Revision, read_revision, upgrade
 from .models import SCHEMA_VERSION
@@ -35,6 +37,7 @@ __all__ = [
     "CatalogSchemaError",
     "CatalogStore",
     "EmptyCatalogError",
+    "catalog_problem",
     "is_network_fs",
     "open_reader",
     "open_store",
@@ -46,6 +49,23 @@ __all__ = [
 MOUNT_TABLE = Path("/proc/self/mounts")
 #: Filesystem types where SQLite's locking and WAL cannot be trusted.
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs", "fuse")
+#: Filesystems of the kernel's own (a file there is no disk file, whatever its mode).
+KERNEL_FILESYSTEMS = (
+    "proc",
+    "sysfs",
+    "devtmpfs",
+    "devpts",
+    "cgroup",
+    "cgroup2",
+    "debugfs",
+    "tracefs",
+    "securityfs",
+    "configfs",
+    "bpf",
+    "pstore",
+    "efivarfs",
+    "mqueue",
+)
 #: Milliseconds a connection waits for a lock before it gives up.
 BUSY_TIMEOUT_MS = 5000
 
@@ -105,18 +125,24 @@ def _mounts() -> list[tuple[str, str]]:
     return sorted(found, key=lambda item: len(item[0]), reverse=True)
 
 
-def is_network_fs(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` (or the nearest existing directory above it) is on a network
-    filesystem: nfs, lustre, gpfs, beegfs, cifs or fuse, by the mount table."""
+def _filesystem(path: str | os.PathLike[str]) -> str:
+    """The type of the filesystem ``path`` (or the nearest existing directory above
+    it) lies on, by the mount table, lower case ("" when none says)."""
     target = Path(os.path.abspath(path))
     while not target.exists() and target != target.parent:
         target = target.parent
     real = os.path.realpath(target)
     for point, fstype in _mounts():
         if real == point or real.startswith(point.rstrip("/") + "/"):
-            kind = fstype.lower()
-            return any(kind == n or kind.startswith(n + ".") for n in NETWORK_FILESYSTEMS)
-    return False
+            return fstype.lower()
+    return ""
+
+
+def is_network_fs(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` (or the nearest existing directory above it) is on a network
+    filesystem: nfs, lustre, gpfs, beegfs, cifs or fuse, by the mount table."""
+    kind = _filesystem(path)
+    return any(kind == n or kind.startswith(n + ".") for n in NETWORK_FILESYSTEMS)
 
 
 def others_may_write(directory: Path) -> str | None:
@@ -164,6 +190,67 @@ def resolve_location(spec: str | os.PathLike[str]) -> CatalogLocation:
             why=why,
         )
     return CatalogLocation(requested=str(requested), url=f"sqlite:///{requested}", path=requested)
+
+
+def catalog_problem(spec: str, flag: str = "--context-catalog") -> str | None:
+    """Why ``spec``, the value of ``flag``, can never be a catalog, found at start
+    without making anything (``snakemake -n`` makes nothing): a directory, a special
+    file (a device, a pipe, a file of the kernel's such as /proc/self/mem), a URL
+    SQLAlchemy cannot read, of a kind of database it does not know, or whose driver
+    is not installed. One clause ending in the fix; None when it may be one (opening
+    it may still fail later: the run then goes on without recording)."""
+    text = spec.strip()
+    if catalog_disabled(text):
+        return None
+    if "://" in text:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        example = "postgresql+psycopg://user@host/db"
+        try:
+            url = make_url(text)
+            dialect = url.get_dialect()
+        except NoSuchModuleError:
+            return (
+                f"SQLAlchemy knows no database {url.drivername!r}. Fix: give a path, a "
+                f"sqlite:/// URL or one such as {example}"
+            )
+        except ArgumentError as error:
+            return f"it is not a URL SQLAlchemy reads ({error}). Fix: give a path or {example}"
+        if url.get_backend_name() == "sqlite":
+            if not url.database or url.database == ":memory:":
+                return None
+            return _path_problem(Path(url.database), flag)
+        try:
+            dialect.import_dbapi()
+        except ImportError as error:
+            driver = url.get_driver_name()
+            return (
+                f"its driver {driver} is not installed ({error}). Fix: install it into this "
+                f"environment (pip install {driver}), or name a driver that is installed "
+                f"({url.get_backend_name()}+DRIVER://...)"
+            )
+        return None
+    return _path_problem(Path(text), flag)
+
+
+def _path_problem(path: Path, flag: str) -> str | None:
+    """:func:`catalog_problem` of a path: it, or the directory it would be made in, is
+    a disk file's."""
+    path = path.expanduser().absolute()
+    fix = f"Fix: name a file on a disk ({flag} ~/catalog.db, say)"
+    kernel = _filesystem(path)
+    if kernel in KERNEL_FILESYSTEMS:
+        return f"it is on {kernel}, a filesystem of the kernel's, not on disk. {fix}"
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None  # missing (made later), or unreadable: opening it says why
+    if stat.S_ISDIR(mode):
+        return f"it is a directory. Fix: name a file in it ({flag} {path / 'catalog.db'})"
+    if not stat.S_ISREG(mode):
+        return f"it is a special file (a device, a pipe or a socket), not a disk file. {fix}"
+    return None
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

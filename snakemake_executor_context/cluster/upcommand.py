@@ -9,9 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..catalog import catalog_form
 from ..defaults import DEFAULT_SCHEDULER_FILE, catalog_disabled
 from ..pilots.arguments import add_pilot_arguments, walltime_line
-from ..settings.checks import NUMBER, TEXT, Allowed, add_argument, filled
+from ..settings.checks import NUMBER, TEXT, Allowed, add_argument
 from ..settings.shape import Shape
 from ..settings.table import add_option, check_environment, up_flag
 
@@ -42,7 +43,7 @@ def add_up_command(commands: Any, scheduler_file: Callable[[Any], None]) -> None
     add_argument(
         up,
         "--catalog",
-        Allowed(TEXT, optional=True, form=filled),
+        Allowed(TEXT, optional=True, form=catalog_form),
         default=None,
         help="where the cluster records servers, contexts and jobs: a path, an SQLAlchemy "
         "URL, or 'none' (default: the scheduler file with the suffix .db)",

@@ -26,6 +26,7 @@ from snakemake_interface_executor_plugins.settings import (
     ExecutorSettingsBase,
 )
 
+from ..catalog import catalog_form
 from ..defaults import LOCAL_DIR_METADATA, MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE
 from ..errors import SettingError
 from ..settings.checks import (
@@ -39,7 +40,6 @@ from ..settings.checks import (
     Malformed,
     check,
     dataclass_settings,
-    filled,
     words_of,
 )
 from ..settings.checks import settings_field as _checked
@@ -136,7 +136,7 @@ class ExecutorSettings(ExecutorSettingsBase):
     contexts_memory: str = table_field("contexts_memory")
     catalog: Optional[str] = _checked(
         None,
-        Allowed(TEXT, optional=True, form=filled),
+        Allowed(TEXT, optional=True, form=catalog_form),
         {
             "help": "Where this run records its servers, contexts and jobs: a path "
             "(a SQLite file; on a network filesystem the live file stays on local "

@@ -6,6 +6,7 @@ waited for it would be killed there and fail the test; no timing is asserted).""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import signal
@@ -126,6 +127,11 @@ BAD_SETTINGS = [
     (["--context-tuning", "peer_mbps=1e-9"], ["--context-tuning peer_mbps 1e-09 is not allowed"]),
     # Was taken as the default catalog, silently.
     (["--context-catalog", ""], ["--context-catalog '' is not allowed"]),
+    (
+        ["--context-catalog", "nosuch://host/db"],
+        ["--context-catalog 'nosuch://host/db'", "SQLAlchemy knows no database", "Fix:"],
+    ),
+    (["--context-catalog", "sqlite:////"], ["--context-catalog 'sqlite:////'", "a directory"]),
 ]
 
 
@@ -461,6 +467,41 @@ def test_an_unusable_catalog_path_names_the_catalog_setting(tmp_path):
     )
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "choose another --catalog" in done.stderr and "--scheduler-file" not in done.stderr
+
+
+#: Catalogs that can never be one (each was a run without a catalog, after a garbled
+#: warning), and what the one line says.
+NO_CATALOGS = [
+    ("/", "is not allowed: it is a directory. Fix: name a file in it"),
+    ("/proc/self/mem", "is not allowed: it is on proc, a filesystem of the kernel's"),
+    ("postgresql+psycopg2://u:p@127.0.0.1:1/x", "its driver psycopg2 is not installed"),
+]
+
+
+@pytest.mark.parametrize(("catalog", "says"), NO_CATALOGS)
+def test_a_catalog_that_can_never_be_one_is_refused_at_start(trivial, catalog, says):
+    if "psycopg2" in catalog and importlib.util.find_spec("psycopg2") is not None:
+        pytest.skip("psycopg2 is installed")
+    output = _bad_run(trivial, "--context-catalog", catalog)
+    line = _line(output, "--context-catalog '", says, "Fix:")
+    assert "u:p@" not in output, line  # the URL's password is not repeated
+
+
+def test_up_refuses_a_catalog_that_can_never_be_one_and_reading_a_new_one_makes_nothing(
+    tmp_path, capsys
+):
+    """`up --catalog` refuses one in one line before anything is made; the executor's
+    settings with a catalog not yet made (as ``snakemake -n`` reads them) make none."""
+    from snakemake_executor_context import cli
+    from snakemake_executor_context.executor.settings import ExecutorSettings
+
+    scheduler_file = tmp_path / "c" / "scheduler.json"
+    code = cli.main(["up", "--scheduler-file", str(scheduler_file), "--catalog", "/proc/self/mem"])
+    out, err = capsys.readouterr()
+    assert code == 1 and not out and err.count("\n") == 1, err
+    assert err.startswith("snakemake-context: --catalog '/proc/self/mem' is not allowed"), err
+    ExecutorSettings(catalog=str(tmp_path / "new" / "catalog.db"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cache_directories_are_checked_with_the_settings_and_made_by_none_of_them(tmp_path):
