@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ClusterError
+from ..errors import ClusterError, UnsafePathError
 from .credentials import Credentials
 
 if TYPE_CHECKING:
@@ -156,22 +156,17 @@ def probe(target: AttachTarget, timeout: float) -> None:
     host, port = target.host_port
     limit = min(timeout, PROBE_SECONDS)
     deadline = time.monotonic() + limit
-    stopped = (
-        f" The cluster that wrote {target.scheduler_file} has stopped. Fix: start it again "
-        f"(snakemake-context up --scheduler-file {target.scheduler_file})."
-        if target.scheduler_file is not None
-        else " Fix: check the address, or start a cluster with `snakemake-context up`."
-    )
     try:
         raw = socket.create_connection((host, port), timeout=limit)
     except ConnectionRefusedError:
         raise ClusterError(
-            f"{target.setting}: nothing listens at {target.address} (connection refused).{stopped}"
+            f"{target.setting}: nothing listens at {target.address} (connection refused)."
+            f"{_why_silent(target)}"
         ) from None
     except (TimeoutError, OSError) as error:
         raise ClusterError(
             f"{target.setting}: cannot reach {target.address} within {limit:g} s "
-            f"({_reason(error)}).{stopped}"
+            f"({_reason(error)}).{_why_silent(target)}"
         ) from None
     try:
         raw.settimeout(max(0.05, deadline - time.monotonic()))
@@ -187,10 +182,36 @@ def probe(target: AttachTarget, timeout: float) -> None:
     except (TimeoutError, OSError) as error:
         raise ClusterError(
             f"{target.setting}: {target.address} accepted a connection but did not answer as "
-            f"a Dask scheduler within {limit:g} s ({_reason(error)}).{stopped}"
+            f"a Dask scheduler within {limit:g} s ({_reason(error)}).{_why_silent(target)}"
         ) from None
     finally:
         raw.close()
+
+
+def _why_silent(target: AttachTarget) -> str:
+    """Why a scheduler does not answer, and the fix: its cluster's process, which its
+    pid file names, has stopped, or it runs and is too busy to answer (a flood of
+    connections from someone else), where starting it again is not the fix."""
+    from .infofiles import ClusterFiles
+
+    scheduler_file = target.scheduler_file
+    if scheduler_file is None:
+        return " Fix: check the address, or start a cluster with `snakemake-context up`."
+    try:
+        pid = ClusterFiles(Path(scheduler_file)).running_pid()
+    except (OSError, ValueError, ClusterError, UnsafePathError):
+        pid = None  # a pid file that is not this user's names nothing
+    if pid is None:
+        return (
+            f" The cluster that wrote {scheduler_file} has stopped. Fix: start it again "
+            f"(snakemake-context up --scheduler-file {scheduler_file})."
+        )
+    return (
+        f" Its cluster's process runs (pid {pid}): it is busy or flooded with connections "
+        "(another user on its host may be holding many open to its port). Fix: try again "
+        "in a while; if it never answers, restart it (snakemake-context down "
+        f"--scheduler-file {scheduler_file}, then up)."
+    )
 
 
 def _tls_refusal(target: AttachTarget, error: ssl.SSLError) -> str:
