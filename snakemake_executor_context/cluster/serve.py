@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import paths
-from ..errors import SettingError
+from ..errors import ClusterError, SettingError
 from ..settings.shape import Shape
 from ..settings.table import add_option, server_group_labels
 from ..strays.processes import become_subreaper, process_tree, stop_processes
@@ -107,6 +107,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
     from ..server.config import SERVER_DASK_CONFIG, ServerConfig
     from ..server.nvml import discover_gpus
     from ..server.plugin import ContextServerPlugin
+    from .floodguard import GuardedWorker, install_guard
     from .hub import FleetHub
     from .nannies import ContextNanny
 
@@ -114,6 +115,11 @@ def serve(argv: Sequence[str] | None = None) -> int:
         _fork_forkserver()
     steps["imports"] = time.time()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:  # this process's listeners: the scheduler's, the nannies'
+        install_guard()
+    except ClusterError as error:  # one line in the log its starter shows
+        logging.error("%s", error)
+        return 2
     base = paths.local_base()
     scratch = str(paths.scratch_dir())
     # dask-jobqueue writes each job script under a name it reserved with mkstemp and
@@ -179,6 +185,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
                 "env": {**plan.env, paths.LOCAL_DIR_VARIABLE: str(base)},
                 "silence_logs": logging.WARNING,
                 "security": security,
+                "worker_class": GuardedWorker,
                 "plugins": (
                     ContextServerPlugin(
                         ServerConfig(
