@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -318,6 +318,29 @@ def plain_dask_cluster(directory: Path, *worker_args: str) -> Iterator[Path]:
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=30)
+
+
+def fake_commands(directory: Path, script: str, names: Iterable[str]) -> Path:
+    """``directory`` holding an executable shell ``script`` under each of ``names``
+    (fake batch-system commands), to put first on PATH."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        path = directory / name
+        path.write_text("#!/bin/sh\n" + textwrap.dedent(script))
+        path.chmod(0o755)
+    return directory
+
+
+@pytest.fixture
+def batch_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every batch system's client commands first on PATH, each a fake that exits 0
+    and says nothing: a pool's job is checked and its script made, nothing submitted."""
+    from snakemake_executor_context.pilots.batch.registry import BACKENDS
+
+    names = {name for system in BACKENDS.values() for name in system.commands()}
+    directory = fake_commands(tmp_path / "batch-bin", "exit 0\n", sorted(names))
+    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ.get('PATH', '')}")
+    return directory
 
 
 def _queued(command: list[str]) -> list[str]:

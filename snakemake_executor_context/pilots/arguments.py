@@ -127,7 +127,9 @@ def serve_arguments(
     options: PilotOptions, min_pilots: int, max_pilots: int, idle_timeout: float
 ) -> list[str]:
     """The cluster process's arguments for a pool (its options checked already, as
-    :mod:`..settings.table` declares them), each kind's job checked by its batch system first."""
+    :mod:`..settings.table` declares them), the batch system's commands looked up and
+    each kind's job checked by the batch system first."""
+    batch_system(options.backend).check_commands()
     for kind in options.kinds():
         _, job_arguments = jobqueue_arguments(kind)
         batch_system(kind.backend).check_submission(job_arguments)

@@ -393,6 +393,7 @@ def test_a_pilot_runs_its_slots_not_its_cores_as_dask_threads(backend: str) -> N
     assert not option.multiple
 
 
+@pytest.mark.usefixtures("batch_commands")
 def test_every_executor_pilot_setting_reaches_the_pilots() -> None:
     """The keys of the run's --context-pilots become the pilots' options, each one: a
     key that silently kept up's default (a GPU type, a directive) is a pool that

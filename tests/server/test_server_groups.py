@@ -68,6 +68,7 @@ def test_up_refuses_a_bad_label_before_starting(tmp_path: Path) -> None:
     assert not scheduler_file.exists()
 
 
+@pytest.mark.usefixtures("batch_commands")
 def test_a_pilots_group_is_its_label_else_its_queue_and_kind() -> None:
     options = PilotOptions(backend="slurm", queue="short", gpu_types=("a100", "v100"))
     kinds = [kind.server_settings() for kind in options.kinds()]

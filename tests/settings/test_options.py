@@ -96,6 +96,7 @@ def test_the_shape_holds_the_tables_server_options() -> None:
     assert Shape.from_args(parser.parse_args(shape.serve_args())) == shape
 
 
+@pytest.mark.usefixtures("batch_commands")
 def test_a_runs_default_pilot_settings_are_the_pilots_default_options() -> None:
     """The pilots' options a run with only --context-pilots backend=slurm asks for are
     those PilotOptions declares by default: the two take their defaults from one table."""

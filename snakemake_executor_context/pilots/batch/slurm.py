@@ -52,6 +52,7 @@ class Slurm(BatchSystem):
         WalltimeForm(r"(\d+)-(\d+):(\d+):(\d+)", "D-HH:MM:SS", ("d", "h", "m", "s")),
     )
     whole_minutes: ClassVar[bool] = True
+    status_command: ClassVar[str] = "scontrol"
 
     def write_walltime(self, job: PilotJob) -> str:
         """As the user wrote it: ``--time`` reads every form it was read in."""

@@ -9,10 +9,13 @@ request in plain values, so that this package imports nothing of the cluster's.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from ...errors import SettingError
 
 __all__ = ["BatchSystem", "PilotJob", "WalltimeForm", "clock", "mebibytes", "run_command"]
 
@@ -61,6 +64,8 @@ class BatchSystem(ABC):
     walltime_forms: ClassVar[tuple[WalltimeForm, ...]]
     #: Whether it enforces a walltime in whole minutes, rounded up.
     whole_minutes: ClassVar[bool] = False
+    #: The command its pool reads a departed pilot's state with (:meth:`end_state`).
+    status_command: ClassVar[str] = ""
 
     @abstractmethod
     def write_walltime(self, job: PilotJob) -> str:
@@ -94,6 +99,30 @@ class BatchSystem(ABC):
         None while it runs or when the system cannot say. Systems not read yet say
         None: their pilots end as "unknown" (and count as preemptions)."""
         return None
+
+    def commands(self) -> tuple[str, ...]:
+        """The client commands its pool runs: dask-jobqueue's submit and cancel
+        commands, then its status command, if any."""
+        import dask_jobqueue
+
+        job = getattr(dask_jobqueue, self.jobqueue_class).job_cls
+        found = (job.submit_command.split()[0], job.cancel_command.split()[0])
+        return found + ((self.status_command,) if self.status_command else ())
+
+    def check_commands(self) -> None:
+        """Refuse, in one line naming the setting and the commands, a pool whose client
+        commands are not on PATH: before any cluster starts (dask-jobqueue's first
+        submission would fail in a traceback in the cluster's log, the run waiting)."""
+        missing = [command for command in self.commands() if shutil.which(command) is None]
+        if missing:
+            them = "the command " if len(missing) == 1 else "the commands "
+            verb = " is" if len(missing) == 1 else " are"
+            raise SettingError(
+                f"--context-pilots backend={self.name} (up: --backend {self.name}): "
+                f"{them}{', '.join(missing)}{verb} not on PATH ({self.title}'s pool runs "
+                f"{', '.join(self.commands())}). Fix: run where {self.title}'s client "
+                "commands work (a login or submit host), with them on PATH."
+            )
 
     def check_submission(self, job_arguments: dict[str, Any]) -> None:
         """Refuse, in one line, a pilot job this system would never run (before any is
