@@ -83,7 +83,9 @@ class Allowed:
     them may be set then; ``clash`` says why), ``at_most`` (this one may not exceed
     that one), ``below_walltime`` (seconds that must be below the walltime setting of
     that name). ``form``: a further check of a text or a path (of each, in a list),
-    returning the problem (or raising SettingError)."""
+    returning the problem (or raising SettingError). ``one_line``: a text (each, in a
+    list) must be one line without control characters, as a value written into a file
+    read line by line (a pilot's batch script) must be."""
 
     kind: str = NUMBER
     least: float | None = None
@@ -101,6 +103,7 @@ class Allowed:
     below_walltime: str = ""
     form: Callable[[str, str], str | None] | None = None
     off: tuple[str, ...] = ()
+    one_line: bool = False
 
     def parse(self, value: Any) -> Any:
         """The value as its kind (a text from the command line or a profile);
@@ -160,6 +163,11 @@ class Allowed:
             return None if self.optional else self.describe()
         if isinstance(value, Malformed):
             return self.describe()
+        if self.one_line and not _one_line(value):
+            return (
+                "one line without control characters (a newline, a tab, an escape): "
+                "in a pilot's batch script a newline would start lines of its own"
+            )
         if self.kind in (WHOLE, NUMBER):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return self.describe()
@@ -190,6 +198,18 @@ class Allowed:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _one_line(value: Any) -> bool:
+    """Whether a text (each, in a list) holds no control character."""
+    from ..terminal import shown
+
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(item, (str, os.PathLike)):
+            text = os.fsdecode(os.fspath(item))
+            if shown(text) != text:
+                return False
+    return True
 
 
 def _utf8(text: str | bytes) -> bool:

@@ -97,7 +97,9 @@ class Option:
     allows, its default and its help text (``{other}``: another option's flag).
     ``default_text`` says what the default means where its value would not (None:
     "the number of CPU cores"); ``up`` is ``up``'s flag where it is not the name
-    (``queue``); ``executor``: whether the executor's settings have it."""
+    (``queue``); ``executor``: whether the executor's settings have it. ``shell``: its
+    value is shell lines of a pilot's job script (the prologue); every other option's
+    value is one line (:attr:`~.checks.Allowed.one_line`)."""
 
     name: str
     allowed: Allowed
@@ -107,6 +109,13 @@ class Option:
     default_text: str = ""
     up: str = ""
     executor: bool = True
+    shell: bool = False
+
+    def __post_init__(self) -> None:
+        # Each value lands in a pilot's batch script or the cluster process's command
+        # line: a newline there is a line of its own (after it, sbatch reads no more
+        # #SBATCH directives: the pilot's memory, walltime and GPUs silently dropped).
+        object.__setattr__(self, "allowed", replace(self.allowed, one_line=not self.shell))
 
     def help_for(self, flag_of: Callable[[str], str]) -> str:
         """The help text as a front end shows it, naming options by ``flag_of``."""
@@ -391,6 +400,7 @@ _DECLARED = (
         "/shared/venv/bin/activate', or copying weights to node-local disk.",
         group=PILOT,
         up="prologue",
+        shell=True,
     ),
     Option(
         "interface",
