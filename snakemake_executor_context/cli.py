@@ -235,16 +235,22 @@ def _monitor(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
+    from .cluster.infofiles import ClusterFiles
     from .cluster.process import LocalClusterProcess
 
     local = LocalClusterProcess.find_to_stop(args.scheduler_file)
+    info = ClusterFiles(args.scheduler_file.resolve()).read_info()
     if local is None:
         stale = LocalClusterProcess.remove_stale(args.scheduler_file)
         note = " (removed the stale scheduler and pid files; signalled nothing)" if stale else ""
         print(f"No context cluster runs for {args.scheduler_file}{note}.")
-        return 0
-    local.stop()
-    print(f"Context cluster stopped (log: {local.files.log_file}).")
+    else:
+        local.stop()
+        print(f"Context cluster stopped (log: {local.files.log_file}).")
+    if info is not None and info.catalog:
+        from .catalog.writing.lease import let_go_of_dead
+
+        let_go_of_dead(info.catalog, info.pid)  # its process killed, or gone before
     return 0
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -80,32 +81,42 @@ def _up(args: argparse.Namespace) -> int:
     from .infofiles import ClusterFiles
 
     catalog = args.catalog or str(ClusterFiles(args.scheduler_file.resolve()).catalog_file)
+    made: list[Path] = []  # the catalog's files this command makes
     if catalog_disabled(catalog):
         catalog = None
     else:
-        from ..catalog.store import open_store
+        from ..catalog.store import open_store, resolve_location
 
-        if "://" not in catalog:  # a path: the cluster's catalog is private (0600)
-            fix = "remove it, or choose another --catalog."
-            private_file(Path(catalog).expanduser().absolute(), fix=fix)
-
-        open_store(catalog).close()  # a schema mismatch or unwritable path stops here
+        where = resolve_location(catalog)
+        made = [p for p in (where.path, where.snapshot) if p and not os.path.lexists(p)]
+        try:
+            if "://" not in catalog:  # a path: the cluster's catalog is private (0600)
+                fix = "remove it, or choose another --catalog."
+                private_file(Path(catalog).expanduser().absolute(), fix=fix)
+            open_store(catalog).close()  # a schema mismatch or unwritable path stops here
+        except BaseException:
+            _remove_catalog(made)
+            raise
     started = time.monotonic()
-    local = LocalClusterProcess.start(
-        args.scheduler_file,
-        servers=args.servers,
-        memory_budget=args.contexts_memory,
-        timeout=args.timeout,
-        idle_timeout=args.idle_timeout,
-        catalog=catalog,
-        extra_args=[
-            *shape.serve_args(),
-            *[up_flag("server_group"), args.server_group],
-            *pilot_command_args(args),
-        ],
-        own_directory=args.scheduler_file.resolve() == DEFAULT_SCHEDULER_FILE.resolve(),
-        timeout_setting="--timeout",
-    )
+    try:
+        local = LocalClusterProcess.start(
+            args.scheduler_file,
+            servers=args.servers,
+            memory_budget=args.contexts_memory,
+            timeout=args.timeout,
+            idle_timeout=args.idle_timeout,
+            catalog=catalog,
+            extra_args=[
+                *shape.serve_args(),
+                *[up_flag("server_group"), args.server_group],
+                *pilot_command_args(args),
+            ],
+            own_directory=args.scheduler_file.resolve() == DEFAULT_SCHEDULER_FILE.resolve(),
+            timeout_setting="--timeout",
+        )
+    except BaseException:  # refused, or the cluster did not start: no catalog of its own
+        _remove_catalog(made)
+        raise
     if args.backend:
         walltime, margin = args.pilot_walltime, args.pilot_retire_margin
         print(walltime_line(args.backend, walltime, margin, up_flag("pilot_walltime")))
@@ -123,3 +134,14 @@ def _up(args: argparse.Namespace) -> int:
         f"{local.files.scheduler_file}"
     )
     return 0
+
+
+def _remove_catalog(made: list[Path]) -> None:
+    """Remove the catalog files a refused ``up`` made (and SQLite's and the writer's
+    files beside them): one that existed before stays as it was."""
+    from .. import paths
+    from .credentials import SQLITE_SIDECARS
+
+    for path in made:
+        for suffix in ("", *SQLITE_SIDECARS, ".writer"):
+            paths.remove_own(path.with_name(path.name + suffix))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 
+import psutil
 import pytest
 
-from tests.conftest import BIN, context_run, plain_dask_cluster
+from tests.conftest import BIN, context_run, persistent_cluster, plain_dask_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -100,6 +103,42 @@ def test_down_stops_every_process(tmp_path):
     _, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive
     assert not path.exists() and path.with_suffix(".log").exists()
+
+
+def test_a_refused_up_leaves_its_directory_as_it_was(tmp_path):
+    """A refusal found once the catalog is made (here a planted log file, refused where
+    the cluster's files are prepared) takes the catalog it made with it."""
+    directory = tmp_path / "c"
+    directory.mkdir()
+    (directory / "s.log").symlink_to(tmp_path / "theirs.log")
+    up = subprocess.run(
+        [str(BIN / "snakemake-context"), "up", "--scheduler-file", str(directory / "s.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert up.returncode == 1 and up.stderr.count("\n") == 1, up.stderr
+    assert [p.name for p in directory.iterdir()] == ["s.log"]
+
+
+def test_down_removes_the_writers_lease_of_a_cluster_that_did_not_end_itself(tmp_path):
+    """`down` of a cluster killed before its hub let go of the catalog (as `down` kills
+    one that does not end in time) removes the lease it left."""
+    with persistent_cluster(tmp_path / "c", "--servers", "1") as path:
+        lease = path.with_suffix(".db.writer")
+        assert lease.exists()
+        cluster = psutil.Process(json.loads(path.with_suffix(".pid").read_text())["pid"])
+        os.kill(cluster.pid, signal.SIGKILL)
+        cluster.wait(10)
+        down = subprocess.run(
+            [str(BIN / "snakemake-context"), "down", "--scheduler-file", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert down.returncode == 0, down.stderr
+        assert not lease.exists()
+        assert path.with_suffix(".db").exists()
 
 
 def test_any_dask_cluster_with_resources_works(workflow, tmp_path):

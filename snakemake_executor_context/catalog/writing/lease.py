@@ -28,7 +28,7 @@ from pathlib import Path
 from ... import paths
 from ...errors import UnsafePathError
 from ...strays.processes import pid_alive
-from ..store import CatalogError, CatalogLocation
+from ..store import CatalogError, CatalogLocation, resolve_location
 
 __all__ = [
     "LEASE_HEARTBEAT_SECONDS",
@@ -38,6 +38,7 @@ __all__ = [
     "WriterLease",
     "is_stale",
     "lease_path",
+    "let_go_of_dead",
     "sibling_path",
 ]
 
@@ -204,3 +205,17 @@ class WriterLease:
                 self.path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def let_go_of_dead(spec: str, pid: int) -> bool:
+    """Remove the lease of catalog ``spec`` when it names process ``pid`` of this host
+    and that process is gone: a writer killed before it let go (``down`` of a cluster
+    that did not end in time), whose lease would otherwise stay until the next writer
+    takes it over. Another user's lease file is left. Whether one was removed."""
+    path = lease_path(resolve_location(spec))
+    holder = _read(path) if path is not None else None
+    if path is None or holder is None:
+        return False
+    if holder.host != socket.gethostname() or holder.pid != pid or pid_alive(pid):
+        return False
+    return paths.remove_own(path)
