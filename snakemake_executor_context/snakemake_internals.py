@@ -44,6 +44,7 @@ __all__ = [
     "benchmark_extended",
     "benchmark_repeats",
     "benchmarked_here",
+    "building_for_the_command_line",
     "cancel_scheduler_timers",
     "check_snakemake",
     "cleanup_scripts",
@@ -192,6 +193,9 @@ INTERNALS: dict[str, str] = {
         "snakemake.workflow:Workflow._prepare_dag(forceall,ignore_incomplete,lock_warn_only,"
         "nolock) ._build_dag"
     ),
+    # Snakemake's command line builds the executor's settings here, outside the API's
+    # handler, and prints an error's class and frames around its message.
+    "snakemake.cli.args_to_api(args, parser)": "snakemake.cli:args_to_api(args,parser)",
     # A server's plain jobs: Snakemake's command line, imported once in the zygote.
     "snakemake.cli.main(argv), .get_argument_parser(), snakemake.api, .dag, "
     ".executors.local, .scheduling.job_scheduler, .script": (
@@ -369,6 +373,19 @@ def running_jobs(workflow: Any) -> list[Any]:
     """The jobs Snakemake's scheduler has running."""
     scheduler = getattr(workflow, "scheduler", None)
     return list(getattr(scheduler, "running", ()))
+
+
+def building_for_the_command_line() -> bool:
+    """Whether Snakemake's command line (``snakemake.cli.args_to_api``) is what builds
+    the executor's settings in this thread, where a refusal ends the process in one
+    line, not as an error Snakemake prints with its class and the plugin's frames."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "args_to_api" and frame.f_globals.get("__name__") == "snakemake.cli":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def graceful_shutdown_requested(workflow: Any) -> bool:

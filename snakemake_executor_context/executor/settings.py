@@ -55,6 +55,7 @@ from ..settings.table import (
     existing_dir,
     table_field,
 )
+from ..snakemake_internals import building_for_the_command_line
 
 __all__ = [
     "ATTACH_SETTINGS",
@@ -242,12 +243,15 @@ class ExecutorSettings(ExecutorSettingsBase):
             # is made or started.
             check_environment()
             if not (self.scheduler_file or self.scheduler_address or self.backend):
-                # The embedded cluster's servers start on this node: their directory is
-                # made and checked here (an attached cluster's and pilots' are theirs).
+                # The embedded cluster's servers start on this node: their directories
+                # are checked here (an attached cluster's and pilots' are theirs).
                 shape = Shape(model_cache=self.model_cache, own_caches=self.own_caches)
                 self.cache_notes = shape.check_cache_dirs(executor_flag)
         except SettingError as error:
-            # The plugin's frames say nothing to the user (Snakemake prints them).
+            if building_for_the_command_line():
+                # Snakemake would print the error's class and the plugin's frames
+                # around it; a SystemExit is printed as it is, and nothing was made.
+                raise SystemExit(str(error)) from None
             raise error.with_traceback(None) from None
 
     def __getattr__(self, name: str) -> Any:

@@ -169,6 +169,18 @@ def test_directories_that_cannot_be_used_are_refused_making_nothing(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "args", [["--context-servers", "0"], ["--context-tuning", "own_caches=/proc/nope"]]
+)
+def test_a_setting_refused_on_snakemakes_command_line_is_all_it_prints(trivial, args):
+    """Snakemake prints an error raised while its command line builds the settings with
+    the error's class and the plugin's frames around it (4 lines): the refusal is
+    the one line the run prints, and its exit status 1."""
+    run = snakemake(trivial, "--executor", "context", "--jobs", "1", *args, timeout=HUNG)
+    assert run.returncode == 1, run.output
+    assert run.output.count("\n") == 1 and " is not allowed: " in run.output, run.output
+
+
+@pytest.mark.parametrize(
     ("args", "parts"),
     [
         # Checked once the run has its settings: where it would connect.
