@@ -17,7 +17,8 @@ which runs the scheduler and the nannies, and each server, :class:`GuardedWorker
 - a failed accept (no descriptors left) pauses that port's accepts for
   :data:`ACCEPT_PAUSE` seconds and drops the oldest pending handshake;
 - each kind of drop and accept error is logged once per :data:`LOG_INTERVAL` with
-  its count, never one line (or traceback) per connection.
+  its count, never one line (or traceback) per connection;
+- Dask's HTTP server (plaintext, no credentials) listens nowhere.
 
 Dask has no setting for any of this: :func:`install_guard` replaces Dask's TLS listener's
 handshake step and the accept handler Tornado's servers use, after checking that the
@@ -311,6 +312,7 @@ def install_guard() -> None:
         import tornado.netutil
         import tornado.tcpserver
         from distributed.comm import tcp
+        from distributed.node import ServerNode
         from tornado.iostream import SSLIOStream
 
         missing = [
@@ -327,6 +329,10 @@ def install_guard() -> None:
                 ),
                 ("tornado.netutil._DEFAULT_BACKLOG", hasattr(tornado.netutil, "_DEFAULT_BACKLOG")),
                 ("SSLIOStream.wait_for_handshake", hasattr(SSLIOStream, "wait_for_handshake")),
+                (
+                    "distributed.node.ServerNode.start_http_server",
+                    hasattr(ServerNode, "start_http_server"),
+                ),
             )
             if not ok
         ]
@@ -340,7 +346,29 @@ def install_guard() -> None:
         tcp.TLSListener._prepare_stream = _prepare_stream  # type: ignore[method-assign]
         tornado.tcpserver.add_accept_handler = _accept_handler
         logging.getLogger("tornado.general").addFilter(_QuietTLSErrors())
+        ServerNode.start_http_server = _no_http_listener  # type: ignore[method-assign]
         _installed = True
+
+
+def _no_http_listener(
+    self: Any, routes: Any, dashboard_address: Any, default_port: int = 0, ssl_options: Any = None
+) -> None:
+    """Dask's HTTP server of a scheduler or worker, made but never listening: its
+    routes are none (the servers' config), yet Dask's HTTP port answered
+    ``/sitemap.json`` to anyone, in plaintext, and could be flooded like any other."""
+    from distributed.http.routing import RoutingApplication
+    from tornado.httpserver import HTTPServer
+
+    self.http_application = RoutingApplication(routes)
+    self.http_server = HTTPServer(self.http_application)
+    self.http_server.address, self.http_server.port = None, None
+
+
+def dask_setup(nanny: Any) -> None:
+    """A pilot's nanny (``--preload-nanny``): the guard in its process. It already
+    listens, so its port keeps Tornado's accept handler, but every handshake from now
+    on has its deadline and bounds."""
+    install_guard()
 
 
 class GuardedWorker(Worker):

@@ -49,6 +49,10 @@ __all__ = ["PilotOptions", "jobqueue_arguments", "walltime_of"]
 PILOT_PRELOAD = "snakemake_executor_context.server.pilot"
 #: The module every pilot's nanny preloads: it ends what a dead server left.
 PILOT_NANNY_PRELOAD = "snakemake_executor_context.strays.nannysweep"
+#: The worker every pilot runs, and the module its nanny preloads too: the guard
+#: against connection floods in both processes.
+PILOT_WORKER_CLASS = "snakemake_executor_context.cluster.floodguard.GuardedWorker"
+PILOT_NANNY_GUARD = "snakemake_executor_context.cluster.floodguard"
 #: The module whose ``--shell`` makes the private root on a pilot's node.
 PATHS_MODULE = "snakemake_executor_context.paths"
 
@@ -227,6 +231,10 @@ def jobqueue_arguments(
             # Its nanny ends what the server leaves if it dies (a subreaper).
             "--preload-nanny",
             PILOT_NANNY_PRELOAD,
+            "--preload-nanny",
+            PILOT_NANNY_GUARD,
+            "--worker-class",
+            PILOT_WORKER_CLASS,
             "--lifetime",
             f"{int(options.lifetime_seconds())}s",
             "--lifetime-stagger",

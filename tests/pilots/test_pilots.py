@@ -86,6 +86,9 @@ def test_job_scripts_carry_gpus_walltime_lifetime_and_prologue(backend: str) -> 
     assert "--preload snakemake_executor_context.server.pilot" in script
     # Its nanny ends what a dead server left (a subreaper, strays/nannysweep.py).
     assert "--preload-nanny snakemake_executor_context.strays.nannysweep" in script
+    # Both of its processes guard their ports against floods (cluster/floodguard.py).
+    assert "--preload-nanny snakemake_executor_context.cluster.floodguard" in script
+    assert "--worker-class snakemake_executor_context.cluster.floodguard.GuardedWorker" in script
     assert "source /shared/venv/bin/activate" in script
     # -P: the job's working directory is not on sys.path.
     assert "/shared/venv/bin/python -P -m distributed.cli.dask_worker" in script
