@@ -218,7 +218,7 @@ def remove_own(path: Path) -> bool:
     another user's is left where it is. Whether something was removed."""
     try:
         info = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # below a file: not there either
         return False
     if info.st_uid != os.getuid() or stat.S_ISDIR(info.st_mode):
         return False
