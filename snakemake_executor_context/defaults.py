@@ -37,6 +37,7 @@ __all__ = [
     "PEER_RATES_HANDLER",
     "PEER_WAIT_SECONDS",
     "PILOT_VARIABLE",
+    "POOL_FAILURE_KEY",
     "RECYCLE_VARIABLE",
     "SERVER_LEASE_SECONDS",
     "SERVER_MARK_VARIABLE",
@@ -79,6 +80,9 @@ DEMAND_KEY = ["snakemake-context", "demand"]
 #: as withdrawn (a run publishes every 2 s while its status loop runs; a Snakemake
 #: killed before its shutdown never withdraws it).
 DEMAND_STALE_SECONDS = 60.0
+#: Where a pool of pilots publishes, in the scheduler's metadata, its last failed
+#: submission (``{"line": ..., "at": ...}``): a run it serves ends on it.
+POOL_FAILURE_KEY = ["snakemake-context", "pool-failure"]
 
 # Environment variables: each name once, wherever it is set or read.
 #: The servers' memory cap ("8GB"; unset, "0" or "none": no cap); the executor's

@@ -62,6 +62,7 @@ from .vocabulary import (
     JobTicket,
     Log,
     Poll,
+    PoolFailed,
     ProbeCaches,
     Record,
     ReportError,
@@ -155,7 +156,10 @@ class Dispatch:
         elif isinstance(stimulus, SchedulerLost):
             self._scheduler_lost(stimulus.why, out)
         elif isinstance(stimulus, StopQueued):
+            self.interrupted = True
             self._stop_queued(stimulus.why, out)
+        elif isinstance(stimulus, PoolFailed):
+            self._pool_failed(stimulus.why, out)
         elif isinstance(stimulus, Stopped):
             self._stopped(stimulus, out)
         elif isinstance(stimulus, DagPlanned):
@@ -652,18 +656,28 @@ class Dispatch:
             if attempt.event_seen is not None and now - attempt.event_seen >= FLEET_CHECK_SECONDS:
                 out.append(Poll(attempt.key))
 
-    def _stop_queued(self, why: str, out: list[Command]) -> None:
-        """Snakemake stops after its running jobs (SIGTERM): the queued ones, which no
-        server has started, end now, as does any job handed later; the attempts in
-        flight finish."""
-        self.interrupted = True
+    def _stop_queued(
+        self, why: str, out: list[Command], outcome: ev.JobOutcome = ev.JobOutcome.CANCELLED
+    ) -> None:
+        """No job starts any more (SIGTERM: Snakemake stops after its running jobs; the
+        pool cannot submit pilots): the queued ones, which no server has started, end
+        now (``outcome``), as does any job handed later; the attempts in flight finish."""
         self.stopping = why
         for job in self._queue:
             job.cancelled = True
             self._tell(job.ticket, "cancelled", why)
             message = f"{job.ticket.title}: not started: {why}."
-            self._report_error(job.ticket, message, ev.JobOutcome.CANCELLED, out)
+            self._report_error(job.ticket, message, outcome, out)
         self._queue = []
+
+    def _pool_failed(self, why: str, out: list[Command]) -> None:
+        """The pool could not submit a pilot: the run ends, in one line, never waiting
+        in silence for pilots that will not come."""
+        if self.stopping is not None:
+            return
+        fix = "Fix: what the command says (the pool's queue, account, qos, directive...)"
+        out.append(Log("error", f"Context executor: the pilots cannot be submitted: {why}. {fix}."))
+        self._stop_queued(f"the pilots cannot be submitted: {why}", out, ev.JobOutcome.FAILED)
 
     def _stopped(self, stopped: Stopped, out: list[Command]) -> None:
         """Every attempt of a cancelled job that was stopped and whose end has not

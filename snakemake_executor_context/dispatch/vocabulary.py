@@ -32,6 +32,7 @@ __all__ = [
     "JobTicket",
     "Log",
     "Poll",
+    "PoolFailed",
     "ProbeCaches",
     "Record",
     "ReportError",
@@ -226,6 +227,15 @@ class SchedulerLost:
 
 
 @dataclass(frozen=True)
+class PoolFailed:
+    """The run's pool of pilots could not submit one (``why``: the command and what it
+    said): no job waiting for a pilot would ever start, so the queued ones fail now."""
+
+    why: str
+    now: float
+
+
+@dataclass(frozen=True)
 class StopQueued:
     """Snakemake stops once its running jobs end (SIGTERM): drop the queued ones."""
 
@@ -271,6 +281,7 @@ Stimulus = (
     | DagPlanned
     | CachesProbed
     | SchedulerLost
+    | PoolFailed
     | StopQueued
     | Stopped
 )

@@ -17,9 +17,16 @@ from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from ..defaults import DEMAND_KEY
+from ..defaults import DEMAND_KEY, POOL_FAILURE_KEY
 from ..dispatch.machine import FLEET_CHECK_SECONDS, Dispatch
-from ..dispatch.vocabulary import CachesProbed, FleetEvent, ServersPolled, Stimulus, Tick
+from ..dispatch.vocabulary import (
+    CachesProbed,
+    FleetEvent,
+    PoolFailed,
+    ServersPolled,
+    Stimulus,
+    Tick,
+)
 from ..fleet import events as ev
 from ..fleet.poolsizing import WITHDRAWN
 
@@ -114,7 +121,8 @@ class FleetPoll:
 
     The executor's periodic fleet check, every :data:`~..dispatch.machine.FLEET_CHECK_SECONDS`:
     the cluster's workers as a stimulus (Dask's list is the membership when no scheduler
-    plugin sends events), what the run still asks of a pool of pilots, and the clock.
+    plugin sends events), what the run still asks of a pool of pilots, a submission the
+    pool could not make (since the run attached to it: the run ends on it), and the clock.
 
     The demand carries a sequence number that grows with each check: a pool reads a
     demand whose number stopped growing as withdrawn (a Snakemake killed before its
@@ -131,6 +139,9 @@ class FleetPoll:
         self._connection, self._dispatch, self._put, self._debug = connection, dispatch, put, debug
         self._last = 0.0
         self._sequence = 0
+        #: A pool's failed submission from then on ends the run (an attached pool's
+        #: failures before the run began are not its own).
+        self._failures_since = 0.0 if connection.embedded else time.time()
 
     def __call__(self, now: float) -> None:
         """Check the fleet if the last check is at least the interval old."""
@@ -143,9 +154,18 @@ class FleetPoll:
             self._sequence += 1
             demand = replace(self._dispatch.pool_demand(), sequence=self._sequence)
             self._connection.client.set_metadata(DEMAND_KEY, demand.to_wire())
+            if self._dispatch.pool is not None:
+                self._pool_failure(now)
         except Exception as error:
             self._debug(f"Cannot list the cluster's workers: {error}")
         self._put(Tick(now))
+
+    def _pool_failure(self, now: float) -> None:
+        """The pool's failed submission (:mod:`..pilots.pool` publishes it), once."""
+        failure = self._connection.client.get_metadata(POOL_FAILURE_KEY, default=None)
+        if isinstance(failure, Mapping) and float(failure.get("at", 0)) >= self._failures_since:
+            self._failures_since = float("inf")
+            self._put(PoolFailed(str(failure.get("line", "")), now))
 
     def withdraw(self) -> None:
         """The run ends: it asks nothing more of a pool of pilots (an attached pool would

@@ -4,22 +4,26 @@ each new pilot of the kind the run's demand asks for.
 Only dask-jobqueue's and Dask's public surface is used: the job class of the batch
 system's cluster class (``job_cls``) passed to :class:`JobQueueCluster`, the worker
 spec it builds (``new_spec``, whose ``options`` are the job's keyword arguments as
-dask-jobqueue completed them) and :meth:`SpecCluster.new_worker_spec`, the override
-point that names each new worker and picks its spec.
+dask-jobqueue completed them), :meth:`SpecCluster.new_worker_spec`, the override
+point that names each new worker and picks its spec, and the job's ``start`` (Dask's
+``ProcessInterface``), where a failed submission is caught (:func:`submission_watched`).
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 from typing import Any
 
 import dask_jobqueue
-from dask_jobqueue.core import JobQueueCluster
+from dask_jobqueue.core import Job, JobQueueCluster
+from distributed.core import Status
 
 from .pool import kind_wanted
 from .request import PilotOptions, jobqueue_arguments
 
-__all__ = ["PilotCluster", "start_pilot_cluster"]
+__all__ = ["PilotCluster", "start_pilot_cluster", "submission_failed", "submission_watched"]
 
 #: The keyword arguments dask-jobqueue completes for the whole cluster (the workers'
 #: credentials and network interface): every kind of pilot takes the cluster's.
@@ -39,6 +43,7 @@ class PilotCluster(JobQueueCluster):
         self.pilot_kinds: dict[str, int] = {}
         #: The number the next pilot's name tries first.
         self.next_pilot_number = 0
+        kwargs["job_cls"] = submission_watched(kwargs["job_cls"])
         super().__init__(**kwargs)
         common = self.new_spec["options"]
         self.kind_specs = [
@@ -82,3 +87,42 @@ def start_pilot_cluster(
         scheduler_options=scheduler_options,
         **first,
     )
+
+
+def submission_watched(job_cls: type[Job]) -> type[Job]:
+    """``job_cls`` whose failed submission (its command exits non-zero, or cannot run)
+    is kept as one line in the job's ``submit_failure`` (the pool drops the job and
+    says so, :mod:`.pool`), instead of a traceback in the cluster's log and a pilot the
+    pool waits for forever."""
+
+    class Watched(job_cls):  # type: ignore[misc, valid-type]
+        submit_failure = ""
+
+        async def start(self) -> None:
+            try:
+                await super().start()
+            except Exception as error:
+                self.submit_failure = submission_failed(self.submit_command, error)
+                # Started as far as Dask's cluster knows: the pool removes it at once.
+                self.status = Status.running
+
+    Watched.__name__ = Watched.__qualname__ = job_cls.__name__
+    return Watched
+
+
+def submission_failed(submit_command: str, error: BaseException) -> str:
+    """One line on a failed submission: the command, and the first line of what it said
+    on stderr (else stdout; dask-jobqueue's RuntimeError lists both), or why it could not
+    run."""
+    command = (shlex.split(submit_command) or ["the submit command"])[0]
+    text = str(error)
+    if not isinstance(error, RuntimeError) or "stderr:" not in text:
+        return f"{command} could not run: {text.splitlines()[0] if text else repr(error)}"
+    code = re.search(r"Exit code: (-?\d+)", text)
+    head, _, stderr = text.partition("stderr:")
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = said or [
+        line.strip() for line in head.partition("stdout:")[2].splitlines() if line.strip()
+    ]
+    exit_text = f" (exit {code.group(1)})" if code else ""
+    return f"{command} failed{exit_text}: {said[0] if said else 'it said nothing'}"

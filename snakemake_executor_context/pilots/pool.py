@@ -5,7 +5,10 @@
 scheduler's metadata (:data:`~..defaults.DEMAND_KEY`), releases only pilots idle longer than the
 idle timeout, and forgets pilots that left (retired at their lifetime, preempted,
 cancelled) so that the pool submits replacements while work remains: dask-jobqueue
-never resubmits a retired job itself (its issue #691).
+never resubmits a retired job itself (its issue #691). A submission that failed is
+logged in one line and published (:data:`~..defaults.POOL_FAILURE_KEY`: the run it
+serves ends on it), and the pool submits no new pilot for
+:data:`SUBMIT_RETRY_SECONDS`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from distributed.deploy.adaptive import Adaptive
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..defaults import DEMAND_KEY, DEMAND_STALE_SECONDS, HUB_PLUGIN_NAME
+from ..defaults import DEMAND_KEY, DEMAND_STALE_SECONDS, HUB_PLUGIN_NAME, POOL_FAILURE_KEY
 from ..fleet import events as ev
 from ..fleet.pilotbook import PilotRecord, PoolBooks
 from ..fleet.poolsizing import (
@@ -32,7 +35,7 @@ from ..fleet.poolsizing import (
 )
 from .batch.registry import batch_state
 
-__all__ = ["POOL_KEY", "DemandAdaptive", "demand_or_tasks", "kind_wanted"]
+__all__ = ["POOL_KEY", "SUBMIT_RETRY_SECONDS", "DemandAdaptive", "demand_or_tasks", "kind_wanted"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +49,9 @@ _STATE_PATIENCE = 60.0
 #: and cancelling it then makes the batch system record it as cancelled (measured on
 #: Grid Engine: qacct's failed 100, exit status 137, instead of failed 0, exit 0).
 _EXIT_GRACE = 30.0
+#: Seconds after a failed submission before the pool submits again (a persistent pool
+#: outlives a batch system's outage; a run it serves has ended on the failure).
+SUBMIT_RETRY_SECONDS = 30.0
 
 
 def demand_or_tasks(published: PoolDemand | None, tasks_waiting: int) -> PoolDemand:
@@ -89,6 +95,8 @@ class DemandAdaptive(Adaptive):
         #: Each pilot's record as last sent to the catalog (a PilotBooked event).
         self._booked: dict[str, PilotRecord] = {}
         self._demand = DemandWatch(DEMAND_STALE_SECONDS)
+        #: No new pilot is submitted before then (a submission failed).
+        self._retry_at = 0.0
         cluster.scheduler.add_plugin(_Registrations(self.registrations))
 
     @property
@@ -105,6 +113,8 @@ class DemandAdaptive(Adaptive):
             len(ws.processing) for ws in scheduler.workers.values()
         )
         wanted = pilots_wanted(demand_or_tasks(published, waiting), self.shape)
+        if time.time() < self._retry_at:
+            wanted = min(wanted, len(self._cluster.worker_spec))
         return min(wanted, growth_limit(self._useful(), self._unregistered(), self.shape))
 
     def _useful(self) -> int:
@@ -132,7 +142,9 @@ class DemandAdaptive(Adaptive):
         )
 
     async def adapt(self) -> None:
-        """Keep the books, forget pilots that left, then scale as Dask's Adaptive does."""
+        """Drop the pilots whose submission failed, keep the books, forget pilots that
+        left, then scale as Dask's Adaptive does."""
+        self._drop_failed()
         self._keep_books()
         await self._forget_departed()
         await super().adapt()
@@ -155,6 +167,22 @@ class DemandAdaptive(Adaptive):
         for record in self.book.values():
             if record.registered is None and record.name in self.registrations:
                 record.registered = self.registrations[record.name]
+
+    def _drop_failed(self) -> None:
+        """Pilots whose submission failed (:func:`~.jobqueue.submission_watched`) leave
+        the pool's spec: one line in the log, and in the scheduler's metadata for the
+        runs it serves."""
+        cluster = self._cluster
+        for name, job in list(cluster.workers.items()):
+            line = getattr(job, "submit_failure", "")
+            if not line:
+                continue
+            cluster.workers.pop(name, None)
+            cluster.worker_spec.pop(name, None)
+            now = time.time()
+            self._retry_at = now + SUBMIT_RETRY_SECONDS
+            logger.error("pilot %s was not submitted: %s", name, line)
+            cluster.scheduler.set_metadata(keys=POOL_FAILURE_KEY, value={"line": line, "at": now})
 
     def _keep_books(self) -> None:
         self._note_registrations()

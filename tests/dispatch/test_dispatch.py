@@ -521,6 +521,26 @@ def test_sigterm_ends_the_queued_jobs_and_lets_the_running_ones_finish():
     assert of(dispatch.handle(ended(running, now=2.0)), v.ReportSuccess)
 
 
+def test_a_pool_that_cannot_submit_fails_the_queued_jobs_in_one_line():
+    """The pool's submit command failed: no job waiting for a pilot would start (the
+    run waited in silence); the queued ones fail, the running ones finish."""
+    dispatch = machine(1)
+    out = dispatch.handle(v.JobReady(ticket(1), 0.0))
+    out += dispatch.handle(v.JobReady(ticket(2), 0.0))
+    (running,) = [s.key for s in of(out, v.Submit)]
+    why = "sbatch failed (exit 1): sbatch: error: Invalid account"
+    out = dispatch.handle(v.PoolFailed(why, 1.0))
+    (line,) = [c.message for c in of(out, v.Log)]
+    assert line.startswith(f"Context executor: the pilots cannot be submitted: {why}. Fix:")
+    (error,) = of(out, v.ReportError)
+    assert error.ticket.key == ticket(2).key and why in error.message
+    assert not of(out, v.Cancel) and dispatch.queued == 0
+    assert not of(dispatch.handle(v.PoolFailed(why, 1.5)), v.Log)  # said once
+    assert why in of(dispatch.handle(v.JobReady(ticket(3), 2.0)), v.ReportError)[0].message
+    assert of(dispatch.handle(ended(running, now=2.0)), v.ReportSuccess)
+    assert not dispatch.run_end().ok and not dispatch.interrupted
+
+
 def test_every_command_carries_its_stimulus_and_the_story_tells_a_loss():
     """distributed's worker state machine keeps a stimulus_id on every instruction and
     answers story(key): so does dispatch, and the loss's budget is in the story."""
