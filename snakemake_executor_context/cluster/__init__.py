@@ -16,6 +16,8 @@ pilots, :mod:`..pilots`), attaching to it, and its hub.
   :mod:`.infofiles`: the scheduler, pid, log and catalog files of a local cluster;
   :mod:`.info`: the cluster process's record of itself, in its pid file;
   :mod:`.credentials`: its TLS authority and certificate, and private files;
+  :mod:`.floodguard`: what keeps every process of it serving its owner under a flood
+  of connections (handshake deadlines, bounds, no HTTP listener);
 - :mod:`.attach`: where a client attaches, checked in one line;
   :mod:`.connection`: the executor's connection (a client, and the embedded cluster
   if the run owns one).
