@@ -215,7 +215,7 @@ def jobqueue_arguments(
         # Loaders keep converted weights there (SmolLM2's does): node-local disk that
         # the user's prologue lines, run next, may stage weights into.
         # Double quotes: $USER, $TMPDIR and the like expand on the node.
-        cache = '"' + options.shape.model_cache.replace('"', "") + '"'
+        cache = f'"{options.shape.model_cache}"'  # the settings allow no other expansion
         prologue += [f"export {MODEL_CACHE_VARIABLE}={cache}", f"mkdir -p -m 700 {cache}"]
     prologue += list(options.prologue)
     kwargs: dict[str, Any] = {

@@ -222,7 +222,7 @@ _DECLARED = (
     ),
     Option(
         "model_cache",
-        Allowed(TEXT, optional=True, form=filled),
+        Allowed(TEXT, optional=True, form=lambda flag, value: node_path(value)),
         None,
         "Where each node's model cache lives (loaders' converted weights, templates "
         f"fetched from peers; the servers of a node share it), exported to the servers as "
@@ -233,8 +233,8 @@ _DECLARED = (
     ),
     Option(
         "own_caches",
-        # Made and checked where the servers start (Shape.check_cache_dirs; a pilot's
-        # on its node).
+        # Checked at start (Shape.check_cache_dirs), made where the servers start (a
+        # pilot's on its node).
         Allowed(TEXT, optional=True, form=filled),
         None,
         "A directory of per-server model caches: each server keeps its loaders' cache in "
@@ -465,6 +465,19 @@ _DECLARED = (
 )
 #: Every option, by name.
 OPTIONS: dict[str, Option] = {declared.name: declared for declared in _DECLARED}
+
+
+def node_path(value: str) -> str | None:
+    """The ``form`` of the model cache: a pilot's job script expands it in double quotes
+    on its node, so variables ($USER, ${TMPDIR}) may expand there and nothing else."""
+    if not value.strip():
+        return "an empty value; leave the flag out for the default"
+    if re.search(r'[`"\\]|\$\(', value):
+        return (
+            "a path whose only expansions are variables such as $USER or ${TMPDIR} (a "
+            "pilot's job script expands it on its node): no `...`, $(...), quote or backslash"
+        )
+    return None
 
 
 def existing_dir(flag: str, value: str) -> str | None:

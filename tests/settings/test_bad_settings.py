@@ -124,6 +124,11 @@ BAD_SETTINGS = [
         ["--context-tuning own_caches '/proc/nope' is not allowed: the directory /proc/nope"],
     ),
     (["--context-model-cache-size", "1e30"], ["--context-model-cache-size '1e30' is not allowed"]),
+    # A pilot's job script expands it in double quotes: this ran on the node.
+    (
+        ["--context-model-cache", "/tmp/$(touch /tmp/x)"],
+        ["--context-model-cache '/tmp/$(touch /tmp/x)' is not allowed", "only expansions are"],
+    ),
     (["--context-tuning", "peer_mbps=1e-9"], ["--context-tuning peer_mbps 1e-09 is not allowed"]),
     # Was taken as the default catalog, silently.
     (["--context-catalog", ""], ["--context-catalog '' is not allowed"]),
