@@ -10,9 +10,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,8 +176,11 @@ def workflow(tmp_path: Path):
 
 
 @contextlib.contextmanager
-def persistent_cluster(cluster_dir: Path, *up_args: str) -> Iterator[Path]:
-    """`snakemake-context up` in ``cluster_dir`` with ``up_args``; down afterwards."""
+def persistent_cluster(
+    cluster_dir: Path, *up_args: str, preexec_fn: Callable[[], None] | None = None
+) -> Iterator[Path]:
+    """`snakemake-context up` in ``cluster_dir`` with ``up_args`` (``preexec_fn`` run in
+    its process before exec); down afterwards."""
     cluster_dir.mkdir(parents=True, exist_ok=True)
     path = cluster_dir / "scheduler.json"
     started = subprocess.run(
@@ -185,6 +189,7 @@ def persistent_cluster(cluster_dir: Path, *up_args: str) -> Iterator[Path]:
         capture_output=True,
         text=True,
         timeout=120,
+        preexec_fn=preexec_fn,
     )
     assert started.returncode == 0, started.stdout + started.stderr
     try:
@@ -196,6 +201,20 @@ def persistent_cluster(cluster_dir: Path, *up_args: str) -> Iterator[Path]:
             text=True,
             timeout=60,
         )
+
+
+@contextlib.contextmanager
+def shared_cluster(*up_args: str, preexec_fn: Callable[[], None] | None = None) -> Iterator[Path]:
+    """:func:`persistent_cluster` in a new directory others may read (0755, as a
+    scratch directory may be: the cluster's own files must protect themselves, and a
+    second user can reach what it may), removed afterwards."""
+    shared = Path(tempfile.mkdtemp(prefix="ctx-shared-"))
+    os.chmod(shared, 0o755)
+    try:
+        with persistent_cluster(shared, *up_args, preexec_fn=preexec_fn) as path:
+            yield path
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from snakemake_executor_context.cluster.connection import ClusterConnection
 from snakemake_executor_context.cluster.infofiles import ClusterFiles
 from snakemake_executor_context.errors import ClusterError
 from tests.cluster.test_security import attacker  # noqa: F401 (a fixture)
-from tests.conftest import BIN, snakemake, toy_files
+from tests.conftest import BIN, shared_cluster, snakemake, toy_files
 
 pytestmark = pytest.mark.slow
 
@@ -48,25 +47,8 @@ def _cluster_limit() -> None:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Path]:
     """An `up` cluster of one server with 1,024 descriptors, in a shared directory."""
-    shared = Path(tempfile.mkdtemp(prefix="ctx-flood-"))
-    os.chmod(shared, 0o755)
-    path = shared / "scheduler.json"
-    cli = str(BIN / "snakemake-context")
-    started = subprocess.run(
-        [cli, "up", "--scheduler-file", str(path), "--servers", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=_cluster_limit,
-    )
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
+    with shared_cluster("--servers", "1", preexec_fn=_cluster_limit) as path:
         yield path
-    finally:
-        subprocess.run(
-            [cli, "down", "--scheduler-file", str(path)], capture_output=True, timeout=60
-        )
-        shutil.rmtree(shared, ignore_errors=True)
 
 
 def _status(scheduler_file: Path) -> subprocess.CompletedProcess[str]:

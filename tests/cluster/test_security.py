@@ -26,7 +26,7 @@ import pytest
 from snakemake_executor_context.cluster.connection import ClusterConnection
 from snakemake_executor_context.cluster.credentials import Credentials
 from snakemake_executor_context.cluster.infofiles import ClusterFiles
-from tests.conftest import BIN
+from tests.conftest import shared_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -59,26 +59,9 @@ def embedded() -> Iterator[ClusterConnection]:
 
 @pytest.fixture(scope="module")
 def up_cluster() -> Iterator[Path]:
-    """A cluster started by `snakemake-context up` in an existing shared directory
-    (0755, as a scratch directory may be): its own files must protect themselves."""
-    shared = Path(tempfile.mkdtemp(prefix="ctx-shared-"))
-    os.chmod(shared, 0o755)
-    path = shared / "scheduler.json"
-    cli = str(BIN / "snakemake-context")
-    started = subprocess.run(
-        [cli, "up", "--scheduler-file", str(path), "--servers", "2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
+    """A cluster started by `snakemake-context up` in an existing shared directory."""
+    with shared_cluster("--servers", "2") as path:
         yield path
-    finally:
-        subprocess.run(
-            [cli, "down", "--scheduler-file", str(path)], capture_output=True, timeout=60
-        )
-        shutil.rmtree(shared, ignore_errors=True)
 
 
 def _ports(scheduler_file: Path, plaintext: bool = False) -> tuple[int, list[int], list[int]]:
