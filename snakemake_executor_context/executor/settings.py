@@ -242,6 +242,8 @@ class ExecutorSettings(ExecutorSettingsBase):
             # The variables a user exports (the servers inherit them), before anything
             # is made or started.
             check_environment()
+            if self.scheduler_file or self.scheduler_address:
+                self._check_attach_target()
             if not (self.scheduler_file or self.scheduler_address or self.backend):
                 # The embedded cluster's servers start on this node: their directories
                 # are checked here (an attached cluster's and pilots' are theirs).
@@ -253,6 +255,24 @@ class ExecutorSettings(ExecutorSettingsBase):
                 # around it; a SystemExit is printed as it is, and nothing was made.
                 raise SystemExit(str(error)) from None
             raise error.with_traceback(None) from None
+
+    def _check_attach_target(self) -> None:
+        """Where the run would attach, read as attaching reads it (the address, the
+        scheduler file, the credentials), with no connection yet: a plaintext address
+        without --context-allow-plaintext, a missing or truncated scheduler file and
+        missing or foreign credentials are refused here, with the other settings."""
+        from ..cluster.attach import resolve_target
+        from ..errors import ClusterError
+
+        try:
+            resolve_target(
+                address=self.scheduler_address,
+                scheduler_file=Path(self.scheduler_file) if self.scheduler_file else None,
+                credentials=Path(self.credentials) if self.credentials else None,
+                allow_plaintext=bool(self.allow_plaintext),
+            )
+        except ClusterError as error:
+            raise SettingError(str(error)) from None
 
     def __getattr__(self, name: str) -> Any:
         """A key of the pilot request or of the tuning read as a setting

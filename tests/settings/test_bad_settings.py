@@ -188,7 +188,7 @@ def test_a_setting_refused_on_snakemakes_command_line_is_all_it_prints(trivial, 
 @pytest.mark.parametrize(
     ("args", "parts"),
     [
-        # Checked once the run has its settings: where it would connect.
+        # Where the run would attach, read with the settings (no connection yet).
         (
             ["--context-scheduler-address", "tcp://127.0.0.1:8786"],
             ["is a plaintext scheduler", "--context-allow-plaintext"],
@@ -201,6 +201,7 @@ def test_a_setting_refused_on_snakemakes_command_line_is_all_it_prints(trivial, 
 )
 def test_a_bad_setting_reaches_the_terminal_as_one_line_and_starts_nothing(trivial, args, parts):
     output = _bad_run(trivial, *args)
+    assert output.count("\n") == 1, output  # with the settings: nothing else is printed
     _line(output, *parts)
 
 
@@ -533,7 +534,7 @@ def test_cache_directories_are_checked_with_the_settings_and_made_by_none_of_the
     node_local = tmp_path / "node-local" / "caches"
     own = [f"own_caches={node_local}"]
     ExecutorSettings(tuning=own, pilots=["backend=slurm"])
-    ExecutorSettings(tuning=own, scheduler_file=str(tmp_path / "x.json"))
+    ExecutorSettings(tuning=own, scheduler_address="tcp://127.0.0.1:1", allow_plaintext=True)
     ExecutorSettings(tuning=own)
     ExecutorSettings(model_cache=str(tmp_path / "node-local" / "models"))
     assert list(tmp_path.iterdir()) == []
