@@ -222,7 +222,7 @@ _DECLARED = (
     ),
     Option(
         "model_cache",
-        Allowed(TEXT, optional=True, form=lambda flag, value: node_path(value)),
+        Allowed(TEXT, optional=True, form=lambda flag, value: node_path(flag, value)),
         None,
         "Where each node's model cache lives (loaders' converted weights, templates "
         f"fetched from peers; the servers of a node share it), exported to the servers as "
@@ -467,11 +467,11 @@ _DECLARED = (
 OPTIONS: dict[str, Option] = {declared.name: declared for declared in _DECLARED}
 
 
-def node_path(value: str) -> str | None:
+def node_path(flag: str, value: str) -> str | None:
     """The ``form`` of the model cache: a pilot's job script expands it in double quotes
     on its node, so variables ($USER, ${TMPDIR}) may expand there and nothing else."""
-    if not value.strip():
-        return "an empty value; leave the flag out for the default"
+    if empty := filled(flag, value):
+        return empty
     if re.search(r'[`"\\]|\$\(', value):
         return (
             "a path whose only expansions are variables such as $USER or ${TMPDIR} (a "
