@@ -151,10 +151,34 @@ def _address_in(scheduler_file: Path, *, trusted: bool) -> str:
 
 def probe(target: AttachTarget, timeout: float) -> None:
     """Connect to the scheduler and read its first bytes (through TLS with the
-    target's credentials): within ``min(timeout, PROBE_SECONDS)``, or one line on why
-    not (refused, silent, unreachable, credentials that do not match)."""
-    host, port = target.host_port
+    target's credentials), or one line on why not (refused, silent, unreachable,
+    credentials that do not match). A port that does not answer within
+    ``min(timeout, PROBE_SECONDS)`` fails then, unless its cluster's process runs (its
+    pid file says so): a busy or flooded scheduler is tried again, a fresh connection
+    each time, until ``timeout``."""
+    started = time.monotonic()
     limit = min(timeout, PROBE_SECONDS)
+    while True:
+        silent = _probe_once(target, limit)
+        if silent is None:
+            return
+        left = started + timeout - time.monotonic()
+        if left < 0.1 or _running_pid(target) is None:
+            what, reason = silent
+            waited = max(limit, round(time.monotonic() - started))
+            raise ClusterError(
+                f"{target.setting}: {target.address} {what} within {waited:g} s ({reason})."
+                f"{_why_silent(target)}"
+            )
+        limit = min(left, PROBE_SECONDS)
+
+
+def _probe_once(target: AttachTarget, limit: float) -> tuple[str, str] | None:
+    """One try of :func:`probe`: None if the scheduler answered, what it did and why
+    if it was silent (timed out, or closed before its handshake finished, as
+    a flooded scheduler drops connections); raises at once where trying again
+    cannot help (refused, credentials that do not match)."""
+    host, port = target.host_port
     deadline = time.monotonic() + limit
     try:
         raw = socket.create_connection((host, port), timeout=limit)
@@ -164,10 +188,7 @@ def probe(target: AttachTarget, timeout: float) -> None:
             f"{_why_silent(target)}"
         ) from None
     except (TimeoutError, OSError) as error:
-        raise ClusterError(
-            f"{target.setting}: cannot reach {target.address} within {limit:g} s "
-            f"({_reason(error)}).{_why_silent(target)}"
-        ) from None
+        return "could not be reached", _reason(error)
     try:
         raw.settimeout(max(0.05, deadline - time.monotonic()))
         sock: socket.socket = raw
@@ -177,30 +198,37 @@ def probe(target: AttachTarget, timeout: float) -> None:
         sock.settimeout(max(0.05, deadline - time.monotonic()))
         if not sock.recv(1):
             raise ConnectionResetError("closed without a word")
-    except ssl.SSLError as error:
-        raise ClusterError(_tls_refusal(target, error)) from None
-    except (TimeoutError, OSError) as error:
-        raise ClusterError(
-            f"{target.setting}: {target.address} accepted a connection but did not answer as "
-            f"a Dask scheduler within {limit:g} s ({_reason(error)}).{_why_silent(target)}"
-        ) from None
+    except OSError as error:  # an SSLError is one; a drop mid-handshake is an EOF
+        if isinstance(error, ssl.SSLError) and not isinstance(
+            error, ssl.SSLEOFError | ssl.SSLZeroReturnError
+        ):
+            raise ClusterError(_tls_refusal(target, error)) from None
+        return "accepted a connection but did not answer as a Dask scheduler", _reason(error)
     finally:
         raw.close()
+    return None
+
+
+def _running_pid(target: AttachTarget) -> int | None:
+    """The pid of the cluster that wrote the target's scheduler file, while it runs."""
+    from .infofiles import ClusterFiles
+
+    if target.scheduler_file is None:
+        return None
+    try:
+        return ClusterFiles(Path(target.scheduler_file)).running_pid()
+    except (OSError, ValueError, ClusterError, UnsafePathError):
+        return None  # a pid file that is not this user's names nothing
 
 
 def _why_silent(target: AttachTarget) -> str:
     """Why a scheduler does not answer, and the fix: its cluster's process, which its
     pid file names, has stopped, or it runs and is too busy to answer (a flood of
     connections from someone else), where starting it again is not the fix."""
-    from .infofiles import ClusterFiles
-
     scheduler_file = target.scheduler_file
     if scheduler_file is None:
         return " Fix: check the address, or start a cluster with `snakemake-context up`."
-    try:
-        pid = ClusterFiles(Path(scheduler_file)).running_pid()
-    except (OSError, ValueError, ClusterError, UnsafePathError):
-        pid = None  # a pid file that is not this user's names nothing
+    pid = _running_pid(target)
     if pid is None:
         return (
             f" The cluster that wrote {scheduler_file} has stopped. Fix: start it again "

@@ -15,6 +15,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,15 +151,18 @@ def test_idle_connections_of_another_user_leave_the_cluster_serving_its_owner(
 
 def test_a_cluster_that_does_not_answer_is_busy_not_stopped(cluster):
     """Its process runs (its pid file says so) but its port does not answer (stopped
-    here with SIGSTOP, as a flood stalls it): status and an attaching run say it is
-    busy, not that it has stopped and must be started again."""
+    here with SIGSTOP, as a flood stalls it): an attaching run tries again until its
+    timeout, and then it and status say it is busy, not that it has stopped and must
+    be started again."""
     pid = ClusterFiles(cluster).running_pid()
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
     try:
         status = _status(cluster)
+        started = time.monotonic()
         with pytest.raises(ClusterError) as caught:
-            ClusterConnection.attach(address=None, scheduler_file=cluster, timeout=20)
+            ClusterConnection.attach(address=None, scheduler_file=cluster, timeout=4)
+        waited = time.monotonic() - started
     finally:
         os.kill(pid, signal.SIGCONT)
     message = str(caught.value)
@@ -166,4 +170,27 @@ def test_a_cluster_that_does_not_answer_is_busy_not_stopped(cluster):
     assert "has stopped" not in message, message
     assert f"runs (pid {pid}): it is busy or flooded" in message, message
     assert "Fix: try again in a while" in message, message
-    assert message in status.stderr, status.stderr
+    assert message.replace("4 s", "") in status.stderr.replace("10 s", ""), status.stderr
+    assert waited >= 3.5, f"tried {waited:.1f} s, not until its timeout of 4 s"
+
+
+def test_a_cluster_that_answers_late_is_attached_to(cluster):
+    """A scheduler stalled past the probe's 1.5 s (its process stopped for 3 s, as a
+    flood under a loaded host stalled one in CI) while its process runs: attaching
+    tries again and connects once it answers, instead of failing at 1.5 s."""
+    pid = ClusterFiles(cluster).running_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(3.0, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    started = time.monotonic()
+    try:
+        connection = ClusterConnection.attach(address=None, scheduler_file=cluster, timeout=20)
+    finally:
+        resume.join()
+        os.kill(pid, signal.SIGCONT)
+    try:
+        assert connection.client.scheduler_info()["id"]  # it answers
+    finally:
+        connection.client.close()
+    assert time.monotonic() - started >= 3.0
