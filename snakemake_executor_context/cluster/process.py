@@ -103,7 +103,7 @@ class LocalClusterProcess:
             "--host",
             host,
         ]
-        if servers:
+        if servers is not None:
             command += [up_flag("servers"), str(servers)]
         if catalog:
             command += ["--catalog", catalog]

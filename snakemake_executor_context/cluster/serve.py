@@ -38,6 +38,7 @@ from ..strays.processes import become_subreaper, process_tree, stop_processes
 from .credentials import Credentials
 from .info import ClusterInfo, PlannedServer
 from .infofiles import ClusterFiles
+from .network import interface_address
 from .plan import (
     connect_timeout,
     plan_servers,
@@ -74,6 +75,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
     add_option(parser, "servers")
     add_option(parser, "contexts_memory")
     add_option(parser, "server_group")
+    add_option(parser, "interface")
     parser.add_argument("--idle-timeout", type=float, default=0.0)
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
@@ -134,11 +136,17 @@ def serve(argv: Sequence[str] | None = None) -> int:
     ContextNanny.cluster_files = files
     files.remove()
     # Every listener requires TLS with a certificate of this cluster's own authority.
+    if args.interface and not args.pilots:  # a pool's options carry their own
+        try:
+            args.host = interface_address(args.interface)
+        except ClusterError as error:  # one line in the log its starter shows
+            logging.error("%s", error)
+            return 2
     security = None if args.no_tls else Credentials.generate(files.credentials.directory).security()
     steps["certificates"] = time.time()
     plans = (
-        []  # a pool of pilots: its servers are batch jobs
-        if args.pilots
+        []  # a pool of pilots, or nodes that join: their servers start on their nodes
+        if args.pilots or args.servers == 0
         else plan_servers(
             discover_gpus(),
             args.servers,

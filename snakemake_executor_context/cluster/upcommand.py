@@ -110,6 +110,12 @@ def _up(args: argparse.Namespace) -> int:
                 *shape.serve_args(),
                 *[up_flag("server_group"), args.server_group],
                 *pilot_command_args(args),
+                # A pool's scheduler listens as its options say; this one's, here.
+                *(
+                    [up_flag("interface"), args.interface]
+                    if args.interface and not args.backend
+                    else []
+                ),
             ],
             own_directory=args.scheduler_file.resolve() == DEFAULT_SCHEDULER_FILE.resolve(),
             timeout_setting="--timeout",
@@ -133,6 +139,16 @@ def _up(args: argparse.Namespace) -> int:
         f"Attach with: snakemake --executor context --context-scheduler-file "
         f"{local.files.scheduler_file}"
     )
+    if not args.backend:
+        where = (
+            ""
+            if args.interface
+            else " (this node only: it listens on the loopback; --interface IF for others)"
+        )
+        print(
+            "Nodes join with: snakemake-context join --scheduler-file "
+            f"{local.files.scheduler_file}{where}"
+        )
     return 0
 
 

@@ -244,6 +244,16 @@ class ExecutorSettings(ExecutorSettingsBase):
             check_environment()
             if self.scheduler_file or self.scheduler_address:
                 self._check_attach_target()
+            if self.servers == 0 and not (
+                self.backend or self.scheduler_file or self.scheduler_address
+            ):
+                raise SettingError(
+                    f"{executor_flag('servers')} 0 starts no servers, and this run's own "
+                    "cluster has no pilots or nodes to run its jobs. Fix: ask for servers "
+                    f"({executor_flag('servers')} N), pilots ({executor_flag('backend')} "
+                    "...), or attach to a cluster nodes join "
+                    "(snakemake-context up --servers 0; --context-scheduler-file)."
+                )
             if not (self.scheduler_file or self.scheduler_address or self.backend):
                 # The embedded cluster's servers start on this node: their directories
                 # are checked here (an attached cluster's and pilots' are theirs).

@@ -153,6 +153,11 @@ def _connect(
         extra_args=[
             *shape_of(settings).serve_args(),
             *[up_flag("server_group"), settings.server_group or ""],
+            *(
+                [up_flag("interface"), settings.interface]
+                if settings.interface and not pool
+                else []
+            ),
             *pool,
             *["--run-id", run_id],
         ],

@@ -171,10 +171,14 @@ _POOL = ("backend",)
 _DECLARED = (
     Option(
         "servers",
-        Allowed(WHOLE, least=1, most=256, optional=True, unit="servers"),
+        Allowed(
+            WHOLE, least=1, most=256, optional=True, unit="servers", zero="no servers of its own"
+        ),
         None,
         "Context servers started when the machine has no GPU, each running {slots} jobs "
-        "at a time and standing in for gpu=1; with GPUs, one server per GPU instead.",
+        "at a time and standing in for gpu=1; with GPUs, one server per GPU instead. 0: "
+        "none of its own, a scheduler for pilots and for nodes that join it "
+        "(`snakemake-context join`).",
         default_text="the number of CPU cores, at most 4",
     ),
     Option(
@@ -404,12 +408,13 @@ _DECLARED = (
     ),
     Option(
         "interface",
-        Allowed(TEXT, optional=True, needs=_POOL),
+        Allowed(TEXT, optional=True),
         None,
-        "Network interface the scheduler listens on and pilots reach it through (compute "
-        "nodes often reach only one interface of a login node, e.g. ib0).",
+        "Network interface the scheduler (and the servers it starts) listen on, and pilots "
+        "and nodes that join reach it through (compute nodes often reach only one "
+        "interface of a login node, e.g. ib0).",
         group=PILOT,
-        default_text="the default route",
+        default_text="the loopback (127.0.0.1) with no pilots, else the default route's",
     ),
     Option(
         "min_pilots",
