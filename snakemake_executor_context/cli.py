@@ -4,6 +4,7 @@
 
     snakemake-context up     [--scheduler-file F] [--servers N] [--contexts-memory B]
                              [--idle-timeout S] [--catalog PATH|URL|none]
+    snakemake-context join   [--scheduler-file F] [--servers N] [--contexts-memory B]
     snakemake-context down   [--scheduler-file F]
     snakemake-context status [--scheduler-file F] [--catalog PATH|URL] [--json]
     snakemake-context monitor [--catalog PATH|URL] [--interval S]
@@ -74,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     from .settings.checks import NUMBER, WHOLE, Allowed, add_argument
 
     add_up_command(commands, scheduler_file)
+    from .cluster.join import add_join_command
+
+    add_join_command(commands, scheduler_file)
 
     from .cluster.inject import add_parser as add_inject
 

@@ -13,6 +13,8 @@ pilots, :mod:`..pilots`), attaching to it, and its hub.
   :mod:`.inject`: the preemption injector;
 - :mod:`.process`: the cluster process seen from the one that starts or stops it;
   :mod:`.upcommand`: ``snakemake-context up``, its flags and the start;
+  :mod:`.join`: ``snakemake-context join``, a node's servers against a running
+  cluster; :mod:`.network`: where its processes listen (an interface, a route);
   :mod:`.infofiles`: the scheduler, pid, log and catalog files of a local cluster;
   :mod:`.info`: the cluster process's record of itself, in its pid file;
   :mod:`.credentials`: its TLS authority and certificate, and private files;
