@@ -118,7 +118,7 @@ def test_fleet_groups_servers_by_gpu_model_and_opens_a_server_page(catalog):
         servers = rows(app, "fleet-servers")
         assert len(servers) == 4
         gpu0 = next(cells for cells in servers.values() if cells[0] == "gpu0")
-        assert gpu0[2:5] == ["1/1", "smollm2", "12"]
+        assert gpu0[1] == "node1" and gpu0[3:6] == ["1/1", "smollm2", "12"]
         assert gpu0[-1] == "-"  # busy: not idle
         assert "4 servers of 2 GPU model(s), 1 of 4 slots busy" in text(app, "fleet-summary")
 
@@ -186,7 +186,7 @@ def test_after_a_run_the_fleet_shows_its_servers_as_ended(tmp_path):
         b.commit()
         now[0] = b.now
         live = fleet_rows()  # the run is live: its servers, live
-        assert set(live) == {gpu0, gpu1} and live[gpu0][2] == "0/1"
+        assert set(live) == {gpu0, gpu1} and live[gpu0][3] == "0/1"
         b.tick(5.0)
         b.leave(gpu0)
         left = {gpu0: b.now, gpu1: b.tick(1.0)}
@@ -201,8 +201,8 @@ def test_after_a_run_the_fleet_shows_its_servers_as_ended(tmp_path):
             servers = rows(app, "fleet-servers")
             at = {a: time.strftime("%H:%M:%S", time.localtime(t)) for a, t in left.items()}
             assert servers == {
-                gpu0: ["gpu0", "h200", "-", "smollm2", "3", "0", "12", "left", at[gpu0]],
-                gpu1: ["gpu1", "h200", "-", "smollm2", "1", "1", "4", "left", at[gpu1]],
+                gpu0: ["gpu0", "node1", "h200", "-", "smollm2", "3", "0", "12", "left", at[gpu0]],
+                gpu1: ["gpu1", "node1", "h200", "-", "smollm2", "1", "1", "4", "left", at[gpu1]],
             }
             models = rows(app, "fleet-models")
             assert list(models) == ["h200"]  # not the earlier run's A100
@@ -468,7 +468,7 @@ def test_markup_and_escape_sequences_in_the_catalog_are_shown_as_they_are(tmp_pa
     async def script(pilot):
         servers = rows(app, "fleet-servers")
         (key,) = servers
-        assert servers[key][0] == "[b]x[/b]" and servers[key][3] == "c[/x]", servers
+        assert servers[key][0] == "[b]x[/b]" and servers[key][4] == "c[/x]", servers
         assert drawn(app, "fleet-servers", key)[0] == "[b]x[/b]"
         table = app.query_one("#fleet-servers", DataTable)
         table.focus()
@@ -819,7 +819,7 @@ def test_an_unchanged_poll_changes_nothing_and_a_finished_job_only_its_rows(tmp_
         assert drawn(app, "contexts-table", pair)[8] == "1"  # warm jobs
         await pilot.press("f")
         await pilot.pause()
-        assert drawn(app, "fleet-servers", servers[1])[4] == "1"  # jobs
+        assert drawn(app, "fleet-servers", servers[1])[5] == "1"  # jobs
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(DataTable, "update_cell", record_cell)
             patch.setattr(Table, "update_cells", record_cells)
@@ -835,11 +835,11 @@ def test_an_unchanged_poll_changes_nothing_and_a_finished_job_only_its_rows(tmp_
             touched = {(table, key) for table, _, key in calls}
             assert ("fleet-servers", servers[1]) in touched
             assert touched <= {("fleet-servers", servers[1]), ("fleet-models", "h200")}
-            jobs = rows(app, "fleet-servers")[servers[1]][4]
-            assert jobs == "2" and rows(app, "fleet-servers")[servers[0]][4] == "1"
+            jobs = rows(app, "fleet-servers")[servers[1]][5]
+            assert jobs == "2" and rows(app, "fleet-servers")[servers[0]][5] == "1"
             await pilot.pause()  # drawn again, not from what was rendered before
-            assert drawn(app, "fleet-servers", servers[1])[4] == "2"
-            assert drawn(app, "fleet-servers", servers[0])[4] == "1"
+            assert drawn(app, "fleet-servers", servers[1])[5] == "2"
+            assert drawn(app, "fleet-servers", servers[0])[5] == "1"
 
             calls.clear()
             await pilot.press("c")  # the contexts view catches up on what it missed

@@ -1,5 +1,5 @@
-"""Fleet: servers grouped by GPU model, and every live server; when no run and no
-server is live, the last run's servers, ended."""
+"""Fleet: servers grouped by GPU model, and every live server with its node; when no
+run and no server is live, the last run's servers, ended."""
 
 from __future__ import annotations
 
@@ -30,15 +30,17 @@ MODEL_COLUMNS = [
 ]
 SERVER_COLUMNS = [
     ("name", "server", 10),
-    ("model", "model", 8),
+    # The host it runs on: a node that joined, a pilot's node, this machine.
+    ("node", "node", 6),
+    ("model", "model", 6),
     ("busy", "busy", 4),
     ("contexts", "contexts", 7),
     ("jobs", "jobs", 5),
     ("failed", "fail", 4),
-    ("items", "items", 6),
+    ("items", "items", 5),
     # Its expected remaining life ('prior': no lives seen to tell; whose lives the
     # estimate comes from is on its page); an ended server's: 'left' or 'lost'.
-    ("life", "life left", 9),
+    ("life", "life left", 8),
     # When an idle server's last job ended: an idle server at a glance (its busy and
     # idle seconds are on its page); an ended server's: when it left.
     ("idle", "idle", 8),
@@ -117,7 +119,8 @@ def _server_cells(s: ServerRow) -> Cells:
         busy, idle = f"{s.busy}/{s.slots}", _idle_since(s)
     return (
         clip_name(s.name, 10),
-        clip(s.gpu_model, 8),
+        clip_name(s.host or "-", 6),
+        clip(s.gpu_model, 6),
         busy,
         clip(", ".join(s.contexts) or "-", 7),
         str(s.jobs_ok),

@@ -62,6 +62,13 @@ def format_overview(catalog: str, report: dict[str, Any]) -> str:
             f" ({kind}{'; ' + ', '.join(extra) if extra else ''})"
             f"{': ' + names if names else ''}; {row['left']} left, {row['lost']} lost"
         )
+    if report.get("nodes"):
+        lines += ["", "Servers by node:"]
+        for row in report["nodes"]:
+            lines.append(
+                f"  {row['host'] or '?'}: {len(row['servers'])} server(s), {row['slots']} "
+                f"slot(s) ({', '.join(row['gpu_models'])}): {', '.join(row['servers'])}"
+            )
     if report.get("lives"):
         lines += ["", "Servers alive, expected life left (from the lives the catalog saw):"]
         for row in report["lives"]:

@@ -42,6 +42,7 @@ __all__ = [
     "GangRow",
     "JobRow",
     "LossRow",
+    "NodeRow",
     "RunRow",
     "ThroughputRow",
     "TransferRow",
@@ -51,6 +52,7 @@ __all__ = [
     "gangs",
     "load_kind",
     "losses",
+    "nodes",
     "overview",
     "placement_measurements",
     "recent_events",
@@ -111,6 +113,35 @@ class FleetRow:
     names: list[str] = field(default_factory=list)
     left: int = 0
     lost: int = 0
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """Servers present now, by node (the host each recorded): what a cluster of
+    nodes that join, or pilots, looks like from the catalog."""
+
+    host: str
+    servers: list[str]
+    gpu_models: list[str]
+    slots: int
+
+
+def nodes(session: Session) -> list[NodeRow]:
+    """The servers present now, grouped by their host, in the hosts' order."""
+    found: dict[str, tuple[list[str], list[str], list[int]]] = {}
+    for host, name, model, slots in session.execute(
+        select(Server.host, Server.name, Server.gpu_model, Server.slots)
+        .where(Server.left.is_(None))
+        .order_by(Server.host, Server.name)
+    ):
+        names, models, counts = found.setdefault(host or "", ([], [], []))
+        names.append(name)
+        if model not in models:
+            models.append(model)
+        counts.append(int(slots or 0))
+    return [
+        NodeRow(host, names, models, sum(counts)) for host, (names, models, counts) in found.items()
+    ]
 
 
 def fleet(session: Session) -> list[FleetRow]:
@@ -369,6 +400,7 @@ def overview(session: Session, *, limit: int = 10, now: float | None = None) -> 
     now = time.time() if now is None else now
     return {
         "fleet": [asdict(row) for row in fleet(session)],
+        "nodes": [asdict(row) for row in nodes(session)],
         "contexts": [asdict(row) for row in contexts(session)],
         "throughput": [asdict(row) for row in throughput(session)],
         "transfers": [asdict(row) for row in transfers(session)],
