@@ -77,6 +77,10 @@ def _up(args: argparse.Namespace) -> int:
     if not args.backend:  # the servers start on this node (pilots make theirs on theirs)
         for note in shape.check_cache_dirs(up_flag):
             print(note)
+        if args.interface:
+            from .network import interface_address
+
+            interface_address(args.interface)  # one that is not here: one line, now
     from .credentials import private_file
     from .infofiles import ClusterFiles
 
@@ -140,14 +144,14 @@ def _up(args: argparse.Namespace) -> int:
         f"{local.files.scheduler_file}"
     )
     if not args.backend:
-        where = (
+        reach = (
             ""
             if args.interface
             else " (this node only: it listens on the loopback; --interface IF for others)"
         )
         print(
             "Nodes join with: snakemake-context join --scheduler-file "
-            f"{local.files.scheduler_file}{where}"
+            f"{local.files.scheduler_file}{reach}"
         )
     return 0
 

@@ -248,8 +248,9 @@ class ExecutorSettings(ExecutorSettingsBase):
                 self.backend or self.scheduler_file or self.scheduler_address
             ):
                 raise SettingError(
-                    f"{executor_flag('servers')} 0 starts no servers, and this run's own "
-                    "cluster has no pilots or nodes to run its jobs. Fix: ask for servers "
+                    f"{executor_flag('servers')} 0 is not allowed: it starts no servers, and "
+                    "this run's own cluster has no pilots or nodes to run its jobs. Fix: ask "
+                    "for servers "
                     f"({executor_flag('servers')} N), pilots ({executor_flag('backend')} "
                     "...), or attach to a cluster nodes join "
                     "(snakemake-context up --servers 0; --context-scheduler-file)."

@@ -80,6 +80,9 @@ ALLOWED = {
     ("modelcache/staging.py", "read_text"): "refs/<revision> of the user's Hugging Face cache, a "
     "commit hash read as data",
     ("cluster/serve.py", "tempfile"): "tempfile.tempdir set to the private root's tmp/",
+    ("cluster/join.py", "tempfile"): "tempfile.tempdir set to the private root's tmp/",
+    ("cluster/join.py", "local_directory"): "the private root's scratch space "
+    "(paths.scratch_dir) for the node's nannies and servers",
     ("cluster/serve.py", "local_directory"): "the private root's scratch space "
     "(paths.scratch_dir) for the scheduler and every nanny and server",
     ("pilots/batch/sge.py", "tempfile"): "the job script `qsub -w v` checks, in a new "

@@ -85,7 +85,7 @@ BAD_SETTINGS = [
         ["--context-contexts-memory", "1.5"],
         ["--context-contexts-memory '1.5' is not allowed", "(0, 1]"],
     ),
-    (["--context-servers", "0"], ["--context-servers 0 is not allowed", "from 1 to 256"]),
+    (["--context-servers", "0"], ["--context-servers 0 is not allowed", "starts no servers"]),
     (["--context-servers", "-1"], ["--context-servers -1 is not allowed", "from 1 to 256"]),
     (
         ["--context-scheduler-address", "localhost"],
@@ -283,12 +283,13 @@ def test_credentials_that_do_not_match_are_one_line(trivial, scheduler_file, cre
 @pytest.mark.parametrize(
     ("args", "parts"),
     [
-        (["--servers", "0"], ["--servers 0 is not allowed", "from 1 to 256"]),
+        (["--servers", "257"], ["--servers 257 is not allowed", "from 1 to 256"]),
         (["--servers", "-1"], ["--servers -1 is not allowed", "from 1 to 256"]),
         (["--contexts-memory", "abc"], ["--contexts-memory 'abc' is not allowed", "6GB"]),
         (["--idle-timeout=-5"], ["--idle-timeout -5.0 is not allowed", "(0: never)"]),
         (["--timeout", "0"], ["--timeout 0.0 is not allowed", "above 0"]),
         (["--queue", "gpu"], ["--queue 'gpu' is not allowed without --backend"]),
+        (["--interface", "nope0"], ["--interface nope0: this node's interface nope0 does not"]),
     ],
 )
 def test_up_with_a_bad_setting_is_one_line(tmp_path, args, parts):
@@ -313,10 +314,13 @@ def test_up_with_a_bad_setting_is_one_line(tmp_path, args, parts):
 FREE_TEXT = {
     "scheduler_file": "a path, read when attaching (test_truncated_scheduler_file_is_one_line)",
     "agnostic": "a switch with no combination to refuse",
+    "interface": "an interface's name, looked up on the node where the scheduler starts "
+    "(test_up_with_a_bad_setting_is_one_line)",
     "survival_placement": "a switch with no combination to refuse",
     "report": "a switch; a ledger that cannot be written is a warning, never a failed run",
     "tuning": "its words are the tuning keys, each walked here as a setting of its own",
     "pilots": "its words are the pilot request's keys, each walked here likewise",
+    "interface_up": "likewise (test_up_with_a_bad_setting_is_one_line)",
 }
 #: A value that the further check (``form``) of a setting refuses; others: "localhost".
 FORM_BAD = {
