@@ -195,7 +195,11 @@ def test_a_partition_during_a_job_reruns_it_elsewhere_after_its_lease(bed) -> No
         assert "crash" not in reasons[0][0]
         # After the heal the node serves again.
         nodes.heal(victim)
+        healed = time.monotonic()
         cluster.wait_for({"node0-cpu0", "node1-cpu0"}, timeout=120)
+        print(
+            f"partition timeline: the node served again {time.monotonic() - healed:.1f} s after the heal"
+        )
         workdir2 = workdir.parent / "again"
         workdir.rename(workdir2)
         again = _workflow(nodes.shared)
