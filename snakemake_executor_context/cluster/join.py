@@ -32,7 +32,7 @@ from ..errors import ClusterError, VersionSkewError
 from ..settings.checks import NUMBER, Allowed, add_argument
 from ..settings.shape import Shape
 from ..settings.table import add_option, check_environment, server_group_labels, up_flag
-from .plan import ServerPlan, plan_servers
+from .plan import ServerPlan, plan_servers, start_wait
 
 __all__ = ["add_join_command", "node_plans"]
 
@@ -57,7 +57,8 @@ def add_join_command(commands: Any, scheduler_file: Callable[[Any], None]) -> No
         "--timeout",
         Allowed(NUMBER, above=0, most=3600, unit="seconds"),
         default=20.0,
-        help="seconds to wait for the scheduler to answer, and for the servers to start",
+        help="seconds to wait for the scheduler to answer, and for the servers to start "
+        "(at least 60 plus 0.5 per server)",
     )
     join.set_defaults(func=_join)
 
@@ -209,13 +210,14 @@ async def _serve(
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, stop.set)
     started = time.monotonic()
+    wait = start_wait(len(nannies), args.timeout)
     try:
-        await asyncio.wait_for(asyncio.gather(*(n.start() for n in nannies)), args.timeout * 3)
+        await asyncio.wait_for(asyncio.gather(*(n.start() for n in nannies)), wait)
     except (TimeoutError, OSError) as error:
         await asyncio.gather(*(n.close(timeout=5) for n in nannies), return_exceptions=True)
         raise ClusterError(
-            f"This node's servers did not start within {args.timeout * 3:g} s "
-            f"(--timeout {args.timeout:g}, 3 times): {error!r}"
+            f"This node's servers did not start within {wait:g} s (--timeout "
+            f"{args.timeout:g}, at least 60 plus 0.5 per server): {error!r}"
         ) from None
     kinds = ", ".join(f"{p.name} ({p.gpu.name if p.gpu else 'CPU'})" for p, _ in named)
     print(

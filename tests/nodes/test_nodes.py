@@ -268,3 +268,24 @@ def test_join_says_in_one_line_why_it_cannot_join(bed, tmp_path) -> None:
         wrong = node.run([*join, str(foreign / "scheduler.json")], env=env)
         assert wrong.returncode == 1 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
         assert "credentials" in wrong.stderr, wrong.stderr
+
+
+def test_sigterm_to_a_join_drains_its_node_and_its_job_reruns_elsewhere(bed) -> None:
+    nodes = bed(2)
+    with joined_cluster(nodes) as cluster:
+        for node in nodes.nodes:
+            cluster.join(node, "--servers", "1")
+        cluster.wait_for({"node0-cpu0", "node1-cpu0"})
+        run, workdir, hold, victim = _start_held_job(nodes, cluster)
+        (other,) = [node for node in nodes.nodes if node is not victim]
+        # SIGTERM to the join's own process only, as a resource manager's eviction.
+        said = cluster.leave(victim, timeout=90)
+        assert "draining 1 server(s)" in said and "left the cluster" in said, said
+        assert victim.pids() == [victim.holder.pid]  # nothing of the join is left
+        _wait(lambda: other.hostname in _marks(workdir, "began"), 120)
+        hold.unlink()
+        output, _ = run.communicate(timeout=120)
+        assert run.returncode == 0, output
+        assert _marks(workdir, "wrote") == [other.hostname], output
+        ((reason,),) = _catalog(cluster.scheduler_file, "SELECT reason FROM server_losses")
+        assert "drained" in reason and "SIGTERM" in reason, reason
