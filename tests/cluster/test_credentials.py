@@ -160,12 +160,12 @@ def test_plaintext_needs_the_setting(tmp_path):
     assert target.security is None and target.warning and "plaintext" in target.warning
 
 
-@pytest.mark.parametrize("value", [None, 1, 8])
+@pytest.mark.parametrize("value", [None, 0, 1, 8])
 def test_good_server_counts(value):
     assert SERVERS.problem(value) is None
 
 
-@pytest.mark.parametrize("value", [0, -1, 1.5, True])
+@pytest.mark.parametrize("value", [-1, 257, 1.5, True])
 def test_bad_server_counts(value):
     assert "a whole number of servers" in (SERVERS.problem(value) or "")
 

@@ -113,7 +113,7 @@ def test_the_monitor_shows_life_left_in_the_fleet_and_on_the_servers_page(histor
 
     async def script(pilot: Any) -> None:
         (cells,) = rows(app, "fleet-servers").values()
-        assert cells[0] == "s3" and cells[7] == "~2 min", cells
+        assert cells[0] == "s3" and cells[8] == "~2 min", cells
         table = app.query_one("#fleet-servers")
         table.focus()
         await pilot.press("enter")
@@ -131,7 +131,7 @@ def test_the_monitor_shows_the_prior_as_the_prior(tmp_path):
 
     async def script(pilot: Any) -> None:
         (cells,) = rows(app, "fleet-servers").values()
-        assert cells[7] == "prior", cells
+        assert cells[8] == "prior", cells
 
     drive(app, script)
 

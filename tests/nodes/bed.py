@@ -220,15 +220,20 @@ class Bed:
     def lose(self, node: Node) -> list[int]:
         """Lose ``node`` whole: every process in its namespace SIGKILLed at once (its
         holder too, so nothing of it can be entered again). Returns the pids killed."""
-        pids = node.pids()
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        killed: list[int] = []
+        deadline = time.monotonic() + 10
+        # Again until none is left: a process forked while the first were killed.
+        while (pids := node.pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            killed += [pid for pid in pids if pid not in killed]
+            time.sleep(0.05)
         if node.holder is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.holder.wait(timeout=10)
         node.lost = True
-        return pids
+        return killed
 
     def cap(self, node: Node, rate: str | None) -> None:
         """Cap ``node``'s link to ``rate`` (``200mbit``) both ways; None lifts the cap."""
