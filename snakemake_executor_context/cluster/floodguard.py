@@ -373,8 +373,20 @@ def dask_setup(nanny: Any) -> None:
 
 class GuardedWorker(Worker):
     """Dask's worker, in a process with the guard installed before it listens (the
-    class the cluster's nannies start: ``worker_class``)."""
+    class the cluster's nannies and pilots start: ``worker_class``), that notes when
+    its scheduler last answered a heartbeat (:attr:`heard_at`)."""
+
+    #: When the scheduler last answered one of its heartbeats (``time.monotonic``;
+    #: None: not yet). A server's lease counts from it: cut off by a partition, its
+    #: connection stays open, unanswered, until the TCP timeout, which a site may set
+    #: beyond the lease (``distributed.comm.timeouts.tcp``).
+    heard_at: float | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         install_guard()
         super().__init__(*args, **kwargs)
+
+    def _update_latency(self, latency: float) -> None:
+        # Dask calls it once a heartbeat was answered, and only then.
+        self.heard_at = time.monotonic()
+        super()._update_latency(latency)

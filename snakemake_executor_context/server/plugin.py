@@ -125,11 +125,24 @@ def _hold_lease(worker: Any, server: ContextServer, lease: float) -> None:
     import time
 
     lost_since: float | None = None
+    stopped_for: float | None = None  # the unanswered silence already acted on
     while worker.status.name not in ("closed", "failed"):
         time.sleep(min(1.0, lease / 4))
+        if worker.status.name in ("init", "starting"):
+            lost_since = None
+            continue
+        # A worker of the cluster's class notes its answered heartbeats.
+        heard = getattr(worker, "heard_at", None)
+        if heard is not None and time.monotonic() - heard >= lease:
+            if heard != stopped_for:
+                server.stop_everything(
+                    f"its scheduler answered no heartbeat for {lease:g} s (its lease)"
+                )
+                stopped_for = heard
+            continue
         stream = getattr(worker, "batched_stream", None)
         connected = stream is not None and stream.comm is not None and not stream.comm.closed()
-        if connected or worker.status.name in ("init", "starting"):
+        if connected:
             lost_since = None
             continue
         lost_since = lost_since or time.monotonic()

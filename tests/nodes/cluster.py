@@ -30,11 +30,12 @@ class Joined:
     #: What each node's join printed (read on, so that its pipe never fills).
     said: dict[int, list[str]] = field(default_factory=dict)
 
-    def join(self, node: Node, *args: str, timeout: float = 90) -> str:
-        """Join ``node`` (``args``: join's flags); its first line, once it has joined."""
+    def join(self, node: Node, *args: str, timeout: float = 90, **env: str) -> str:
+        """Join ``node`` (``args``: join's flags; ``env``: variables it gets); its first
+        line, once it has joined."""
         process = node.popen(
             [COMMAND, "join", "--scheduler-file", str(self.scheduler_file), *args],
-            env=self.bed.environment(),
+            env=self.bed.environment(**env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -197,9 +197,8 @@ def test_a_partition_during_a_job_reruns_it_elsewhere_after_its_lease(bed) -> No
         nodes.heal(victim)
         healed = time.monotonic()
         cluster.wait_for({"node0-cpu0", "node1-cpu0"}, timeout=120)
-        print(
-            f"partition timeline: the node served again {time.monotonic() - healed:.1f} s after the heal"
-        )
+        back = time.monotonic() - healed
+        print(f"partition timeline: the node served again {back:.1f} s after the heal")
         workdir2 = workdir.parent / "again"
         workdir.rename(workdir2)
         again = _workflow(nodes.shared)
@@ -289,3 +288,25 @@ def test_sigterm_to_a_join_drains_its_node_and_its_job_reruns_elsewhere(bed) -> 
         assert _marks(workdir, "wrote") == [other.hostname], output
         ((reason,),) = _catalog(cluster.scheduler_file, "SELECT reason FROM server_losses")
         assert "drained" in reason and "SIGTERM" in reason, reason
+
+
+def test_a_partitioned_server_stops_its_job_at_its_lease_whatever_tcps_timeout(bed) -> None:
+    """Dask's TCP timeout (30 s) closed the partitioned server's connection at its
+    lease in the partition test above; with a longer one (as a site may set), the
+    connection stays open, unanswered, and only the lease stops the job."""
+    nodes = bed(2)
+    with joined_cluster(nodes) as cluster:
+        for node in nodes.nodes:
+            cluster.join(node, "--servers", "1", DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP="600s")
+        cluster.wait_for({"node0-cpu0", "node1-cpu0"})
+        run, workdir, hold, victim = _start_held_job(nodes, cluster)
+        (other,) = [node for node in nodes.nodes if node is not victim]
+        nodes.partition(victim)
+        _wait(lambda: other.hostname in _marks(workdir, "began"), 150)
+        hold.unlink()
+        output, _ = run.communicate(timeout=120)
+        assert run.returncode == 0, output
+        time.sleep(3)  # a job the partitioned server still ran writes now
+        assert _marks(workdir, "wrote") == [other.hostname], output
+        said = "".join(cluster.said[victim.index])
+        assert "stopping 1 job(s): its scheduler answered no heartbeat for 30 s" in said, said
