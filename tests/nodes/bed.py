@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -43,6 +44,22 @@ FIRST_NODE = 11
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+def _kept_under_tmp() -> list[str]:
+    """The host's directories under /tmp that every node must still see over its own
+    /tmp, relative to /tmp: this checkout (a CI clone may lie in /tmp), the Python
+    that runs the tests and the directory they run in."""
+    import sys
+
+    tmp = Path("/tmp").resolve()
+    found: list[Path] = []
+    for path in (Path(__file__).resolve().parents[2], Path(sys.prefix).resolve(), Path.cwd()):
+        if path.is_relative_to(tmp) and path != tmp:
+            found.append(path.relative_to(tmp))
+    # The outermost of nested ones: a bind of the outer carries the inner.
+    outer = [p for p in found if not any(p != q and p.is_relative_to(q) for q in found)]
+    return sorted({shlex.quote(str(p)) for p in outer})
 
 
 def bed_available() -> str | None:
@@ -193,10 +210,14 @@ class Bed:
                     "ip", "netns", "exec", node.namespace,
                     "unshare", "--mount", "--uts", "--propagation", "private", "--",
                     "sh", "-c",
-                    f"hostname {node.hostname} && "
+                    f"hostname {node.hostname} && exec 3</tmp && "
                     "mount -t tmpfs -o mode=1777 tmpfs /tmp && "
                     "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
-                    "echo ready && exec sleep infinity",
+                    + "".join(
+                        f"mkdir -p /tmp/{rel} && mount --bind /proc/self/fd/3/{rel} /tmp/{rel} && "
+                        for rel in _kept_under_tmp()
+                    )
+                    + "exec 3<&- && echo ready && exec sleep infinity",
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

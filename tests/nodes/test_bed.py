@@ -26,6 +26,7 @@ PROBE = textwrap.dedent(
 
 def _listener(host: str) -> tuple[socket.socket, int]:
     server = socket.socket()
+    server.settimeout(30)  # a sender that never came fails the test, not its timeout
     server.bind((host, 0))
     server.listen()
     return server, server.getsockname()[1]
