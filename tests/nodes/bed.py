@@ -213,8 +213,10 @@ class Bed:
                     f"hostname {node.hostname} && exec 3</tmp && "
                     "mount -t tmpfs -o mode=1777 tmpfs /tmp && "
                     "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
+                    # mount(8) would resolve the fd's path to the new /tmp: not canonicalized.
                     + "".join(
-                        f"mkdir -p /tmp/{rel} && mount --bind /proc/self/fd/3/{rel} /tmp/{rel} && "
+                        f"mkdir -p /tmp/{rel} && mount --no-canonicalize --bind "
+                        f"/proc/self/fd/3/{rel} /tmp/{rel} && "
                         for rel in _kept_under_tmp()
                     )
                     + "exec 3<&- && echo ready && exec sleep infinity",
