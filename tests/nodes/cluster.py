@@ -29,6 +29,8 @@ class Joined:
     joins: dict[int, subprocess.Popen[str]] = field(default_factory=dict)
     #: What each node's join printed (read on, so that its pipe never fills).
     said: dict[int, list[str]] = field(default_factory=dict)
+    #: Runs a test started in the background: killed at the end if still running.
+    runs: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def join(self, node: Node, *args: str, timeout: float = 90, **env: str) -> str:
         """Join ``node`` (``args``: join's flags; ``env``: variables it gets); its first
@@ -105,6 +107,10 @@ def joined_cluster(bed: Bed, *up_args: str) -> Iterator[Joined]:
     try:
         yield cluster
     finally:
+        for run in cluster.runs:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
         for process in cluster.joins.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)

@@ -149,6 +149,7 @@ def _start_held_job(nodes, cluster):
         cwd=workdir, env={**nodes.environment(), "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+    cluster.runs.append(run)
     (host,) = _wait(lambda: (workdir / "marks").is_dir() and _marks(workdir, "began"), 120)
     victim = next(node for node in nodes.nodes if node.hostname == host)
     return run, workdir, hold, victim
