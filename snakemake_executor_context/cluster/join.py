@@ -24,7 +24,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from .. import paths
@@ -159,15 +159,13 @@ async def _serve(
 ) -> int:
     import dask
 
-    from ..server.config import SERVER_DASK_CONFIG, ServerConfig
-    from ..server.plugin import ContextServerPlugin
+    from ..server.config import SERVER_DASK_CONFIG
     from ..strays.processes import become_subreaper
-    from .floodguard import GuardedWorker, install_guard
-    from .nannies import ContextNanny
+    from .floodguard import install_guard
+    from .nannies import ContextNanny, nanny_options
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     install_guard()
-    base = paths.local_base()
     scratch = str(paths.scratch_dir())
     tempfile.tempdir = str(paths.private_temporary_directory())
     dask.config.set(SERVER_DASK_CONFIG)
@@ -178,29 +176,15 @@ async def _serve(
     nannies = [
         ContextNanny(
             address,
-            name=plan.name,
-            host=host,
-            nthreads=shape.slots,
-            memory_limit=plan.memory_bytes,
-            resources=plan.resources,
-            local_directory=scratch,
-            env={**plan.env, paths.LOCAL_DIR_VARIABLE: str(base)},
-            silence_logs=logging.WARNING,
-            security=security,
-            worker_class=GuardedWorker,
-            plugins=(
-                ContextServerPlugin(
-                    ServerConfig(
-                        name=plan.name,
-                        memory_budget=args.contexts_memory,
-                        gpu=asdict(plan.gpu) if plan.gpu else None,
-                        devices=plan.devices,
-                        shape=shape,
-                        memory_bytes=plan.memory_bytes,
-                        warm_zygote=True,
-                        group=label,
-                    )
-                ),
+            **nanny_options(
+                plan,
+                label,
+                shape=shape,
+                memory_budget=args.contexts_memory,
+                host=host,
+                security=security,
+                warm_zygote=True,
+                scratch=scratch,
             ),
         )
         for plan, label in named

@@ -19,7 +19,8 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any, ClassVar
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from distributed import Nanny
 
@@ -31,7 +32,11 @@ from ..strays.processgroups import GroupRecord
 from .hub import FleetHub
 from .infofiles import ClusterFiles
 
-__all__ = ["LOST_SCHEDULER", "ContextNanny", "held_until"]
+if TYPE_CHECKING:
+    from ..settings.shape import Shape
+    from .plan import ServerPlan
+
+__all__ = ["LOST_SCHEDULER", "ContextNanny", "held_until", "nanny_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +48,51 @@ LOST_SCHEDULER = frozenset(
         "worker-heartbeat-error",
     }
 )
+
+
+def nanny_options(
+    plan: ServerPlan,
+    label: str,
+    *,
+    shape: Shape,
+    memory_budget: str,
+    host: str,
+    security: Any,
+    warm_zygote: bool,
+    scratch: str,
+) -> dict[str, Any]:
+    """The :class:`ContextNanny` options of one planned server (its survival group
+    ``label``), on this node: a local cluster's (:mod:`.serve`) and a joined node's
+    (:mod:`.join`). Dask's local directory is ``scratch``, the private root's scratch
+    space (:func:`..paths.scratch_dir`)."""
+    from ..server.config import ServerConfig
+    from ..server.plugin import ContextServerPlugin
+    from .floodguard import GuardedWorker
+
+    config = ServerConfig(
+        name=plan.name,
+        memory_budget=memory_budget,
+        gpu=asdict(plan.gpu) if plan.gpu else None,
+        devices=plan.devices,
+        shape=shape,
+        memory_bytes=plan.memory_bytes,
+        warm_zygote=warm_zygote,
+        group=label,
+    )
+    return {
+        "name": plan.name,
+        "host": host,
+        "nthreads": shape.slots,
+        "memory_limit": plan.memory_bytes,
+        "resources": plan.resources,
+        "local_directory": scratch,
+        # The servers' root stays this one while a job points TMPDIR elsewhere.
+        "env": {**plan.env, paths.LOCAL_DIR_VARIABLE: str(paths.local_base())},
+        "silence_logs": logging.WARNING,
+        "security": security,
+        "worker_class": GuardedWorker,
+        "plugins": (ContextServerPlugin(config),),
+    }
 
 
 def held_until(files: ClusterFiles | None, name: str) -> float:

@@ -26,7 +26,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,12 +105,15 @@ def serve(argv: Sequence[str] | None = None) -> int:
     import psutil
     from distributed import Scheduler, SpecCluster
 
-    from ..server.config import SERVER_DASK_CONFIG, ServerConfig
+    from ..server.config import SERVER_DASK_CONFIG
     from ..server.nvml import discover_gpus
-    from ..server.plugin import ContextServerPlugin
-    from .floodguard import GuardedWorker, install_guard
+
+    # Imported before the forkserver forks from this process: every server it forks
+    # has its modules already (nanny_options imports it too, later).
+    from ..server.plugin import ContextServerPlugin  # noqa: F401
+    from .floodguard import install_guard
     from .hub import FleetHub
-    from .nannies import ContextNanny
+    from .nannies import ContextNanny, nanny_options
 
     if method == "forkserver" and not args.pilots:  # a pool's servers are batch jobs
         _fork_forkserver()
@@ -122,7 +124,6 @@ def serve(argv: Sequence[str] | None = None) -> int:
     except ClusterError as error:  # one line in the log its starter shows
         logging.error("%s", error)
         return 2
-    base = paths.local_base()
     scratch = str(paths.scratch_dir())
     # dask-jobqueue writes each job script under a name it reserved with mkstemp and
     # then released (dask.utils.tmpfile): in a shared /tmp another user could take it.
@@ -182,33 +183,16 @@ def serve(argv: Sequence[str] | None = None) -> int:
     workers = {
         plan.name: {
             "cls": ContextNanny,
-            "options": {
-                "name": plan.name,
-                "host": args.host,
-                "nthreads": shape.slots,
-                "memory_limit": plan.memory_bytes,
-                "resources": plan.resources,
-                "local_directory": scratch,
-                # The servers' root stays this one while a job points TMPDIR elsewhere.
-                "env": {**plan.env, paths.LOCAL_DIR_VARIABLE: str(base)},
-                "silence_logs": logging.WARNING,
-                "security": security,
-                "worker_class": GuardedWorker,
-                "plugins": (
-                    ContextServerPlugin(
-                        ServerConfig(
-                            name=plan.name,
-                            memory_budget=args.contexts_memory,
-                            gpu=asdict(plan.gpu) if plan.gpu else None,
-                            devices=plan.devices,
-                            shape=shape,
-                            memory_bytes=plan.memory_bytes,
-                            warm_zygote=warm,
-                            group=label,
-                        )
-                    ),
-                ),
-            },
+            "options": nanny_options(
+                plan,
+                label,
+                shape=shape,
+                memory_budget=args.contexts_memory,
+                host=args.host,
+                security=security,
+                warm_zygote=warm,
+                scratch=scratch,
+            ),
         }
         for plan, label in zip(plans, labels, strict=True)
     }

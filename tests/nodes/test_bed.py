@@ -24,6 +24,16 @@ PROBE = textwrap.dedent(
 )
 
 
+def _reaches(node, host: str, port: int, tries: int = 1) -> bool:
+    """Whether ``node`` reaches ``host``:``port`` within ``tries`` probes 0.1 s apart."""
+    for attempt in range(tries):
+        if node.run([sys.executable, "-c", PROBE, host, str(port)]).stdout.strip() == "reached":
+            return True
+        if attempt + 1 < tries:
+            time.sleep(0.1)
+    return False
+
+
 def _listener(host: str) -> tuple[socket.socket, int]:
     server = socket.socket()
     server.settimeout(30)  # a sender that never came fails the test, not its timeout
@@ -54,9 +64,9 @@ def test_a_node_reaches_the_bed_and_nothing_else(bed) -> None:
     outside, outside_port = _listener("127.0.0.1")
     with on_bridge, outside:
         probe = [sys.executable, "-c", PROBE]
-        assert a.run([*probe, nodes.host_address, str(port)]).stdout.strip() == "reached"
+        assert _reaches(a, nodes.host_address, port)
         # The host's loopback is the node's own (nothing listens there).
-        assert "reached" not in a.run([*probe, "127.0.0.1", str(outside_port)]).stdout
+        assert not _reaches(a, "127.0.0.1", outside_port)
         # An address outside the bed: no route.
         assert "OSError 101" in a.run([*probe, "192.0.2.1", "80"]).stdout
         assert "default" not in a.run(["ip", "route"]).stdout
@@ -69,12 +79,7 @@ def test_a_node_reaches_the_bed_and_nothing_else(bed) -> None:
             ]
         )
         try:
-            for _ in range(50):
-                if a.run([*probe, b.address, "7777"]).stdout.strip() == "reached":
-                    break
-                time.sleep(0.1)
-            else:
-                raise AssertionError("node0 did not reach node1")
+            assert _reaches(a, b.address, 7777, tries=50), "node0 did not reach node1"
         finally:
             peer.kill()
             peer.wait()
@@ -85,18 +90,12 @@ def test_a_partition_keeps_processes_alive_and_a_heal_brings_them_back(bed) -> N
     (a,) = nodes.nodes
     server, port = _listener(nodes.host_address)
     with server:
-        probe = [sys.executable, "-c", PROBE]
         sleeper = a.popen(["sleep", "60"])
         nodes.partition(a)
-        assert a.run([*probe, nodes.host_address, str(port)]).stdout.strip() != "reached"
+        assert not _reaches(a, nodes.host_address, port)
         assert sleeper.poll() is None
         nodes.heal(a)
-        for _ in range(50):
-            if a.run([*probe, nodes.host_address, str(port)]).stdout.strip() == "reached":
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError("the healed node did not reach the host")
+        assert _reaches(a, nodes.host_address, port, tries=50), "the healed node did not reach"
         sleeper.kill()
         sleeper.wait()
 

@@ -133,13 +133,16 @@ def _wait(what, timeout: float, step: float = 0.2):
     return found
 
 
-def _start_held_job(nodes, cluster):
-    """One held job on a cluster of the bed's nodes; (the run, its workdir, the hold
-    file, the node it began on, when it began)."""
+def _start_held_job(nodes, cluster, **env: str):
+    """Every node joined (one server each, ``env`` in its join's environment), then one
+    held job; (the run, its workdir, the hold file, the node it began on, the other)."""
     import subprocess
 
     from tests.conftest import BIN
 
+    for node in nodes.nodes:
+        cluster.join(node, "--servers", "1", **env)
+    cluster.wait_for({f"{node.hostname}-cpu0" for node in nodes.nodes})
     workdir = _workflow(nodes.shared)
     hold = workdir / "hold"
     hold.write_text("")
@@ -152,17 +155,14 @@ def _start_held_job(nodes, cluster):
     cluster.runs.append(run)
     (host,) = _wait(lambda: (workdir / "marks").is_dir() and _marks(workdir, "began"), 120)
     victim = next(node for node in nodes.nodes if node.hostname == host)
-    return run, workdir, hold, victim
+    (other,) = [node for node in nodes.nodes if node is not victim]
+    return run, workdir, hold, victim, other
 
 
 def test_a_partition_during_a_job_reruns_it_elsewhere_after_its_lease(bed) -> None:
     nodes = bed(2)
     with joined_cluster(nodes) as cluster:
-        for node in nodes.nodes:
-            cluster.join(node, "--servers", "1")
-        cluster.wait_for({"node0-cpu0", "node1-cpu0"})
-        run, workdir, hold, victim = _start_held_job(nodes, cluster)
-        (other,) = [node for node in nodes.nodes if node is not victim]
+        run, workdir, hold, victim, other = _start_held_job(nodes, cluster)
         partitioned, partitioned_at = time.monotonic(), time.time()
         nodes.partition(victim)
         # The rerun begins on the other node, once the victim's lease has run out.
@@ -210,11 +210,7 @@ def test_a_partition_during_a_job_reruns_it_elsewhere_after_its_lease(bed) -> No
 def test_a_node_lost_whole_has_its_job_rerun_as_a_preemption(bed) -> None:
     nodes = bed(2)
     with joined_cluster(nodes) as cluster:
-        for node in nodes.nodes:
-            cluster.join(node, "--servers", "1")
-        cluster.wait_for({"node0-cpu0", "node1-cpu0"})
-        run, workdir, hold, victim = _start_held_job(nodes, cluster)
-        (other,) = [node for node in nodes.nodes if node is not victim]
+        run, workdir, hold, victim, other = _start_held_job(nodes, cluster)
         killed = nodes.lose(victim)
         assert len(killed) >= 3  # its holder, its join, its server (and its zygote)
         assert victim.pids() == []  # nothing of it is left on the bed
@@ -273,11 +269,7 @@ def test_join_says_in_one_line_why_it_cannot_join(bed, tmp_path) -> None:
 def test_sigterm_to_a_join_drains_its_node_and_its_job_reruns_elsewhere(bed) -> None:
     nodes = bed(2)
     with joined_cluster(nodes) as cluster:
-        for node in nodes.nodes:
-            cluster.join(node, "--servers", "1")
-        cluster.wait_for({"node0-cpu0", "node1-cpu0"})
-        run, workdir, hold, victim = _start_held_job(nodes, cluster)
-        (other,) = [node for node in nodes.nodes if node is not victim]
+        run, workdir, hold, victim, other = _start_held_job(nodes, cluster)
         # SIGTERM to the join's own process only, as a resource manager's eviction.
         said = cluster.leave(victim, timeout=90)
         assert "draining 1 server(s)" in said and "left the cluster" in said, said
@@ -297,11 +289,8 @@ def test_a_partitioned_server_stops_its_job_at_its_lease_whatever_tcps_timeout(b
     connection stays open, unanswered, and only the lease stops the job."""
     nodes = bed(2)
     with joined_cluster(nodes) as cluster:
-        for node in nodes.nodes:
-            cluster.join(node, "--servers", "1", DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP="600s")
-        cluster.wait_for({"node0-cpu0", "node1-cpu0"})
-        run, workdir, hold, victim = _start_held_job(nodes, cluster)
-        (other,) = [node for node in nodes.nodes if node is not victim]
+        longer = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "600s"}
+        run, workdir, hold, victim, other = _start_held_job(nodes, cluster, **longer)
         nodes.partition(victim)
         _wait(lambda: other.hostname in _marks(workdir, "began"), 150)
         hold.unlink()

@@ -81,8 +81,10 @@ ALLOWED = {
     "commit hash read as data",
     ("cluster/serve.py", "tempfile"): "tempfile.tempdir set to the private root's tmp/",
     ("cluster/join.py", "tempfile"): "tempfile.tempdir set to the private root's tmp/",
-    ("cluster/join.py", "local_directory"): "the private root's scratch space "
-    "(paths.scratch_dir) for the node's nannies and servers",
+    ("cluster/join.py", "local_directory"): "Dask's temporary-directory set to the private "
+    "root's scratch space (paths.scratch_dir) in the joined node's process",
+    ("cluster/nannies.py", "local_directory"): "the private root's scratch space "
+    "(paths.scratch_dir, given by serve and join) for each nanny and its server",
     ("cluster/serve.py", "local_directory"): "the private root's scratch space "
     "(paths.scratch_dir) for the scheduler and every nanny and server",
     ("pilots/batch/sge.py", "tempfile"): "the job script `qsub -w v` checks, in a new "
