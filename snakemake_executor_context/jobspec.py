@@ -116,10 +116,6 @@ class GroupJobSpec:
     #: Per layer: the ``temp()`` files only the group needs, removed after it.
     temp_ends: list[list[str]] = field(default_factory=list)
     run_id: str = ""
-    #: The group's id, for messages about its limits.
-    rule: str = ""
-    #: The members' ``runtime`` added up (Snakemake adds them for a group).
-    runtime_minutes: float | None = None
 
     @property
     def members(self) -> list[ContextJobSpec | PlainJobSpec]:
@@ -150,7 +146,8 @@ class JobResult:
     #: What the server says beside: "warnings" and "notes" for the run's log,
     #: "leaks", "batches" (batched calls the job led, by size).
     extra: dict[str, Any] = field(default_factory=dict)
-    #: A group's: the result of each member that ran, in the order they started.
+    #: A group's: the result of each member that ran, in the order they started, then
+    #: one for each member not run (cancelled, never started).
     members: list[JobResult] = field(default_factory=list)
 
     @property

@@ -97,6 +97,7 @@ class SpecBuilder:
                 made, spec, error = self.build(member, declarations)
                 if error is not None:
                     return ticket(job, kind="invalid"), None, error
+                spec.title = f"{spec.title} in group '{shown(job.groupid)}'"  # its messages'
                 members.append(made)
                 specs.append(spec)
             layers.append(specs)
@@ -118,7 +119,6 @@ class SpecBuilder:
             shareable=all(t.shareable for t in members),
             members=tuple(members),
         )
-        minutes = [t for t in (runtime_minutes(m) for m in job.jobs) if t is not None]
         spec = GroupJobSpec(
             key=made.key,
             title=made.title,
@@ -127,8 +127,6 @@ class SpecBuilder:
             layers=layers,
             temp_ends=internals.group_temp_ends(job),
             run_id=self.run_id,
-            rule=made.rule,
-            runtime_minutes=sum(minutes) if minutes else None,
         )
         return dataclasses.replace(made, log_path=spec.log_path), spec, None
 

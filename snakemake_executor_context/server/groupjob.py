@@ -4,8 +4,10 @@ as the server's slots let them (each member still passes the slot gate).
 
 Snakemake's semantics for a group: a member that fails fails the group, and no
 member starts after it (the ones running finish); a ``temp()`` file only members
-need is removed once its last consumer is done; the group's result carries each
-member's own result, so that the executor records every member as a job of its own.
+need is removed once its last consumer is done. Each member is a job of its own: it
+runs under its own limits (its rule's ``runtime``, not the group's sum), and the
+group's result carries each member's result, one for a member not run too (cancelled
+where it never started), so that the executor records every member.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def _sealed(
     failed = next((r for r in results if not r.ok and not r.outcome.cancelled), None)
     cancelled = running.cancel_requested or any(r.outcome.cancelled for r in results)
     ok = failed is None and not cancelled and ran == len(spec.members)
+    unrun = _not_run(spec, server, results, failed)
     outcomes = [r.outcome for r in results]
     outcome = Outcome(
         spec.key,
@@ -95,8 +98,8 @@ def _sealed(
     message = None
     if failed is not None:
         message = (
-            f"{spec.title}: its member {failed.message or failed.key} "
-            f"({ran} of {len(spec.members)} members ran; group log: {log_path})"
+            f"{failed.message or failed.key} ({ran} of {len(spec.members)} members of "
+            f"{spec.title} ran; group log: {log_path})"
         )
     elif not ok:
         message = f"{spec.title}: cancelled on {server.describe()} after {ran} member(s)."
@@ -104,12 +107,32 @@ def _sealed(
         outcome,
         message=message,
         log_path=failed.log_path if failed is not None else log_path,
-        members=results,
+        members=results + unrun,
     )
     for member in results:
         for say in ("warnings", "notes"):
             result.extra.setdefault(say, []).extend(member.extra.get(say, ()))
     return result
+
+
+def _not_run(
+    spec: GroupJobSpec, server: ServerIdentity, results: list[JobResult], failed: JobResult | None
+) -> list[JobResult]:
+    """A cancelled result for each member that never started, saying why."""
+    ran = {r.key for r in results}
+    titles = {member.key: member.title for member in spec.members}
+    why = "the group was cancelled"
+    if failed is not None:
+        why = f"{titles.get(failed.key, failed.key)} failed first"
+    now = time.time()
+    return [
+        JobResult(
+            Outcome(member.key, server, cancelled=True, started=now, finished=now),
+            message=f"{member.title}: not run: {why}.",
+        )
+        for member in spec.members
+        if member.key not in ran
+    ]
 
 
 def _write_log(path: str, spec: GroupJobSpec, results: list[JobResult]) -> None:

@@ -70,15 +70,24 @@ class ServerJobs:
 
     def run_bounded(self, spec: Spec) -> JobResult:
         """Run one job under its limits (runtime, memory cap), if it has any: in a
-        thread of its own, watched from this one (see :mod:`.policy`)."""
-        if spec.runtime_minutes is None and self.limits.memory_cap is None:
+        thread of its own, watched from this one (see :mod:`.policy`). A group has
+        none of its own: each member runs under its own (:meth:`_member`)."""
+        if isinstance(spec, GroupJobSpec):
             return self._caught(spec)
+        return self._bounded(spec, lambda: self._caught(spec))
+
+    def _bounded(
+        self, spec: ContextJobSpec | PlainJobSpec, work: Callable[[], JobResult]
+    ) -> JobResult:
+        """``work``'s result, run under the job's limits (see :meth:`run_bounded`)."""
+        if spec.runtime_minutes is None and self.limits.memory_cap is None:
+            return work()
         box: list[JobResult] = []
         done = threading.Event()
 
         def body() -> None:
             try:
-                box.append(self._caught(spec))
+                box.append(work())
             finally:
                 done.set()
 
@@ -90,7 +99,7 @@ class ServerJobs:
         while reason is None and not done.wait(0.1):
             running = self.running_job(spec.key)
             reason = broken_limit(
-                rule=getattr(spec, "rule", "") or spec.title,
+                rule=spec.rule or spec.title,
                 runtime_minutes=spec.runtime_minutes,
                 elapsed=time.monotonic() - started,
                 flagged=running.limit if running is not None else None,
@@ -132,7 +141,7 @@ class ServerJobs:
 
     def _stop_for_limit(
         self,
-        spec: Spec,
+        spec: ContextJobSpec | PlainJobSpec,
         reason: str,
         done: threading.Event,
         box: list[JobResult],
@@ -255,21 +264,27 @@ class ServerJobs:
         return run_plain_job(spec, self.identity, running, self.groups)
 
     def _member(self, spec: ContextJobSpec | PlainJobSpec, group: RunningJob) -> JobResult | None:
-        """Run one member of a running group (None: the group was cancelled first);
-        cancelling the group cancels it."""
+        """Run one member of a running group under its own limits, as a job of its
+        own (None: the group was cancelled first); cancelling the group cancels it."""
         running = self._enter(spec.key, _identity(spec), recorded=False)
         if not group.adopt(running):
             self._leave(running)
             return None
-        started = time.time()
-        try:
-            result = self._one(spec, running)
-            result.end(context=_identity(spec), gpu_model=self.gpu_model)
-        except BaseException as error:
-            logger.error("%s raised on this server", spec.title, exc_info=error)
-            result = self._failed(spec, started, error_text(error))
-        finally:
-            self._leave(running)
+
+        def work() -> JobResult:
+            running.thread_id = threading.get_ident()  # where a cancellation must land
+            started = time.time()
+            try:
+                result = self._one(spec, running)
+                result.end(context=_identity(spec), gpu_model=self.gpu_model)
+            except BaseException as error:
+                logger.error("%s raised on this server", spec.title, exc_info=error)
+                result = self._failed(spec, started, error_text(error))
+            finally:
+                self._leave(running)
+            return result
+
+        result = self._bounded(spec, work)
         self._after(spec.key, result)
         return result
 

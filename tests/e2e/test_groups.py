@@ -5,6 +5,8 @@ own group workflows run in-process in :mod:`tests.e2e.test_snakemake_suite`.)"""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import signal
 import sqlite3
@@ -149,3 +151,77 @@ def test_keep_going_and_retries_rerun_and_fail_a_group_whole(make_workflow):
     assert (workdir / "flaky-runs.txt").read_text().split() == ["a", "b", "a", "b"]
     assert (workdir / "bad-runs.txt").read_text().split() == ["a", "b", "a", "b"]
     assert (workdir / "ok-runs.txt").read_text().split() == ["a", "b"]
+
+
+HUNG_GROUP = textwrap.dedent("""
+    rule all:
+        input: expand("{g}/{i}.txt", g=["ok", "hung"], i=range(3))
+
+    rule a:
+        output: "{g}/{i}.txt"
+        group: "{g}"
+        resources: context="toy", runtime=1
+        script: "scripts/a.py"
+""")
+# Each member notes its run; in group "hung" the second to run sleeps in C, where no
+# cancellation lands: its server restarts.
+HANGING_MEMBER = textwrap.dedent("""
+    import time
+
+    from snakemake_executor_context import load_context
+
+    group, i = snakemake.wildcards.g, snakemake.wildcards.i
+    with open(f"{group}-runs.txt", "a") as f:
+        f.write(i + "\\n")
+    with open(f"{group}-runs.txt") as f:
+        if group == "hung" and len(f.read().split()) == 2:
+            time.sleep(300)
+    with open(snakemake.output[0], "w") as f:
+        f.write(str(load_context(snakemake)["value"]))
+""")
+
+
+def test_a_hung_member_is_stopped_at_its_own_runtime_and_every_member_is_recorded(
+    make_workflow,
+):
+    """Two groups of three jobs of ``runtime=1``, the second member of one hanging: it
+    is stopped by its own rule's minute (not the group's three), the failure names it
+    in its group, each of the six members has its row (the hung one failed, the one
+    after it not run), and the run counts the six jobs Snakemake planned, not the
+    groups beside them."""
+    workdir = make_workflow(toy_files(HUNG_GROUP, {"scripts/a.py": HANGING_MEMBER}))
+    run = context_run(
+        workdir,
+        "--context-servers",
+        "1",
+        "--keep-going",
+        "--group-components",
+        "{g}=3",  # the group as the rule names it, before its wildcards
+        env={"SNAKEMAKE_CONTEXT_TIME_SCALE": "0.02"},
+        timeout=200,
+    )
+    assert run.returncode != 0, run.output
+    first, hung = (workdir / "hung-runs.txt").read_text().split()
+    (unrun,) = {"0", "1", "2"} - {first, hung}
+    assert re.search(
+        rf"Rule 'a' \(g=hung, i={hung}\) in group 'hung': stopped by its runtime limit of "
+        r"1 min \(the `runtime` resource of rule 'a'",
+        run.output,
+    ), run.output
+    assert "rule 'group" not in run.output
+    members = _rows(
+        workdir,
+        "SELECT j.wildcards, j.outcome, j.message, a.outcome FROM jobs j "
+        "JOIN attempts a ON a.job_id = j.id WHERE j.kind = 'context'",
+    )
+    by = {(json.loads(w)["g"], json.loads(w)["i"]): rest for w, *rest in members}
+    assert len(members) == 6 and set(by) == {(g, i) for g in ("ok", "hung") for i in "012"}
+    assert {by["ok", i][0] for i in "012"} == {"ok"}, members
+    assert by["hung", first][0::2] == ["failed", "ok"], members
+    outcome, message, attempt = by["hung", hung]
+    assert (outcome, attempt) == ("failed", "failed") and "runtime limit of 1 min" in message
+    outcome, message, attempt = by["hung", unrun]
+    assert (outcome, attempt) == ("failed", "cancelled"), members
+    assert f"Rule 'a' (g=hung, i={unrun}) in group 'hung': not run" in message
+    (counts,) = _rows(workdir, "SELECT jobs_total, jobs_ok, jobs_failed FROM runs")
+    assert counts == (6, 3, 3), counts
