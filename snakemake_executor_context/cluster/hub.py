@@ -8,8 +8,8 @@ any other Dask scheduler), it
   running on the server (a loss record) and what classifies the loss (the exit code
   its nanny saw, an injector's announcement, missed heartbeats, a drain): the one
   source of fleet membership;
-- drains a server whose last jobs of a rule all failed while others succeeded on it
-  (a black hole);
+- drains a server whose last jobs of a rule all failed by its fault (not a script's
+  own error) while others succeeded on it (a black hole);
 - assembles gang pilots into servers that span nodes (:mod:`.roster`);
 - keeps a :class:`~..fleet.state.FleetState` from every event on
   :data:`~..fleet.events.TOPIC`, which an executor that attaches takes as its starting
@@ -141,9 +141,9 @@ class FleetHub(SchedulerPlugin):
             return self.view.measure.rates(identity, model).to_wire()
 
     def _job_finished(self, event: ev.JobFinished) -> None:
-        """A server whose last jobs of a rule all failed while others succeeded on
-        it is drained and reported (the catalog and the console say why)."""
-        why = self.streaks.record(rule_of(event.key), event.address, event.ok)
+        """A server whose last jobs of a rule all failed by its fault while others
+        succeeded on it is drained and reported (the catalog and the console say why)."""
+        why = self.streaks.record(rule_of(event.key), event.address, event.ok, event.fault)
         if why is None or self.scheduler is None or event.address in self.drained:
             return
         self.drained[event.address] = why

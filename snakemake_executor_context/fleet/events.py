@@ -485,6 +485,8 @@ class JobFinished(Event):
     address: str
     ok: bool = True
     cancelled: bool = False
+    #: As :attr:`.outcome.Outcome.fault`: why a failure was its server's.
+    fault: str = ""
     started: float = 0.0
     finished: float = 0.0
     items: int = 0

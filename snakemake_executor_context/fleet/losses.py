@@ -316,33 +316,38 @@ def finishes_in_grace(mean: float | None, elapsed: float, grace: float) -> bool:
     return mean - elapsed <= grace - 2.0
 
 
-#: Failures in a row of one rule on one server, while others succeed on it, that
-#: make the server a black hole.
+#: Failures in a row by the server's fault of one rule on one server, while others
+#: succeed on it, that make the server a black hole.
 BLACK_HOLE_STREAK = 3
 
 
 @dataclass
 class FailureStreaks:
     """Per rule, each server's failures in a row, and which servers succeeded: a
-    server whose last ``k`` jobs of a rule failed while another server succeeded on
-    that rule is a black hole (a broken GPU, a full disk): drain it."""
+    server whose last ``k`` jobs of a rule failed by its fault while another server
+    succeeded on that rule is a black hole (a broken GPU, a full disk): drain it. A
+    job's own failure (its script's exception, the same on any server) is charged to
+    the job: it neither counts nor breaks a streak."""
 
     k: int = BLACK_HOLE_STREAK
     _streak: dict[tuple[str, str], int] = field(default_factory=dict)
     _succeeded: dict[str, set[str]] = field(default_factory=dict)
 
-    def record(self, rule: str, server: str, ok: bool) -> str | None:
-        """Fold in one job's end; why ``server`` is a black hole, if it now is."""
+    def record(self, rule: str, server: str, ok: bool, fault: str = "") -> str | None:
+        """Fold in one job's end (``fault``: why its failure was the server's, '' if
+        its own); why ``server`` is a black hole, if it now is."""
         if ok:
             self._streak[rule, server] = 0
             self._succeeded.setdefault(rule, set()).add(server)
+            return None
+        if not fault:
             return None
         self._streak[rule, server] = self._streak.get((rule, server), 0) + 1
         others = self._succeeded.get(rule, set()) - {server}
         if self._streak[rule, server] >= self.k and others:
             self._streak[rule, server] = 0
             return (
-                f"black hole: its last {self.k} jobs of rule '{rule}' failed while "
-                f"{len(others)} other server(s) succeeded on it"
+                f"black hole: its last {self.k} jobs of rule '{rule}' failed by its fault "
+                f"({fault}) while {len(others)} other server(s) succeeded on it"
             )
         return None

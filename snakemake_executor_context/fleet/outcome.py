@@ -41,6 +41,9 @@ class Outcome:
     ok: bool = False
     #: Stopped on request (Ctrl-C, a limit, the executor gave it up).
     cancelled: bool = False
+    #: Why its failure was its server's fault, not its own ('a full or failing disk
+    #: (OSError ENOSPC)'); '' for a script's own error, which fails on any server.
+    fault: str = ""
     #: Wall-clock seconds on the server, loads included.
     started: float = 0.0
     finished: float = 0.0
@@ -80,6 +83,7 @@ class Outcome:
             "address": self.server.address,
             "ok": self.ok,
             "cancelled": self.cancelled,
+            "fault": self.fault,
             "started": self.started,
             "finished": self.finished,
             "items": self.items,

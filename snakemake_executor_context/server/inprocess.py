@@ -32,6 +32,7 @@ from ..snakemake_internals import (
 )
 from ..terminal import error_text
 from .output import Leaks, job_output
+from .policy import server_fault
 from .processwide import make_dirs, open_own_file
 from .running import RunningJob
 from .scriptchild import ScriptChildren, stand_in_main
@@ -125,13 +126,17 @@ def _run_guarded(
         if error.__cause__ is not None:
             traceback.print_exception(error.__cause__, file=sys.stderr)
         print(f"[snakemake-context] {error}", file=sys.stderr)
-        result.message = f"{spec.title}: {error_text(error, typed=False)} (log: {log_path})"
+        result.end(
+            f"{spec.title}: {error_text(error, typed=False)} (log: {log_path})",
+            fault=server_fault(error),
+        )
     except BaseException as error:
         _print_script_traceback(error, spec.script_path)
-        result.message = (
+        result.end(
             f"{spec.title} (context '{spec.declaration.name}') failed on "
             f"{server.describe()}: {error_text(error)}. The traceback "
-            f"ends the job's log {log_path}."
+            f"ends the job's log {log_path}.",
+            fault=server_fault(error),
         )
     finally:
         sys.stdout.flush()

@@ -116,12 +116,18 @@ class ServerJobs:
             return self.run(spec)
         except BaseException as error:
             logger.error("%s raised on this server", spec.title, exc_info=error)
-            return self._failed(spec, started, error_text(error))
+            return self._failed(spec, started, error_text(error), fault="the server raised")
 
-    def _failed(self, spec: Spec, started: float, what: str) -> JobResult:
-        """The failed result of a job that ended without one of its own."""
+    def _failed(self, spec: Spec, started: float, what: str, fault: str = "") -> JobResult:
+        """The failed result of a job that ended without one of its own (``fault``:
+        why that was its server's, as :attr:`.Outcome.fault`)."""
         outcome = Outcome(
-            spec.key, self.identity, started=started, finished=time.time(), context=_identity(spec)
+            spec.key,
+            self.identity,
+            started=started,
+            finished=time.time(),
+            context=_identity(spec),
+            fault=fault,
         )
         log_path = os.path.join(spec.workdir, spec.log_path)
         message = f"{spec.title}: failed on {self.identity.describe()}: {what} (log: {log_path})."

@@ -18,7 +18,10 @@ ECC error) every later job on that GPU would fail, so such an error recycles the
 (:meth:`.server.ContextServer.recycle`): it takes no new job, waits until its failed
 job's result has been taken, says why and exits, and its nanny starts a fresh process.
 A CUDA out-of-memory error is an exception, not a death: the allocator's cache is
-freed and the error counted.
+freed and the error counted. Which failures are the server's, not the job's
+(:func:`server_fault`), is what the hub's black-hole rule counts
+(:class:`..fleet.losses.FailureStreaks`): a script's own exception fails the same on
+any server and drains none.
 
 **Limits** (:func:`broken_limit`): the rule's ``runtime``, the server's memory cap, and
 which of them a running job broke. A job with a limit runs in a thread of its own
@@ -36,12 +39,14 @@ from the environment the servers inherit (:data:`~..defaults.MEMORY_CAP_VARIABLE
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..defaults import MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE, TIME_SCALE_VARIABLE
+from ..errors import ContextLoadError
 from ..fleet.losses import finishes_in_grace
 from ..settings.table import environment_value, executor_flag
 from ..terminal import format_bytes
@@ -58,6 +63,7 @@ __all__ = [
     "limit_seconds",
     "memory_message",
     "plan_drain",
+    "server_fault",
     "time_scale",
 ]
 
@@ -107,6 +113,36 @@ def gpu_failure(text: str) -> str | None:
     if CUDA_OOM.search(text):
         return "oom"
     return None
+
+
+#: Errnos of a disk the server writes to that is full or failing, not of a job's path.
+_DISK_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EIO,
+    errno.EROFS,
+    errno.ESTALE,
+    errno.ENODEV,
+    errno.ENXIO,
+}
+
+
+def server_fault(error: BaseException) -> str:
+    """Why a failed job's error is its server's fault ('' when it is the job's own):
+    a context that would not load, a CUDA-fatal error, a full or failing disk (an
+    ``OSError`` of :data:`_DISK_ERRNOS`, also as the cause a library wrapped)."""
+    if isinstance(error, ContextLoadError):
+        return "its context failed to load"
+    if CUDA_FATAL.search(str(error)):
+        return "a CUDA-fatal error"
+    link: BaseException | None = error
+    seen: set[int] = set()
+    while link is not None and id(link) not in seen:  # a chain may loop
+        if isinstance(link, OSError) and link.errno in _DISK_ERRNOS:
+            return f"a full or failing disk (OSError {errno.errorcode[link.errno]})"
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return ""
 
 
 # Limits.

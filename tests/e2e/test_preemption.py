@@ -534,8 +534,9 @@ def test_a_cuda_fatal_error_recycles_its_server(preempt):
 
 
 def test_a_server_whose_jobs_of_a_rule_all_fail_while_others_succeed_is_drained(preempt):
-    """A black hole: every job of the rule fails on cpu0 and succeeds on cpu1. After
-    3 failures in a row on cpu0 it is drained and reported; the rest run on cpu1."""
+    """A black hole: every job of the rule fails on cpu0 by the server's fault (a full
+    disk: OSError ENOSPC) and succeeds on cpu1. After 3 failures in a row on cpu0 it
+    is drained and reported; the rest run on cpu1."""
     run = context_run(
         preempt,
         "--context-servers",
@@ -547,11 +548,37 @@ def test_a_server_whose_jobs_of_a_rule_all_fail_while_others_succeed_is_drained(
         timeout=180,
     )
     assert run.returncode != 0
-    assert "drained (black hole: its last 3 jobs of rule 'flaky' failed" in run.output, run.output
+    assert "drained (black hole: its last 3 jobs of rule 'flaky' failed by its fault" in run.output
+    assert "(a full or failing disk (OSError ENOSPC))" in run.output, run.output
     done = [i for i in range(12) if (preempt / f"flaky/{i}.txt").exists()]
     assert len(done) >= 12 - 4, "after the drain the other server ran the rest"
     notes = _catalog(preempt, "select text from events where kind = 'server-draining'")
     assert any("black hole" in text for (text,) in notes), notes
+
+
+def test_a_scripts_own_errors_drain_no_server(preempt):
+    """10 of 12 jobs of a rule raise RuntimeError from their script (a data-dependent
+    failure, the same on any server): each is the job's failure, charged to no server.
+    Both servers serve to the end: none is drained as a black hole or lost."""
+    run = context_run(
+        preempt,
+        "--context-servers",
+        "2",
+        "--keep-going",
+        "--config",
+        "count=0",
+        "fails=12",
+        "passing=2",
+        timeout=120,
+    )
+    assert run.returncode != 0
+    assert run.output.count("RuntimeError: input") >= 10, run.output
+    assert "black hole" not in run.output, run.output
+    assert " lost (" not in run.output, run.output
+    assert sorted(p.name for p in (preempt / "fails").glob("*.txt")) == ["0.txt", "1.txt"]
+    assert _catalog(preempt, "select text from events where kind = 'server-draining'") == []
+    left = _catalog(preempt, "select left_reason from servers where left_reason is not null")
+    assert not any("black hole" in (r or "") for (r,) in left), left
 
 
 def test_an_attached_schedulers_allowed_failures_is_checked(make_workflow, tmp_path):

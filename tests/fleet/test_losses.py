@@ -213,12 +213,56 @@ def test_a_black_hole_is_a_server_failing_a_rule_others_run():
 
     assert rule_of("my-rule-12-a1-0abc1234.3") == "my-rule"
     streaks = FailureStreaks(k=2)
-    assert streaks.record("r", "bad", ok=False) is None
-    assert streaks.record("r", "bad", ok=False) is None, "nobody succeeded: the rule is broken"
+    disk = "a full or failing disk (OSError EIO)"
+    assert streaks.record("r", "bad", ok=False, fault=disk) is None
+    assert streaks.record("r", "bad", ok=False, fault=disk) is None, "nobody succeeded"
     assert streaks.record("r", "good", ok=True) is None
-    why = streaks.record("r", "bad", ok=False)
+    why = streaks.record("r", "bad", ok=False, fault=disk)
     assert why is not None and "last 2 jobs of rule 'r' failed" in why
-    assert streaks.record("other", "bad", ok=False) is None
+    assert streaks.record("other", "bad", ok=False, fault=disk) is None
+
+
+def test_a_black_hole_counts_only_its_servers_faults():
+    """10 of 12 jobs of a rule raise the script's own RuntimeError (the same on any
+    server): no server is drained. Failures by the server's fault (a full disk) still
+    drain it."""
+    from snakemake_executor_context.fleet.losses import FailureStreaks
+
+    streaks = FailureStreaks(k=3)
+    assert streaks.record("r", "good", ok=True) is None
+    assert streaks.record("r", "bad", ok=True) is None
+    assert all(streaks.record("r", "bad", ok=False) is None for _ in range(10))
+    disk = "a full or failing disk (OSError ENOSPC)"
+    assert streaks.record("r", "bad", ok=False, fault=disk) is None
+    assert streaks.record("r", "bad", ok=False) is None, "a job's own failure: not counted"
+    assert streaks.record("r", "bad", ok=False, fault=disk) is None
+    why = streaks.record("r", "bad", ok=False, fault=disk)
+    assert why is not None and "last 3 jobs of rule 'r' failed by its fault" in why, why
+    assert disk in why
+
+
+def test_whose_fault_a_failure_is_is_told_from_its_error():
+    import errno
+
+    from snakemake_executor_context.errors import ContextExecutorError, ContextLoadError
+    from snakemake_executor_context.server.policy import server_fault
+
+    assert server_fault(RuntimeError("bad input 7")) == ""
+    assert server_fault(ValueError("no such key")) == ""
+    assert server_fault(FileNotFoundError(errno.ENOENT, "gone")) == "", "the job's own path"
+    assert server_fault(ContextExecutorError("declared output missing")) == ""
+    assert "ENOSPC" in server_fault(OSError(errno.ENOSPC, "No space left on device"))
+    assert "EROFS" in server_fault(OSError(errno.EROFS, "Read-only file system"))
+    try:
+        try:
+            raise OSError(errno.EIO, "Input/output error")
+        except OSError as io:
+            raise RuntimeError("could not save the checkpoint") from io
+    except RuntimeError as wrapped:
+        assert "EIO" in server_fault(wrapped), "a library's wrap of the disk's error"
+    assert "load" in server_fault(ContextLoadError("loader raised"))
+    assert "CUDA" in server_fault(RuntimeError("CUDA error: an illegal memory access"))
+    assert server_fault(RuntimeError("CUDA out of memory. Tried to allocate")) == ""
 
 
 def test_a_server_that_loses_its_scheduler_for_its_lease_stops_its_jobs():

@@ -1,4 +1,5 @@
-# Fails on server cpu0 only: a black hole (a broken GPU, a full local disk).
+# Fails on server cpu0 only, by the server's fault: a black hole (a full local disk).
+import errno
 import time
 
 from distributed import get_worker
@@ -8,6 +9,6 @@ from snakemake_executor_context import load_context
 load_context(snakemake)
 time.sleep(0.3)
 if get_worker().name == "cpu0":
-    raise RuntimeError("this server is broken")
+    raise OSError(errno.ENOSPC, "No space left on device", snakemake.output[0])
 with open(snakemake.output[0], "w") as out:
     out.write("ok\n")
