@@ -393,7 +393,7 @@ class Dispatch:
             out.append(Record(ticket.dispatched(self.run_id, outcome.key, address, "group", at)))
             out.append(Record(outcome.finished_event(self.run_id, at=ended.now)))
             said = message or (None if ended.ok else f"{group} failed: {ended.message}")
-            out.append(Record(ticket.reported(self.run_id, outcome.key, how, said)))
+            out.append(Record(ticket.reported(self.run_id, outcome.key, how, said, counted=False)))
             self._tell(ticket, "ran", f"in {group}, attempt {attempt.key}", outcome.key, out)
 
     def _unsealed_end(self, attempt: Attempt, now: float) -> Record:

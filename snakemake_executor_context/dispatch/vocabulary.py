@@ -83,6 +83,8 @@ class JobTicket:
     outputs: tuple[str, ...] = ()
     #: A group's members, each a job of its own for the catalog and the run's demand.
     members: tuple[JobTicket, ...] = ()
+    #: How many of the jobs Snakemake planned it is (a group: all of its jobs).
+    jobs: int = 1
 
     def unplaced_label(self) -> str:
         """How a job no server can run is named: a group by its widest member (whose
@@ -134,9 +136,16 @@ class JobTicket:
         )
 
     def reported(
-        self, run_id: str, key: str, outcome: ev.JobOutcome, message: str | None
+        self,
+        run_id: str,
+        key: str,
+        outcome: ev.JobOutcome,
+        message: str | None,
+        *,
+        counted: bool = True,
     ) -> ev.JobReported:
-        """The catalog's record of the job's outcome, as reported to Snakemake."""
+        """The catalog's record of the job's outcome, as reported to Snakemake
+        (``counted`` False: a group's member, which its group's report counts)."""
         return ev.JobReported(
             run_id=run_id,
             key=key,
@@ -145,6 +154,7 @@ class JobTicket:
             outcome=outcome,
             message=(message or "")[:4000] or None,
             outputs=list(self.outputs),
+            jobs=self.jobs if counted else 0,
         )
 
 

@@ -251,6 +251,7 @@ def ticket(
         priority=priority(job),
         submitted=time.time(),
         outputs=output_paths(job),
+        jobs=len(job.jobs) if job.is_group() else 1,
     )
 
 

@@ -527,6 +527,9 @@ class JobReported(Event):
     stimulus: str = ""
     #: As :attr:`JobDispatched.outputs` (a job reported unrunnable was never dispatched).
     outputs: list[str] = field(default_factory=list)
+    #: How many of the jobs Snakemake planned it counts for in its run's totals: a
+    #: group's, all of them (its members' own reports count none).
+    jobs: int = 1
 
 
 @dataclass(kw_only=True)

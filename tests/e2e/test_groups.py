@@ -225,3 +225,41 @@ def test_a_hung_member_is_stopped_at_its_own_runtime_and_every_member_is_recorde
     assert f"Rule 'a' (g=hung, i={unrun}) in group 'hung': not run" in message
     (counts,) = _rows(workdir, "SELECT jobs_total, jobs_ok, jobs_failed FROM runs")
     assert counts == (6, 3, 3), counts
+
+
+COUNTED = textwrap.dedent("""
+    rule all:
+        input: expand("loud/{i}.txt", i=range(3)), expand("bad/{i}.txt", i=range(2))
+
+    rule shout:
+        output: "loud/{i}.txt"
+        group: "loud"
+        shell: "echo {wildcards.i} > {output}"
+
+    rule bad:
+        output: "bad/{i}.txt"
+        group: "bad"
+        resources: context="toy"
+        script: "scripts/bad.py"
+""")
+
+
+def test_a_runs_counts_are_the_jobs_snakemake_planned_a_groups_each(make_workflow):
+    """A group of three plain jobs (Snakemake's one subprocess) is three jobs ok, and
+    a group of two context jobs whose first fails is two failed: the run's counts are
+    the jobs Snakemake planned, never a group's besides its jobs'."""
+    workdir = make_workflow(toy_files(COUNTED, {"scripts/bad.py": "raise RuntimeError('bad')"}))
+    run = context_run(
+        workdir,
+        "--context-servers",
+        "1",
+        "--keep-going",
+        "--group-components",
+        "loud=3",
+        "bad=2",
+        timeout=120,
+    )
+    assert run.returncode != 0, run.output
+    assert sorted(p.name for p in (workdir / "loud").glob("*.txt")) == ["0.txt", "1.txt", "2.txt"]
+    (counts,) = _rows(workdir, "SELECT jobs_total, jobs_ok, jobs_failed FROM runs")
+    assert counts == (5, 3, 2), counts

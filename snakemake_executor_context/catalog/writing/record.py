@@ -771,9 +771,7 @@ class Recorder:
         run_pk = self._run(session, event.run_id, event.at)
         job_id = self._job(session, run_pk, str(event.jobid), rule=event.rule, submitted=event.at)
         self._job_outputs(session, job_id, event.outputs)
-        previous, kind = session.execute(
-            select(Job.outcome, Job.kind).where(Job.id == job_id)
-        ).one()
+        previous = session.scalar(select(Job.outcome).where(Job.id == job_id))
         attempt_id = self._attempt(session, event.key)
         if attempt_id is not None:
             session.execute(
@@ -802,17 +800,16 @@ class Recorder:
         )
         if previous is not None:
             return  # counted already (a duplicate)
+        ok = event.outcome == "ok"
         failed = event.outcome not in ("ok", "cancelled")  # stopped on request: no failure
-        # A group's jobs are counted each, from their own reports (Snakemake plans them).
-        counted = kind != "group"
-        ok = counted and event.outcome == "ok"
+        # A group counts its jobs, and its members' reports count none (nor their items).
         session.execute(
             update(Run)
             .where(Run.id == run_pk)
             .values(
-                jobs_ok=Run.jobs_ok + (1 if ok else 0),
-                jobs_failed=Run.jobs_failed + (1 if counted and failed else 0),
-                items=Run.items + (items if ok else 0),
+                jobs_ok=Run.jobs_ok + (event.jobs if ok else 0),
+                jobs_failed=Run.jobs_failed + (event.jobs if failed else 0),
+                items=Run.items + (items if ok and event.jobs else 0),
                 heartbeat=event.at,
             )
         )
