@@ -297,12 +297,31 @@ def test_progress_view_shows_done_total_failures_and_eta(catalog):
         await pilot.pause()
         summary = text(app, "progress-summary")
         assert "Run factcheck-2: running" in summary
-        assert "19 of 40 jobs done (50%), 1 failed" in summary
+        assert "20 of 40 jobs ended (50%): 19 ok, 1 failed" in summary
         assert "ETA" in summary and "ETA done" not in summary
         runs = rows(app, "progress-runs")
         assert runs["factcheck-1"][1] == "finished" and runs["factcheck-2"][1] == "running"
 
     drive(app, script)
+
+
+def test_progress_counts_failed_jobs_among_those_ended(tmp_path):
+    """A run of 9 jobs, 8 of them failed: all 9 ended (100%), 1 ok; not '1 of 9 jobs
+    done (100%)'. The bar stands at the 9 ended."""
+    from snakemake_context_monitor.model import Memo
+    from snakemake_context_monitor.views import progress
+
+    path = tmp_path / "c.db"
+    with CatalogBuilder(path, start=EPOCH) as b:
+        server = b.server("cpu0", gpu=None)
+        run = b.run("failing", jobs_total=9)
+        b.job(run, "one", server=server, seconds=1.0)
+        for _ in range(8):
+            b.job(run, "one", server=server, seconds=1.0, ok=False)
+        b.finish_run(run, ok=False)
+    model = progress.page(CatalogSource(path, clock=lambda: b.now).fetch(), Memo())
+    assert "9 of 9 jobs ended (100%): 1 ok, 8 failed" in model.texts["progress-summary"]
+    assert model.extra == (9, 9)
 
 
 def test_a_run_whose_heartbeat_stopped_is_stale_but_a_quiet_one_is_not(catalog):
@@ -632,7 +651,7 @@ def test_live_writer_and_polling_app_converge(tmp_path):
         while time.monotonic() < deadline:
             await asyncio.sleep(0.05)
             summary = str(app.query_one("#progress-summary", Static).render())
-            if f"{jobs} of 100000 jobs done" in summary:
+            if f"{jobs} of 100000 jobs ended" in summary:
                 seen_polls.append(app.polls - polls_at_stop)
                 break
         assert seen_polls, summary

@@ -1,4 +1,4 @@
-"""Progress: the current run's jobs done of planned, failures, an ETA; recent runs."""
+"""Progress: the current run's jobs ended of planned (ok and failed), an ETA; recent runs."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ COLUMNS = [
 
 def page(snapshot: Snapshot, memo: Memo) -> ViewModel:
     """What the progress view shows (off the UI thread); ``extra`` is the bar's
-    (total, done)."""
+    (total, jobs ended: ok and failed)."""
     current = snapshot.progress
     bar: tuple[int | None, int] | None = None
     if current is None:
@@ -35,8 +35,8 @@ def page(snapshot: Snapshot, memo: Memo) -> ViewModel:
     else:
         run = current.run
         total = current.total
-        done = current.done + current.failed
-        share = f" ({done / total:.0%})" if total else ""
+        ended = current.done + current.failed
+        share = f" ({ended / total:.0%})" if total else ""
         state = run.state.upper() if run.state == "stale" else run.state
         stale = (
             " - no heartbeat from its writer for a minute: it may have died"
@@ -46,12 +46,12 @@ def page(snapshot: Snapshot, memo: Memo) -> ViewModel:
         eta = "done" if current.eta_seconds == 0 else duration(current.eta_seconds)
         summary = (
             f"Run {run.run_id}: {state}{stale}\n"
-            f"{current.done} of {total if total is not None else '?'} jobs done{share}, "
-            f"{current.failed} failed, {run.items} items; "
+            f"{ended} of {total if total is not None else '?'} jobs ended{share}: "
+            f"{current.done} ok, {current.failed} failed, {run.items} items; "
             f"{rate(current.jobs_per_minute)} jobs/min lately; ETA {eta}; "
             f"started {clock(run.started)}"
         )
-        bar = (total or None, done)
+        bar = (total or None, ended)
     runs = {
         r.run_id: (
             clip(r.run_id, 20),
@@ -79,8 +79,8 @@ class ProgressView(Vertical, PolledView):
         setup_columns(self.query_one("#progress-runs", DataTable), COLUMNS)
 
     def draw(self, extra: Hashable) -> None:
-        """The bar: (total or None, done)."""
+        """The bar: (total or None, jobs ended)."""
         total: int | None
-        done: int
-        total, done = extra  # type: ignore[misc]
-        self.query_one("#progress-bar", ProgressBar).update(total=total, progress=done)
+        ended: int
+        total, ended = extra  # type: ignore[misc]
+        self.query_one("#progress-bar", ProgressBar).update(total=total, progress=ended)
