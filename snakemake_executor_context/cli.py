@@ -167,34 +167,62 @@ def _parser() -> argparse.ArgumentParser:
     upgrade.set_defaults(func=_upgrade)
     from .report.reportcommand import add_parser as add_report
 
-    add_report(commands, catalog_option, _catalog_of)
+    add_report(commands, catalog_option, lambda args: _catalog_of(args)[0])
     return parser
 
 
-def _catalog_of(args: argparse.Namespace) -> str:
-    """The catalog a command reads: --catalog, else the workflow's here, else the
-    scheduler file's."""
-    if args.catalog:
-        return str(args.catalog)
-    here = DEFAULT_CATALOG.absolute()
-    found = str(here) if here.exists() else _default_catalog(args.scheduler_file)
+def _catalog_of(args: argparse.Namespace) -> tuple[str, str]:
+    """The catalog a command reads and whose it is (:func:`_catalog_choice`); a
+    one-line error when there is none."""
+    found, whose = _catalog_choice(args)
     if found is None:
         raise ContextExecutorError(
-            f"No catalog at {here} nor beside {args.scheduler_file}. Fix: run this in the "
-            "workflow's directory, or name one (--catalog PATH|URL)."
+            f"No catalog at {DEFAULT_CATALOG.absolute()} nor beside {args.scheduler_file}. "
+            "Fix: run this in the workflow's directory, or name one (--catalog PATH|URL)."
         )
-    return found
+    return found, whose
+
+
+def _catalog_choice(args: argparse.Namespace, running: str | None = None) -> tuple[str | None, str]:
+    """The catalog status, story and monitor read, and whose it is: --catalog; else
+    the running cluster's (``running``: the one it named when asked, else its record's);
+    else this directory's; else the one a stopped cluster left beside its scheduler
+    file. (None, '') when there is none."""
+    from .cluster.infofiles import ClusterFiles
+
+    if args.catalog:
+        return str(args.catalog), "named by --catalog"
+    files = ClusterFiles(Path(args.scheduler_file))
+    if running is None:
+        try:
+            info = files.read_info()
+            running = info.catalog if info and files.running_pid() is not None else None
+        except ContextExecutorError:  # a record that is not this user's names nothing
+            running = None
+    if running:
+        return running, "the running cluster's"
+    here = DEFAULT_CATALOG.absolute()
+    if here.exists():
+        return str(here), "this directory's"
+    if files.catalog_file.exists():
+        return str(files.catalog_file), f"a stopped cluster's, beside {args.scheduler_file}"
+    return None, ""
 
 
 def _story(args: argparse.Namespace) -> int:
-    from .catalog.reading.stories import find_job, job_story, story_text
+    from .catalog.reading.stories import JobNotFound, find_job, job_story, story_text
     from .catalog.store import open_reader
 
-    reader = open_reader(_catalog_of(args))
+    catalog, whose = _catalog_of(args)
+    reader = open_reader(catalog)
     try:
         with reader.session() as session:
             run, job = find_job(session, args.job, args.run, cwd=os.getcwd())
             print(story_text(run, job, job_story(session, job)))
+    except JobNotFound as error:
+        raise JobNotFound(
+            f"{error} Catalog: {catalog} ({whose}); --catalog PATH reads another."
+        ) from None
     finally:
         reader.close()
     return 0
@@ -204,7 +232,7 @@ def _upgrade(args: argparse.Namespace) -> int:
     from .catalog.store import resolve_location
     from .catalog.writing.writer import open_writer
 
-    catalog = _catalog_of(args)
+    catalog = _catalog_of(args)[0]
     location = resolve_location(catalog)
     existing = location.snapshot or location.path  # None: a database server's URL
     if existing is not None and not existing.exists():
@@ -222,11 +250,7 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 def _monitor(args: argparse.Namespace) -> int:
 
-    catalog = args.catalog
-    if catalog is None:
-        here = DEFAULT_CATALOG.absolute()
-        catalog = str(here) if here.exists() else _default_catalog(args.scheduler_file)
-        catalog = catalog or str(here)
+    catalog = _catalog_choice(args)[0] or str(DEFAULT_CATALOG.absolute())
     try:
         from snakemake_context_monitor import run
     except ImportError as error:
@@ -261,8 +285,8 @@ def _down(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from .cluster.infofiles import ClusterFiles
 
-    inventories, catalog, pool = _live(args.scheduler_file)
-    catalog = args.catalog or catalog or _default_catalog(args.scheduler_file)
+    inventories, running, pool = _live(args.scheduler_file)
+    catalog, whose = _catalog_choice(args, running)
     report: dict[str, Any] = {}
     if catalog is not None:
         from .catalog.reading.status import overview
@@ -286,6 +310,7 @@ def _status(args: argparse.Namespace) -> int:
                     "servers": {a: inv.to_wire() for a, inv in (inventories or {}).items()},
                     "pool": pool,
                     "catalog": catalog,
+                    "catalog_of": whose,
                     **report,
                 },
                 indent=1,
@@ -297,6 +322,8 @@ def _status(args: argparse.Namespace) -> int:
 
     # Names and paths the cluster reports may quote a workflow's values: shown escaped.
     pool = shown_values(pool)
+    if catalog is not None:
+        print(f"Catalog: {shown(catalog)} ({shown(whose)})")
     if inventories is not None:
         from .server.inventory import ServerInventory
 
@@ -366,15 +393,6 @@ def _live(
     finally:
         connection.client.close()
     return inventories, catalog, pool
-
-
-def _default_catalog(scheduler_file: Path) -> str | None:
-    from .cluster.infofiles import ClusterFiles
-
-    for candidate in (ClusterFiles(Path(scheduler_file)).catalog_file, DEFAULT_CATALOG.absolute()):
-        if candidate.exists():
-            return str(candidate)
-    return None
 
 
 def _slot_lines(inventories: dict[str, ServerInventory]) -> list[str]:

@@ -463,6 +463,52 @@ def test_status_reads_a_catalog_without_a_cluster(tmp_path):
     assert nothing.returncode == 1 and "no catalog was found" in nothing.stderr
 
 
+@pytest.mark.slow
+def test_status_and_story_read_the_running_clusters_catalog_else_this_directorys(
+    tmp_path, make_workflow
+):
+    """A stopped cluster's catalog stays beside its scheduler file; in a workflow
+    directory with an embedded run's own catalog, status and story read the
+    directory's (status says so on its first line); once a cluster runs, its catalog
+    (a job story does not find there says where it looked)."""
+    from tests.conftest import context_run, persistent_cluster, toy_files
+
+    cluster = tmp_path / "home" / "scheduler.json"
+    cluster.parent.mkdir()
+    with CatalogBuilder(cluster.with_suffix(".db")) as b:
+        b.finish_run(b.run("old-run"))
+        b.server("old0")
+    workdir = make_workflow(
+        toy_files(
+            'rule use:\n  output: "out.txt"\n  resources: context="toy"\n'
+            '  script: "scripts/use.py"\n'
+        )
+    )
+    context_run(workdir, "--context-servers", "1").check()
+    own = workdir / ".snakemake" / "context" / "catalog.db"
+    attach = ("--scheduler-file", str(cluster))
+
+    status = _cli("status", *attach, cwd=workdir)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[0] == f"Catalog: {own} (this directory's)", status.stdout
+    assert "cpu0" in status.stdout and "old0" not in status.stdout, status.stdout
+    story = _cli("story", "out.txt", *attach, cwd=workdir)
+    assert story.returncode == 0 and "use [job 0] of run" in story.stdout, story.stderr
+    elsewhere = _cli("status", *attach, cwd=tmp_path)
+    assert elsewhere.stdout.splitlines()[0] == (
+        f"Catalog: {cluster.with_suffix('.db')} (a stopped cluster's, beside {cluster})"
+    ), elsewhere.stdout
+    assert "old0" in elsewhere.stdout
+
+    with persistent_cluster(cluster.parent, "--servers", "0"):
+        status = _cli("status", *attach, cwd=workdir)
+        first = f"Catalog: {cluster.with_suffix('.db')} (the running cluster's)"
+        assert status.stdout.splitlines()[0] == first, status.stdout
+        story = _cli("story", "out.txt", *attach, cwd=workdir)
+        assert story.returncode == 1 and len(story.stderr.splitlines()) == 1, story.stderr
+        assert first in story.stderr, "a job it has not: the line names where it looked"
+
+
 class _RecordingScheduler:
     """Stands in for the Dask scheduler's event log only: the plugin publishes
     through ``log_event`` and then sees its own events, as on a real scheduler."""
