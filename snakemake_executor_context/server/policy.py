@@ -49,7 +49,7 @@ from ..defaults import MEMORY_CAP_VARIABLE, RECYCLE_VARIABLE, TIME_SCALE_VARIABL
 from ..errors import ContextLoadError
 from ..fleet.losses import finishes_in_grace
 from ..settings.table import environment_value, executor_flag
-from ..terminal import format_bytes
+from ..terminal import error_text, format_bytes
 
 __all__ = [
     "CUDA_FATAL",
@@ -133,7 +133,7 @@ def server_fault(error: BaseException) -> str:
     ``OSError`` of :data:`_DISK_ERRNOS`, also as the cause a library wrapped)."""
     if isinstance(error, ContextLoadError):
         return "its context failed to load"
-    if CUDA_FATAL.search(str(error)):
+    if CUDA_FATAL.search(error_text(error)):  # its own __str__ may raise
         return "a CUDA-fatal error"
     link: BaseException | None = error
     seen: set[int] = set()

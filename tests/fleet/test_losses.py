@@ -264,6 +264,12 @@ def test_whose_fault_a_failure_is_is_told_from_its_error():
     assert "CUDA" in server_fault(RuntimeError("CUDA error: an illegal memory access"))
     assert server_fault(RuntimeError("CUDA out of memory. Tried to allocate")) == ""
 
+    class Odd(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    assert server_fault(Odd()) == "", "an error whose own __str__ raises"
+
 
 def test_a_server_that_loses_its_scheduler_for_its_lease_stops_its_jobs():
     """The watchdog thread with stand-ins for the Dask worker and the server: a
