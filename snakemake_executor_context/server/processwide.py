@@ -1,13 +1,17 @@
 """What a job may change for the whole server process, beyond what :mod:`.isolation`
 sets per job: the umask, resource limits, multiprocessing's start method, the
-recursion limit and the sockets' default timeout.
+recursion limit, the sockets' default timeout, the C library's time zone, the garbage
+collector, the switch interval, warnings' filters and ``showwarning``, the root
+logger's handlers and level (and ``logging.disable``), the exception hooks and the
+niceness of the server's threads.
 
 Under ``snakemake --cores`` each of these ends with the job's process; in a server
 they would outlive the job and reach every later job, of every workflow, on that
 server (a umask of 0 made a persistent cluster write the next run's outputs world-
 writable). :class:`ProcessWide` is taken when a group of jobs starts and put back
-when its last job ends; a hard limit a job lowered cannot be raised again by an
-unprivileged process, so :meth:`ProcessWide.restore` says so and the server restarts.
+when its last job ends; a hard limit a job lowered cannot be raised again, nor a
+niceness it raised lowered again, by an unprivileged process, so
+:meth:`ProcessWide.restore` says so and the server restarts.
 
 A job's forked children are fresh script processes, not servers:
 :func:`prepare_server_process` makes each child forked from the server take
@@ -21,6 +25,8 @@ and ends the child as it would a script's.
 from __future__ import annotations
 
 import contextlib
+import gc
+import logging
 import multiprocessing
 import os
 import resource
@@ -28,13 +34,21 @@ import signal
 import socket
 import sys
 import threading
+import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..paths.outputs import current_umask
 
-__all__ = ["ProcessWide", "make_dirs", "open_own_file", "prepare_server_process", "server_umask"]
+__all__ = [
+    "ProcessWide",
+    "make_dirs",
+    "open_own_file",
+    "prepare_server_process",
+    "server_umask",
+]
 
 #: Every resource limit this platform has (RLIMIT_NOFILE, RLIMIT_NPROC, ...).
 _LIMITS = {
@@ -57,16 +71,35 @@ class ProcessWide:
     start_method: str | None
     recursion_limit: int
     socket_timeout: float | None
+    #: Enabled, thresholds, debug flags.
+    collector: tuple[bool, tuple[int, ...], int]
+    switch_interval: float
+    warning_filters: tuple[Any, ...]
+    showwarning: Callable[..., Any]
+    #: Handlers, level, ``logging.disable``'s level.
+    root_logger: tuple[tuple[logging.Handler, ...], int, int]
+    #: ``sys.excepthook``, ``threading.excepthook``, ``sys.unraisablehook``.
+    hooks: tuple[Callable[..., Any], ...]
+    #: The calling thread's: Linux keeps one niceness per thread.
+    niceness: int
 
     @classmethod
     def now(cls) -> ProcessWide:
         """This process's settings now (read without changing any)."""
+        root = logging.getLogger()
         return cls(
             umask=current_umask(),
             limits=tuple((name, resource.getrlimit(number)) for name, number in _LIMITS.items()),
             start_method=multiprocessing.get_start_method(allow_none=True),
             recursion_limit=sys.getrecursionlimit(),
             socket_timeout=socket.getdefaulttimeout(),
+            collector=(gc.isenabled(), gc.get_threshold(), gc.get_debug()),
+            switch_interval=sys.getswitchinterval(),
+            warning_filters=tuple(warnings.filters),
+            showwarning=warnings.showwarning,
+            root_logger=(tuple(root.handlers), root.level, root.manager.disable),
+            hooks=(sys.excepthook, threading.excepthook, sys.unraisablehook),
+            niceness=os.getpriority(os.PRIO_PROCESS, 0),
         )
 
     def for_a_job(self) -> None:
@@ -82,7 +115,20 @@ class ProcessWide:
         multiprocessing.set_start_method(self.start_method, force=True)
         sys.setrecursionlimit(self.recursion_limit)
         socket.setdefaulttimeout(self.socket_timeout)
-        lost = []
+        # TZ is back by now (isolation.process_state ends first): the zone follows it.
+        time.tzset()
+        enabled, thresholds, debug = self.collector
+        (gc.enable if enabled else gc.disable)()
+        gc.set_threshold(*thresholds)
+        gc.set_debug(debug)
+        sys.setswitchinterval(self.switch_interval)
+        if tuple(warnings.filters) != self.warning_filters:
+            warnings.resetwarnings()  # public, and it invalidates the cached decisions
+            cast(list, warnings.filters)[:] = self.warning_filters  # typed a Sequence
+        warnings.showwarning = self.showwarning
+        self._restore_root_logger()
+        sys.excepthook, threading.excepthook, sys.unraisablehook = self.hooks
+        lost = _restore_niceness(self.niceness)
         for name, (soft, hard) in self.limits:
             if resource.getrlimit(_LIMITS[name]) == (soft, hard):
                 continue
@@ -95,6 +141,50 @@ class ProcessWide:
                     f"from {_limit(soft)}/{_limit(hard)}, and a hard limit cannot be raised again"
                 )
         return lost
+
+    def _restore_root_logger(self) -> None:
+        handlers, level, disabled = self.root_logger
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+                handler.close()
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        if root.level != level:
+            root.setLevel(level)
+        if root.manager.disable != disabled:
+            logging.disable(disabled)
+
+
+def _restore_niceness(niceness: int) -> list[str]:
+    """Every thread's niceness back to ``niceness``: a job's ``os.nice`` raises its
+    thread's, which the next job on that thread (and the threads it starts) inherits."""
+    raised = set()
+    for thread in _threads():
+        try:
+            now = os.getpriority(os.PRIO_PROCESS, thread)
+            if now != niceness:
+                os.setpriority(os.PRIO_PROCESS, thread, niceness)
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+        except PermissionError:
+            raised.add(now)
+    if not raised:
+        return []
+    return [
+        f"the niceness was raised to {max(raised)} from {niceness} (os.nice), and an "
+        "unprivileged process cannot lower it again"
+    ]
+
+
+def _threads() -> list[int]:
+    """This process's threads (0, the calling one, where /proc is missing)."""
+    try:
+        return [int(name) for name in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
 
 
 def _limit(value: int) -> str:
