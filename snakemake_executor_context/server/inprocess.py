@@ -33,7 +33,7 @@ from ..snakemake_internals import (
 from ..terminal import error_text
 from .output import Leaks, job_output
 from .policy import server_fault
-from .processwide import make_dirs, open_own_file
+from .processwide import main_thread_only, make_dirs, open_own_file
 from .running import RunningJob
 from .scriptchild import ScriptChildren, stand_in_main
 from .slots.sharing import SharedGroup, job_main
@@ -132,10 +132,11 @@ def _run_guarded(
         )
     except BaseException as error:
         _print_script_traceback(error, spec.script_path)
+        why = main_thread_only(error)
         result.end(
             f"{spec.title} (context '{spec.declaration.name}') failed on "
-            f"{server.describe()}: {error_text(error)}. The traceback "
-            f"ends the job's log {log_path}.",
+            f"{server.describe()}: {error_text(error)}. {why + '. ' if why else ''}The "
+            f"traceback ends the job's log {log_path}.",
             fault=server_fault(error),
         )
     finally:

@@ -11,7 +11,9 @@ server (a umask of 0 made a persistent cluster write the next run's outputs worl
 writable). :class:`ProcessWide` is taken when a group of jobs starts and put back
 when its last job ends; a hard limit a job lowered cannot be raised again, nor a
 niceness it raised lowered again, by an unprivileged process, so
-:meth:`ProcessWide.restore` says so and the server restarts.
+:meth:`ProcessWide.restore` says so and the server restarts. A signal handler is not
+among them: ``signal.signal`` works only in a process's main thread, never in a
+job's (:func:`main_thread_only` explains the error).
 
 A job's forked children are fresh script processes, not servers:
 :func:`prepare_server_process` makes each child forked from the server take
@@ -44,6 +46,7 @@ from ..paths.outputs import current_umask
 
 __all__ = [
     "ProcessWide",
+    "main_thread_only",
     "make_dirs",
     "open_own_file",
     "prepare_server_process",
@@ -185,6 +188,20 @@ def _threads() -> list[int]:
         return [int(name) for name in os.listdir("/proc/self/task")]
     except OSError:
         return [0]
+
+
+def main_thread_only(error: BaseException) -> str | None:
+    """Why ``error`` came, and its fix, where a job's script called ``signal.signal``:
+    a context job runs in a thread of its server, whose main thread keeps the
+    server's handlers (None: another error)."""
+    if not (isinstance(error, ValueError) and str(error).startswith("signal only works")):
+        return None
+    return (
+        "A context job's script runs in a thread of its server, whose main thread keeps "
+        "the server's signal handlers. Fix: run the rule without a context resource (in "
+        "its own process, as the local executor does), or call signal.signal in a child "
+        "process the script starts"
+    )
 
 
 def _limit(value: int) -> str:

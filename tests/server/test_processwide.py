@@ -1,7 +1,8 @@
 """What a job changes for the whole server process ends with it on a persistent
 cluster, as it would with the job's own process: a second workflow's job on the same
 server sees what it saw before the first workflow's job changed it. A niceness that
-cannot be lowered back retires the server."""
+cannot be lowered back retires the server; ``signal.signal`` in a context job fails it
+in one line naming the fix."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import context_run, persistent_cluster, toy_files
+from tests.conftest import context_run, persistent_cluster, snakemake, toy_files
 
 pytestmark = pytest.mark.slow
 
@@ -143,3 +144,30 @@ def test_a_niceness_that_cannot_be_lowered_back_retires_the_server(make_workflow
     lines = [line for line in run.output.splitlines() if "restarts" in line]
     assert len(lines) == 1 and "niceness" in lines[0], run.output
     assert after["niceness"] == before["niceness"] and after["pid"] != before["pid"]
+
+
+SIGNAL_SNAKEFILE = textwrap.dedent("""
+    rule handler:
+        output: "handled.txt"
+        resources: context="toy"
+        script: "handler.py"
+""")
+HANDLER = """
+import signal
+
+signal.signal(signal.SIGUSR1, lambda number, frame: None)
+open(snakemake.output[0], "w").write("handled")
+"""
+
+
+def test_signal_signal_in_a_context_job_fails_it_in_one_line(make_workflow, one_server):
+    files = toy_files(SIGNAL_SNAKEFILE, {"handler.py": HANDLER})
+    local = make_workflow(files, name="local")
+    snakemake(local, "--cores", "1").check()
+    assert (local / "handled.txt").read_text() == "handled"
+    context = make_workflow(files, name="context")
+    run = context_run(context, "--context-scheduler-file", str(one_server))
+    assert run.returncode != 0, run.output
+    line = next(line for line in run.output.splitlines() if "signal.signal" in line)
+    assert "Rule 'handler'" in line and "Fix:" in line and "a thread of" in line, line
+    assert not (context / "handled.txt").exists()
