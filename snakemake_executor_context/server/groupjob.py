@@ -7,7 +7,8 @@ member starts after it (the ones running finish); a ``temp()`` file only members
 need is removed once its last consumer is done. Each member is a job of its own: it
 runs under its own limits (its rule's ``runtime``, not the group's sum), and the
 group's result carries each member's result, one for a member not run too (cancelled
-where it never started), so that the executor records every member.
+where it never started), so that the executor records every member; its failure is its
+server's fault when its failed member's is.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def _sealed(
         server,
         ok=ok,
         cancelled=cancelled and failed is None,
+        fault=failed.outcome.fault if failed is not None else "",
         started=started,
         finished=time.time(),
         items=sum(o.items for o in outcomes),
