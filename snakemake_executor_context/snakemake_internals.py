@@ -80,6 +80,7 @@ __all__ = [
     "run_snakemake_main",
     "running_jobs",
     "runs_in_snakemake",
+    "scheduler_being_built",
     "script_globals",
     "script_location",
     "script_object",
@@ -386,6 +387,20 @@ def building_for_the_command_line() -> bool:
             return True
         frame = frame.f_back  # type: ignore[assignment]
     return False
+
+
+def scheduler_being_built() -> Any:
+    """The ``JobScheduler`` whose ``__init__`` is building the executor in this thread
+    (None: none is). Snakemake assigns ``workflow.scheduler`` only after it returns."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if frame.f_code.co_name == "__init__" and isinstance(candidate, JobScheduler):
+            return candidate
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
 
 
 def graceful_shutdown_requested(workflow: Any) -> bool:

@@ -15,7 +15,10 @@
   :mod:`.announce`: what the run says of its fleet at start;
 - :mod:`.loop`: the status loop's helpers: waking it from any thread, the fleet's
   events as stimuli, the periodic fleet check, the servers' cache probes asked in the
-  background, and a Ctrl-C Snakemake's main thread swallowed, raised again.
+  background;
+- :mod:`.stopping`: Ctrl-C and SIGTERM where Snakemake's own handling does not reach
+  (before its scheduler runs, after its loop ends, a second press while one stops) and
+  a Ctrl-C Snakemake's main thread swallowed, raised again.
 
 Importing this package is cheap: Snakemake imports the discovery shim, and so
 :mod:`.settings`, on every start.

@@ -30,10 +30,11 @@ from ..snakemake_internals import (
 )
 from . import announce, results, startup
 from .jobbuild import SpecBuilder, output_specs
-from .loop import CacheProbes, CtrlC, FleetInbox, FleetPoll, Waker
+from .loop import CacheProbes, FleetInbox, FleetPoll, Waker
 from .pacing import HeldReports
 from .recording import Recording
 from .settings import ExecutorSettings
+from .stopping import CtrlC, hand_sigterm_to_the_scheduler
 from .summary import LoadTally, write_summary
 from .tasks import Tasks
 
@@ -59,12 +60,28 @@ class Executor(RemoteExecutor):
         self._held: HeldReports[SubmittedJobInfo] = HeldReports()  # finished, not yet told
         self._submits: list[tuple[v.Submit, Any]] = []  # submitted by dispatch, not yet sent
         self._ctrl_c = CtrlC()
+        #: What the start made, undone last to first at the shutdown (or a stopped start).
+        self._closing = contextlib.ExitStack()
+        self._closing.callback(self._ctrl_c.uninstall)  # SIGINT is Python's again, at last
         super().__init__(workflow, logger)
 
     def __post_init__(self) -> None:
-        workflow = self.workflow
         graceful_stop_off_the_main_thread()  # before the scheduler binds SIGTERM to it
         self._ctrl_c.install()
+        try:
+            self._start()
+        except BaseException:  # a signal (KeyboardInterrupt, SystemExit) or an error
+            self._ctrl_c.stopping()
+            with self.lock:
+                self.wait = False  # RemoteExecutor's status thread, started before us
+            self._closing.close()
+            raise
+        hand_sigterm_to_the_scheduler()
+
+    def _start(self) -> None:
+        """Check, connect (or start the embedded cluster), record the run's start; each
+        thing made is undone by :attr:`_closing`, at the shutdown or a stopped start."""
+        workflow, closing = self.workflow, self._closing
         steps = startup.StartSteps(startup.process_started())
         self.declarations = startup.checked_declarations(workflow)
         steps.mark("checks")
@@ -82,13 +99,16 @@ class Executor(RemoteExecutor):
         settings, say, warn = self.settings, self.logger.info, self.logger.warning
         connecting = time.monotonic()
         self.connection = connection = startup.connect(settings, self.workdir, self.run_id, warn)
+        closing.callback(connection.close)
         connected = time.monotonic() - connecting
         steps.marks(connection.start_steps())
         steps.mark("client")
         self.tasks = Tasks(connection)
         self.local_jobs = startup.local_plain_jobs(settings, workflow, connection, say)
+        closing.callback(self.local_jobs.close)
         self.dispatch = startup.make_dispatch(self.run_id, settings, workflow, connection, warn)
         self._fleet_poll = FleetPoll(connection, self.dispatch, self._inbox.put, self.logger.debug)
+        closing.callback(self._fleet_poll.withdraw)  # before the connection closes
         steps.mark("plain jobs and dispatch")
         self.recording = Recording(
             connection, self.run_id, self.workdir, settings.catalog, self.logger, settings.report
@@ -98,6 +118,7 @@ class Executor(RemoteExecutor):
         total = None if planned is None else len(planned)
         seen = (self.recording.relay, self._loads.see)
         events = FleetInbox(seen, self._inbox.put, self._waker.set, sender=self.run_id)
+        closing.callback(self._record_the_end)
         self.dispatch.hub = self.recording.begin(
             self.dispatch.fleet, events, jobs_total=total, declarations=declared
         )
@@ -116,6 +137,13 @@ class Executor(RemoteExecutor):
         steps.mark("plan")
         self.logger.debug(steps.line())
         self._ready = True
+
+    def _record_the_end(self) -> None:
+        """The run's end into the catalog: as dispatch says it ended, or interrupted
+        when its start did not finish."""
+        if not self._ready:
+            self.dispatch.handle(v.CancelAll(time.time()))
+        self.recording.finished(self.dispatch.run_end())
 
     # -- stimuli in --------------------------------------------------------------------
 
@@ -286,16 +314,12 @@ class Executor(RemoteExecutor):
 
     def shutdown(self) -> None:
         """Stop the status loop, summarise the servers, stop an embedded cluster."""
+        self._ctrl_c.stopping()  # a press now would land inside the catalog's last writes
         with self.lock:
             self.wait = False
         self._waker.set()
         super().shutdown()
-        self._ctrl_c.uninstall()
         cancel_scheduler_timers()  # the scheduler is done: its wake-ups only delay the exit
-        with contextlib.ExitStack() as closing:  # run last to first, whatever raises
-            closing.callback(self.local_jobs.close)
-            closing.callback(self.connection.close)
-            closing.callback(self._fleet_poll.withdraw)  # before the connection closes
-            closing.callback(self.recording.finished, self.dispatch.run_end())
+        with self._closing:  # last made to first, whatever raises
             run = (self.workdir, self.run_id, self.started, self.connection, self._summary)
             write_summary(*run, self.logger.info, self._loads.lost)

@@ -56,6 +56,7 @@ from ..settings.table import (
     table_field,
 )
 from ..snakemake_internals import building_for_the_command_line
+from .stopping import take_signals_before_the_run
 
 __all__ = [
     "ATTACH_SETTINGS",
@@ -235,6 +236,8 @@ class ExecutorSettings(ExecutorSettingsBase):
     def __post_init__(self) -> None:
         #: What others can do in the named caches the embedded cluster's servers use.
         self.cache_notes: list[str] = []
+        if building_for_the_command_line():  # this process is the run, DAG to exit
+            take_signals_before_the_run()
         try:
             self.tuned = tuning_values(self.tuning)
             self.requested = pilot_request(self.pilots)

@@ -35,7 +35,7 @@ def _default_sigint() -> None:
 
 
 @contextlib.contextmanager
-def _snakemake(
+def snakemake_in_its_group(
     args: list[str], cwd: Path, env: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen[str]]:
     """Snakemake leading its own process group (like a terminal's foreground job),
@@ -69,7 +69,7 @@ def _snakemake(
         process.communicate()
 
 
-def _descendants(process: subprocess.Popen[str]) -> list[psutil.Process]:
+def descendants(process: subprocess.Popen[str]) -> list[psutil.Process]:
     """What the run started so far (remembered for the clean-up)."""
     found = psutil.Process(process.pid).children(recursive=True)
     for child in found:
@@ -110,7 +110,7 @@ def test_sigint_to_the_process_group(toy_workflow):
     )
     # Like a terminal: snakemake leads its own process group, which gets the SIGINT.
     args = ["--executor", "context", "--jobs", "3", "--context-servers", "3"]
-    with _snakemake(args, workdir) as process:
+    with snakemake_in_its_group(args, workdir) as process:
         outputs = [workdir / "ctx/0.txt", workdir / "ctx/1.txt", workdir / "plain.txt"]
         deadline = time.monotonic() + 120
         while not all(path.exists() for path in outputs):
@@ -118,7 +118,7 @@ def test_sigint_to_the_process_group(toy_workflow):
             assert time.monotonic() < deadline, "jobs did not start"
             time.sleep(0.2)
         time.sleep(0.5)
-        started_by_run = _descendants(process)
+        started_by_run = descendants(process)
         assert len(started_by_run) >= 5  # cluster, 3 servers, the plain job's processes
 
         interrupted = time.monotonic()
@@ -165,7 +165,7 @@ def test_sigint_with_an_attached_cluster_stops_jobs_and_keeps_servers(toy_workfl
     )
     servers_before = {p.pid for p in _servers(scheduler_file)}
     args = ["--executor", "context", "--jobs", "2", "--context-scheduler-file", str(scheduler_file)]
-    with _snakemake(args, workdir) as process:
+    with snakemake_in_its_group(args, workdir) as process:
         outputs = [workdir / "ctx/0.txt", workdir / "ctx/1.txt"]
         deadline = time.monotonic() + 120
         while not all(path.exists() for path in outputs):
@@ -224,7 +224,7 @@ def test_ctrl_c_meeting_a_hung_load_restarts_the_server_as_a_restart(make_workfl
 
     workdir = _hung_load_workflow(make_workflow)
     args = ["--executor", "context", "--jobs", "1", "--context-scheduler-file", str(scheduler_file)]
-    with _snakemake(args, workdir) as process:
+    with snakemake_in_its_group(args, workdir) as process:
         deadline = time.monotonic() + 120
         while not (workdir / "loading").exists():
             assert process.poll() is None, process.communicate()[0]
@@ -263,7 +263,7 @@ def test_a_run_interrupted_while_its_loader_hangs_is_recorded_interrupted(make_w
 
     workdir = _hung_load_workflow(make_workflow)
     args = ["--executor", "context", "--jobs", "1", "--context-servers", "1"]
-    with _snakemake(args, workdir) as process:
+    with snakemake_in_its_group(args, workdir) as process:
         deadline = time.monotonic() + 120
         while not (workdir / "loading").exists():
             assert process.poll() is None, process.communicate()[0]
@@ -331,13 +331,13 @@ def test_ctrl_c_under_load(toy_workflow):
     try:
         for attempt in range(CTRL_C_RUNS):
             args = ["--executor", "context", "--jobs", "3", "--context-servers", "3"]
-            with _snakemake(args, workdir) as process:
+            with snakemake_in_its_group(args, workdir) as process:
                 deadline = time.monotonic() + 120
                 while not all(path.exists() for path in outputs):
                     assert process.poll() is None, process.communicate()[0]
                     assert time.monotonic() < deadline, f"run {attempt}: jobs did not start"
                     time.sleep(0.1)
-                started_by_run = _descendants(process)
+                started_by_run = descendants(process)
                 interrupted = time.monotonic()
                 os.killpg(process.pid, signal.SIGINT)
                 output, _ = process.communicate(timeout=60)
@@ -423,7 +423,7 @@ def _stop_then_rerun(
     path = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))
     env = {"PYTHONPATH": path, "SLOWPICK_MARK": str(selecting)}
     out = workdir / "out"
-    with _snakemake([*args, "--scheduler", "slowpick"], workdir, env) as process:
+    with snakemake_in_its_group([*args, "--scheduler", "slowpick"], workdir, env) as process:
         deadline = time.monotonic() + 120
         while not out.is_dir() or sum(1 for _ in out.iterdir()) < 100:
             assert process.poll() is None, process.communicate()[0]
@@ -432,7 +432,7 @@ def _stop_then_rerun(
         while selecting.exists() != (when == "selecting"):
             assert time.monotonic() < deadline, f"no moment {when}"
             time.sleep(0.002)
-        started_by_run = _descendants(process)
+        started_by_run = descendants(process)
         signalled = time.monotonic()
         process.send_signal(how)
         output, _ = process.communicate(timeout=60)
@@ -461,7 +461,8 @@ def test_a_ctrl_c_the_main_thread_swallowed_is_raised_again_as_it_hands_a_job_ov
     ``except:`` around its solver's pipe) can swallow a Ctrl-C: the run went on to
     its end (1 of about 120 presses at 2,000 ready jobs). The executor's SIGINT
     handler notes the press; the next job Snakemake hands over raises it again,
-    until Snakemake acts on it (cancels the jobs). Run in a child: it takes SIGINT."""
+    until Snakemake acts on it (cancels the jobs); a press while it does is noted, not
+    raised into the cancelling. Run in a child: it takes SIGINT."""
     done = subprocess.run(
         [sys.executable, "-c", SWALLOWING],
         capture_output=True,
@@ -469,12 +470,14 @@ def test_a_ctrl_c_the_main_thread_swallowed_is_raised_again_as_it_hands_a_job_ov
         timeout=60,
         preexec_fn=_default_sigint,
     )
-    assert done.stdout.split() == ["swallowed", "raised", "handled"], done.stdout + done.stderr
+    assert done.stdout.split() == ["swallowed", "raised", "handled", "noted"], (
+        done.stdout + done.stderr
+    )
 
 
 SWALLOWING = """
 import os, signal
-from snakemake_executor_context.executor.loop import CtrlC
+from snakemake_executor_context.executor.stopping import CtrlC
 
 ctrl_c = CtrlC()
 ctrl_c.install()
@@ -489,4 +492,6 @@ except KeyboardInterrupt:
 ctrl_c.handled()  # Snakemake cancels the jobs
 ctrl_c.raise_if_swallowed()
 print("handled")
+os.kill(os.getpid(), signal.SIGINT)  # a second press, while the jobs are cancelled
+print("noted")
 """
