@@ -42,31 +42,37 @@ def run_group(
     stop = threading.Event()
     results: list[JobResult] = []
     lock = threading.Lock()
+    log = _GroupLog(spec)
 
     def one(member: Member) -> None:
         if stop.is_set() or running.cancel_requested:
             return
+        log.started(member)
         result = run_member(member, running)
         if result is None:
             return
+        log.ended(result)
         with lock:
             results.append(result)
         if not result.ok:
             stop.set()
 
-    for number, layer in enumerate(spec.layers):
-        if stop.is_set() or running.cancel_requested:
-            break
-        if len(layer) == 1 or width <= 1:
-            for member in layer:
-                one(member)
-        else:
-            with ThreadPoolExecutor(max_workers=min(width, len(layer))) as pool:
-                list(pool.map(one, layer))
-        if not stop.is_set() and number < len(spec.temp_ends):
-            for path in spec.temp_ends[number]:
-                remove_path(os.path.join(spec.workdir, path))
-    return _sealed(spec, running, server, started, results)
+    try:
+        for number, layer in enumerate(spec.layers):
+            if stop.is_set() or running.cancel_requested:
+                break
+            if len(layer) == 1 or width <= 1:
+                for member in layer:
+                    one(member)
+            else:
+                with ThreadPoolExecutor(max_workers=min(width, len(layer))) as pool:
+                    list(pool.map(one, layer))
+            if not stop.is_set() and number < len(spec.temp_ends):
+                for path in spec.temp_ends[number]:
+                    remove_path(os.path.join(spec.workdir, path))
+    finally:
+        log.close(len(results))
+    return _sealed(spec, running, server, started, results, log.path)
 
 
 def _sealed(
@@ -75,6 +81,7 @@ def _sealed(
     server: ServerIdentity,
     started: float,
     results: list[JobResult],
+    log_path: str,
 ) -> JobResult:
     ran = len(results)
     failed = next((r for r in results if not r.ok and not r.outcome.cancelled), None)
@@ -95,8 +102,6 @@ def _sealed(
         loaded=tuple(dict.fromkeys(i for o in outcomes for i in o.loaded)),
         reused=tuple(dict.fromkeys(i for o in outcomes for i in o.reused)),
     )
-    log_path = os.path.join(spec.workdir, spec.log_path)
-    _write_log(log_path, spec, results)
     message = None
     if failed is not None:
         message = (
@@ -137,15 +142,34 @@ def _not_run(
     ]
 
 
-def _write_log(path: str, spec: GroupJobSpec, results: list[JobResult]) -> None:
-    titles = {member.key: member.title for member in spec.members}
-    lines = [f"{spec.title}: {len(results)} of {len(spec.members)} member(s) ran"]
-    for result in results:
+class _GroupLog:
+    """The group's own log, written as it runs (each member's start, then its end), so
+    that it names the member that ran when its server died mid-group."""
+
+    def __init__(self, spec: GroupJobSpec) -> None:
+        self.spec, self.path = spec, os.path.join(spec.workdir, spec.log_path)
+        self._lock = threading.Lock()
+        self._file = open(open_own_file(self.path), "w", encoding="utf-8")
+        self._write(f"{spec.title}: {len(spec.members)} member(s)")
+
+    def _write(self, line: str) -> None:
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()  # the server may die before the group ends
+
+    def started(self, member: Member) -> None:
+        """A member starts."""
+        log = os.path.join(self.spec.workdir, member.log_path)
+        self._write(f"{member.title}: started (log: {log})")
+
+    def ended(self, result: JobResult) -> None:
+        """A member ended."""
         o = result.outcome
         how = "ok" if o.ok else ("cancelled" if o.cancelled else "failed")
-        lines.append(
-            f"{titles.get(o.key, o.key)}: {how} in {o.finished - o.started:.2f} s "
-            f"(log: {result.log_path})"
-        )
-    with open(open_own_file(path), "w", encoding="utf-8") as log:
-        log.write("\n".join(lines) + "\n")
+        title = next((m.title for m in self.spec.members if m.key == o.key), o.key)
+        self._write(f"{title}: {how} in {o.finished - o.started:.2f} s")
+
+    def close(self, ran: int) -> None:
+        """The group ended after ``ran`` of its members."""
+        self._write(f"{self.spec.title}: {ran} of {len(self.spec.members)} member(s) ran")
+        self._file.close()
