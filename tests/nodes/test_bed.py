@@ -3,11 +3,13 @@ $HOME, no route out, and the faults it injects (partition, heal, loss, a capped 
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import textwrap
 import time
+import uuid
 
 from tests.nodes.bed import leftovers
 
@@ -48,9 +50,10 @@ def test_nodes_have_their_own_hostname_address_and_tmp_and_share_home(bed) -> No
     for node in (a, b):
         assert node.run(["hostname"]).stdout.strip() == node.hostname
         assert node.address in node.run(["ip", "-o", "-4", "addr"]).stdout
-    a.run(["sh", "-c", "echo a > /tmp/mine"], check=True)
-    assert b.run(["cat", "/tmp/mine"]).returncode != 0  # node-local /tmp
-    assert not __import__("os").path.exists("/tmp/mine")
+    mine = f"/tmp/bed-{uuid.uuid4().hex}"  # a name nothing else on the host has
+    a.run(["sh", "-c", f"echo a > {mine}"], check=True)
+    assert b.run(["cat", mine]).returncode != 0  # node-local /tmp
+    assert not os.path.exists(mine)
     a.run(["sh", "-c", f"echo shared > {nodes.home}/note"], check=True)
     assert b.run(["cat", f"{nodes.home}/note"]).stdout.strip() == "shared"
     env = nodes.environment()
