@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from factcheck import RQ1_TEMPLATES, run_workflow
-from throughput import cell
+from throughput import cell, cpu_line
 
 GROUPED = ("--groups", "verify=v", "--group-components", "v=32")
 FACTCHECK = {
@@ -67,7 +67,7 @@ def main() -> None:
                 f"{size:>6} jobs  {'ungrouped' if not group else f'groups of {group}':<13} "
                 f"{rate:7.1f}/s  touch {floor:6.1f}/s  ratio {rate / floor:5.2f}  "
                 f"loads/server <= {measured['most_loads_on_a_server']}  "
-                f"wall {measured['wall_s']:.1f} s",
+                f"wall {measured['wall_s']:.1f} s  CPU ms/job {cpu_line(measured)}",
                 flush=True,
             )
     walls = factcheck(args.factcheck)

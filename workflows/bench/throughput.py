@@ -33,8 +33,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 BIN = Path(sys.executable).parent
 SNAKEFILE = textwrap.dedent("""
@@ -119,6 +121,8 @@ def cell(
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
         assert proc.stdout is not None
+        cpu = ProcessCpu(proc.pid)
+        cpu.start()
         finished: list[float] = []
         tail: list[str] = []
         selected = None
@@ -131,6 +135,7 @@ def cell(
         proc.wait()
         wall = time.monotonic() - started
         after = os.times()
+        cpu.stop()
         if spy is not None:
             spy.wait(timeout=60)
         if proc.returncode != 0 or len(finished) != size:
@@ -149,13 +154,77 @@ def cell(
             "wall_s": wall,
             "snakemake_cpu_s": (after.children_user + after.children_system)
             - (before.children_user + before.children_system),
-        }
+            **{f"cpu_ms_per_job_{role}": 1000 * seconds / size
+               for role, seconds in cpu.by_role().items()},
+        }  # fmt: skip
         if profile is not None and profile.exists():
             result |= plugin_share(profile)
         return result
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+class ProcessCpu(threading.Thread):
+    """The CPU time of each process of a run, by role, sampled every 0.2 s while it
+    runs (a process's last sample before it exits is its total): Snakemake's own, the
+    embedded cluster's (its scheduler, the hub and the catalog's writer), each server
+    (a multi-threaded process under the cluster's forkserver) and what the servers ran
+    (zygotes, job processes: the ones that lived past a sample)."""
+
+    def __init__(self, root: int) -> None:
+        super().__init__(daemon=True)
+        self.root = root
+        self._last: dict[int, tuple[str, float]] = {}
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        try:
+            top = psutil.Process(self.root)
+        except psutil.Error:
+            return
+        while not self._stopped.is_set():
+            try:
+                tree = [top, *top.children(recursive=True)]
+            except psutil.Error:
+                break
+            for process in tree:
+                try:
+                    with process.oneshot():
+                        times = process.cpu_times()
+                        role = self._role(process)
+                except psutil.Error:
+                    continue
+                self._last[process.pid] = (role, times.user + times.system)
+            self._stopped.wait(0.2)
+
+    def _role(self, process: Any) -> str:
+        if process.pid == self.root:
+            return "snakemake"
+        if process.ppid() == self.root:
+            return "cluster"
+        command = " ".join(process.cmdline())
+        if "cluster.serve" in command and process.num_threads() > 1:
+            return "server"
+        return "servers_children"
+
+    def stop(self) -> None:
+        """Stop sampling (after the run's process has exited)."""
+        self._stopped.set()
+        self.join(5)
+
+    def by_role(self) -> dict[str, float]:
+        """Seconds of CPU by role; a server's is the mean over the servers."""
+        totals: dict[str, float] = {}
+        servers = 0
+        for role, seconds in self._last.values():
+            totals[role] = totals.get(role, 0.0) + seconds
+            servers += role == "server"
+        if servers:
+            totals["server"] /= servers
+        return totals
 
 
 def _most_loads(workdir: Path) -> int:
@@ -210,6 +279,16 @@ def idle_fleet(servers: int) -> dict[str, float]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def cpu_line(result: dict[str, Any]) -> str:
+    """The CPU per job of each process's role, for the table."""
+    roles = ("snakemake", "cluster", "server", "servers_children")
+    return " ".join(
+        f"{role} {result[f'cpu_ms_per_job_{role}']:.1f}"
+        for role in roles
+        if f"cpu_ms_per_job_{role}" in result
+    )
+
+
 def main() -> None:
     """Run every cell and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -251,7 +330,8 @@ def main() -> None:
                     f"context {context['jobs_per_s']:6.1f}/s  touch {touch['jobs_per_s']:6.1f}/s"
                     f"  ratio {row['ratio_to_touch']:.2f}"
                     + (f"  plugin {context['plugin_share']:.0%}" if "plugin_share" in context
-                       else ""),
+                       else "")
+                    + "  CPU ms/job " + cpu_line(context),
                     flush=True,
                 )  # fmt: skip
     fleets = [idle_fleet(servers) for servers in args.idle]
