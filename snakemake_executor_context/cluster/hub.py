@@ -187,7 +187,7 @@ class FleetHub(SchedulerPlugin):
     def log_event(self, topic: str, msg: Any) -> None:
         """Every event of the topic updates the view and goes to the writer; Dask's
         own remove-worker event becomes a ServerLeft with the jobs it hit."""
-        if topic == ev.TOPIC:
+        if topic in (ev.TOPIC, ev.RECORD_TOPIC):
             with self.lock:
                 decoded = list(ev.decode(msg))
                 for item in decoded:

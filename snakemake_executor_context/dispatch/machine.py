@@ -490,9 +490,8 @@ class Dispatch:
                 self._tell(attempt.job.ticket, "slot freed", attempt=event.key)
             return
         if mine:
-            # Its servers' other word on its jobs. The run's own records, which the
-            # scheduler echoes to every run, never reach here: dropped by sender
-            # before they are decoded (executor/loop.py).
+            # Its servers' other word on its jobs. The run's own records go to the
+            # hub on a topic no run follows (fleet/events.py RECORD_TOPIC).
             return
         if isinstance(event, ev.ServerJoined) and self.pool is not None:
             self.pool.joined(event.name, event.resources)

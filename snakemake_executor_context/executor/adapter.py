@@ -117,7 +117,7 @@ class Executor(RemoteExecutor):
         declared = list(self.declarations.values())
         total = None if planned is None else len(planned)
         seen = (self.recording.relay, self._loads.see)
-        events = FleetInbox(seen, self._inbox.put, self._waker.set, sender=self.run_id)
+        events = FleetInbox(seen, self._inbox.put, self._waker.set)
         closing.callback(self._record_the_end)
         self.dispatch.hub = self.recording.begin(
             self.dispatch.fleet, events, jobs_total=total, declarations=declared

@@ -83,25 +83,20 @@ class FleetInbox:
     """Where Dask delivers the fleet's events (on the client's thread): each batch is
     decoded, handed to ``seen`` (the catalog's relay, the load tally), queued for
     dispatch with ``put``, and wakes the loop (``wake``) when a slot may be free.
-    What this run sent itself (marked ``sender`` by its relay: two events a job) comes
-    back from the scheduler too, and is dropped here, undecoded."""
+    (What this run records goes to the hub on another topic, and never comes back.)"""
 
     def __init__(
         self,
         seen: Iterable[Callable[[list[ev.Event]], Any]],
         put: Callable[[FleetEvent], None],
         wake: Callable[[], None],
-        sender: str,
     ) -> None:
-        self.seen, self.put, self.wake, self.sender = list(seen), put, wake, sender
+        self.seen, self.put, self.wake = list(seen), put, wake
 
     def __call__(self, event: tuple[float, Any]) -> None:
         """One message of the fleet's topic (``(time, encoded events)``)."""
-        message = event[1]
-        if isinstance(message, list):
-            message = [item for item in message if ev.sender_of(item) != self.sender]
         try:
-            decoded = list(ev.decode(message))
+            decoded = list(ev.decode(event[1]))
         except Exception as error:
             logging.getLogger(__name__).debug("undecodable fleet event: %r", error)
             return

@@ -188,7 +188,7 @@ class Tasks:
                 # Announced first: the hub records these ends as restarts, not crashes.
                 why = "a job did not stop within 10 s of being cancelled"
                 notes = [ev.ServerRestarting(address=a, why=why) for a in stuck]
-                client.log_event(ev.TOPIC, ev.encode(notes))
+                client.log_event(ev.RECORD_TOPIC, ev.encode(notes))
                 client.restart_workers(stuck, raise_for_error=False)
             client.cancel(futures, force=True)
         except Exception as error:

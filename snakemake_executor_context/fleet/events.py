@@ -4,8 +4,9 @@ Servers, the scheduler plugin and executors describe every state change as one o
 these events. They go to the scheduler with ``log_event`` on :data:`TOPIC` (as lists
 of plain dicts, :func:`encode`, since Dask's event channel takes msgpack values
 only), reach every subscribed executor, and end up in the catalog through its one
-writer. The in-memory fleet state that placement reads (:mod:`.state`) is maintained
-from the same events.
+writer. What only the catalog needs (a run's records, a pool's pilots) goes on
+:data:`RECORD_TOPIC`, which no executor follows. The in-memory fleet state that
+placement reads (:mod:`.state`) is maintained from the same events.
 
 Standard library only: servers and the scheduler import this module.
 """
@@ -22,6 +23,7 @@ from .losses import LossCause, classify
 from .pilotbook import PilotRecord
 
 __all__ = [
+    "RECORD_TOPIC",
     "TOPIC",
     "AttemptsLost",
     "CacheEntryDamaged",
@@ -54,13 +56,14 @@ __all__ = [
     "ServerRestarting",
     "decode",
     "encode",
-    "sender_of",
 ]
 
 #: The Dask event topic every event of this plugin is logged under.
 TOPIC = "snakemake-context"
-#: The key that marks an encoded event with its sender (no event has such a field).
-SENDER = "_sender"
+#: The topic of records only the scheduler's hub takes (its view and the catalog's
+#: writer): a run's dispatches, reports and stories, a pool's pilots. No executor
+#: subscribes to it, so what a run sends never comes back to it.
+RECORD_TOPIC = "snakemake-context-record"
 
 _KINDS: dict[str, type[Event]] = {}
 
@@ -568,19 +571,9 @@ class PilotBooked(Event, PilotRecord):
 # -- wire ----------------------------------------------------------------------------
 
 
-def encode(events: Iterable[Event], sender: str = "") -> list[dict[str, Any]]:
-    """Events as a list of plain dicts, for ``log_event``; ``sender`` marks each with
-    who sent it (a run: its id), so that it can drop its own when they come back."""
-    wire = [event.to_wire() for event in events]
-    if sender:
-        for item in wire:
-            item[SENDER] = sender
-    return wire
-
-
-def sender_of(item: Any) -> str:
-    """Who sent one encoded event ("" if unmarked)."""
-    return str(item.get(SENDER, "")) if isinstance(item, dict) else ""
+def encode(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """Events as a list of plain dicts, for ``log_event``."""
+    return [event.to_wire() for event in events]
 
 
 def decode(message: Any) -> Iterator[Event]:

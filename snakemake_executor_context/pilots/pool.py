@@ -247,7 +247,7 @@ class DemandAdaptive(Adaptive):
                 changed.append(ev.PilotBooked.of(booked))
         scheduler = self._cluster.scheduler
         if changed and scheduler is not None:
-            scheduler.log_event(ev.TOPIC, ev.encode(changed))
+            scheduler.log_event(ev.RECORD_TOPIC, ev.encode(changed))
 
     async def _forget_departed(self) -> None:
         observed = {str(name) for name in self.observed}

@@ -5,9 +5,10 @@
   which Snakemake's process pickles by name without importing the rest; :mod:`.pilot`:
   the preload that makes a pilot's worker one; :mod:`.config`: how a server is set up;
 - :mod:`.server`: :class:`~.server.ContextServer`, the process's contexts, events and
-  its one way out; :mod:`.jobs`: its jobs, each under its limits' watch; the one-decision
-  policies they ask, together in :mod:`.policy` (a drain on SIGTERM, a CUDA-fatal
-  error, a broken runtime or memory cap), with :mod:`.memwatch` sampling the memory;
+  its one way out; :mod:`.outbox`: its events, sent one message a tick; :mod:`.jobs`:
+  its jobs, each under its limits' watch; the one-decision policies they ask,
+  together in :mod:`.policy` (a drain on SIGTERM, a CUDA-fatal error, a broken runtime
+  or memory cap), with :mod:`.memwatch` sampling the memory;
 - :mod:`.cache`: the loaded contexts, their budget and eviction; :mod:`.inventory`: what
   a server says of itself when asked (its typed record); :mod:`.templates`:
   a context's template around each load (the cache probe, the check that moves a

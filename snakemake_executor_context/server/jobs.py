@@ -231,7 +231,8 @@ class ServerJobs:
         finally:
             self.cache.stop_tracking()
             self._leave(running)
-        self.emit(result.outcome.finished_event(spec.run_id))
+        # Ahead of its result, with what its tick had queued (:mod:`.outbox`).
+        self.emit(result.outcome.finished_event(spec.run_id), now=True)
         if not isinstance(spec, GroupJobSpec):  # a group's members were counted each
             self._after(spec.key, result)
         return result

@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from distributed.protocol import dumps
-
 from ..defaults import NODE_VARIABLE
 from ..fleet import events as ev
 from ..fleet.gpus import GpuInfo, stands_in
@@ -41,6 +39,7 @@ from .inventory import ServerInventory, ServerStats, SlotState, fields_of
 from .jobs import ServerJobs
 from .loadturns import LoadTurns
 from .memwatch import MemoryWatchdog
+from .outbox import Outbox
 from .peers.holder import TemplateHolder
 from .peers.reach import DaskPeers
 from .peers.receiver import PeerFetch
@@ -67,6 +66,7 @@ class ContextServer:
         self.config = config
         self.config.gpu = own_gpu(config.gpu)
         self._worker = worker
+        self._outbox = Outbox(worker)
         self.identity = ServerIdentity(
             name=config.name or f"server-{os.getpid()}",
             host=os.environ.get(NODE_VARIABLE) or socket.gethostname(),
@@ -187,18 +187,10 @@ class ContextServer:
 
     # -- events --------------------------------------------------------------------
 
-    def emit(self, *events: ev.Event) -> None:
-        """Send events to the scheduler (and so to the catalog). Best-effort: a job's
-        outcome travels with its result, never only here; a failure is logged."""
-        worker = self._worker
-        if worker is None:
-            return
-        try:
-            payload = ev.encode(events)
-            dumps(payload)  # one that cannot be sent would close the connection
-            worker.log_event(ev.TOPIC, payload)
-        except Exception as error:
-            logger.debug("could not send %d event(s): %r", len(events), error)
+    def emit(self, *events: ev.Event, now: bool = False) -> None:
+        """Send events to the scheduler (and so to the catalog), with the others of
+        their tick (:mod:`.outbox`); ``now``: at once, with all queued before."""
+        self._outbox.put(events, now=now)
 
     def described(self) -> ev.ServerDescribed:
         """This server as a ServerDescribed event."""
@@ -350,7 +342,7 @@ class ContextServer:
             finishing=list(finishing),
             handed_back=list(handed_back),
         )
-        self.emit(event)
+        self.emit(event, now=True)
         threading.Thread(
             target=self._exit_after,
             args=(list(finishing), time.monotonic() + wait, keep_running),

@@ -214,9 +214,9 @@ def first_line(error: BaseException) -> str:
 
 
 class DaskRelay(QueuedSink):
-    """Sends events to the scheduler (``Client.log_event`` on :data:`...fleet.events.TOPIC`),
-    in batches, from its own thread: for an executor attached to a cluster whose
-    scheduler plugin writes the catalog."""
+    """Sends events to the scheduler (``Client.log_event`` on :data:`...fleet.events.
+    RECORD_TOPIC`, which only the hub takes), in batches, from its own thread: for an
+    executor attached to a cluster whose scheduler plugin writes the catalog."""
 
     thread_name = "snakemake-context-relay"
 
@@ -244,11 +244,10 @@ class DaskRelay(QueuedSink):
             return
         if not batch:
             return
-        from ...fleet.events import TOPIC, encode
+        from ...fleet.events import RECORD_TOPIC, encode
 
         try:
-            payload = encode(batch, sender=self.heartbeat_run or "")
-            self.client.log_event(TOPIC, payload)  # type: ignore[attr-defined]
+            self.client.log_event(RECORD_TOPIC, encode(batch))  # type: ignore[attr-defined]
         except Exception as error:
             self.dropped += len(batch)
             self.warn_once(
