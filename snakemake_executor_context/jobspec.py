@@ -18,11 +18,13 @@ from .contexts import ContextDeclaration
 from .fleet.outcome import Outcome
 
 __all__ = [
+    "RULE_PARTS",
     "ContextJobSpec",
     "GroupJobSpec",
     "JobResult",
     "OutputSpec",
     "PlainJobSpec",
+    "RulePart",
     "remove_outputs",
     "remove_path",
 ]
@@ -36,6 +38,24 @@ class OutputSpec:
     is_directory: bool = False
     #: Flagged `update()`: Snakemake does not remove it before the job runs.
     keep: bool = False
+
+
+#: Where the scheduler's metadata holds a run's rule parts for its servers:
+#: ``[*RULE_PARTS, run_id, digest]``.
+RULE_PARTS = ("snakemake-context", "rule-parts")
+
+
+@dataclass(frozen=True)
+class RulePart:
+    """What the ``snakemake`` objects of one rule's jobs share (the workflow's config,
+    the rule's params that are not per-job), pickled once per rule. Its digest names it
+    always; its bytes travel once to the scheduler, from which a server that lacks them
+    fetches them once (:mod:`.server.inprocess`), and only there ride with a spec."""
+
+    #: sha256 of :attr:`data`: a server never runs a job with another rule part.
+    digest: str
+    #: The pickled part; None once the scheduler holds it.
+    data: bytes | None = None
 
 
 @dataclass
@@ -55,8 +75,10 @@ class ContextJobSpec:
     script_source: str
     #: The ``sys.path`` entries the preamble appends, for this job only.
     search_paths: list[str]
-    #: The ``snakemake`` object, pickled with protocol 4 as the preamble does.
+    #: The job's own part of its ``snakemake`` object (pickled with protocol 4, as the
+    #: preamble does): what its rule's jobs share is references into ``rule_part``.
     snakemake_pickle: bytes
+    rule_part: RulePart
     inputs: list[str]
     outputs: list[OutputSpec]
     logs: list[str]

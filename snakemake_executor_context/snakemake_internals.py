@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import inspect
+import io
 import os
 import pickle
 import re
@@ -41,6 +42,7 @@ __all__ = [
     "INTERNALS",
     "REEVALUATION_TIMER",
     "RuleResource",
+    "RuleShared",
     "benchmark_extended",
     "benchmark_repeats",
     "benchmarked_here",
@@ -67,6 +69,7 @@ __all__ = [
     "mark_local",
     "needrun_jobs",
     "one_reevaluation_pending",
+    "pickle_script_object",
     "pipe_grouped_rules",
     "places",
     "preemptible_retries",
@@ -77,6 +80,7 @@ __all__ = [
     "rule_has_pipe_or_service_output",
     "rule_resource",
     "rule_script",
+    "rule_shared",
     "run_snakemake_main",
     "running_jobs",
     "runs_in_snakemake",
@@ -152,10 +156,10 @@ INTERNALS: dict[str, str] = {
     ),
     "rule.is_shell, .is_wrapper, .is_notebook, .is_cwl, .is_template_engine, .norun, "
     ".is_run, .script, .basedir, .shadow_depth, .group, .output, .conda_env, "
-    ".container_img, .env_modules": (
+    ".container_img, .env_modules, .params": (
         "snakemake.rules:Rule.is_shell .is_wrapper .is_notebook .is_cwl .is_template_engine "
         ".norun .is_run .script .basedir .shadow_depth .group .output .conda_env "
-        ".container_img .env_modules"
+        ".container_img .env_modules .params"
     ),
     # A context job's script: found, and given its `snakemake` object, in Snakemake's
     # process; run in a server's with Snakemake's helpers.
@@ -797,6 +801,55 @@ def script_object(job: Any, config: Any, scriptdir: str) -> Any:
     )
 
 
+class RuleShared(NamedTuple):
+    """What the ``snakemake`` objects of one rule's jobs share, pickled once: the
+    workflow's config and the rule's params that are the same object in every job,
+    each container inside them too (a job's param may be one of the config's)."""
+
+    #: The shared objects, the config first; held, so that their ids stay theirs.
+    objects: list[Any]
+    #: id() of each shared object -> its place in :attr:`objects`.
+    places: dict[int, int]
+    #: :attr:`objects`, pickled with protocol 4.
+    pickled: bytes
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def rule_shared(rule: Any, config: Any) -> RuleShared:
+    """The shared part of ``rule``'s jobs' ``snakemake`` objects. A param that is not a
+    callable is the rule's own object in every job (Snakemake formats only strings and
+    lists of them per job, into new objects that are not found here)."""
+    roots = [config, *(value for value in rule.params if not callable(value))]
+    objects: list[Any] = []
+    index: dict[int, int] = {}
+    pending = list(reversed(roots))
+    while pending:
+        obj = pending.pop()
+        if id(obj) in index:
+            continue
+        index[id(obj)] = len(objects)
+        objects.append(obj)
+        inside = (
+            obj.values() if isinstance(obj, dict) else obj if isinstance(obj, _CONTAINERS) else ()
+        )
+        pending.extend(item for item in inside if isinstance(item, _CONTAINERS))
+    return RuleShared(objects, index, pickle.dumps(objects, protocol=4))
+
+
+def pickle_script_object(snakemake: Any, shared: RuleShared) -> bytes:
+    """The job's own part of its ``snakemake`` object: each object of ``shared`` in it
+    pickled as a reference into ``shared``, so that, loaded, the object is the one the
+    preamble unpickles (one config, a param that is the config's the same object)."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=4)
+    places = shared.places
+    pickler.persistent_id = lambda obj: places.get(id(obj))  # type: ignore[method-assign]
+    pickler.dump(snakemake)
+    return buffer.getvalue()
+
+
 def benchmark_repeats(job: Any) -> Any:
     """How many times a benchmarked job runs (``repeat()``; None without a benchmark)."""
     return job.benchmark_repeats
@@ -806,12 +859,16 @@ def benchmark_repeats(job: Any) -> Any:
 # Running it in a server's process, and a plain job's command line.
 
 
-def load_script_object(data: bytes) -> Any:
-    """The pickled ``snakemake`` object, with the remote ``tmpdir`` placeholder
-    (``<TBD>`` in Snakemake's process) made this server's temporary directory."""
+def load_script_object(data: bytes, shared: bytes) -> Any:
+    """The job's ``snakemake`` object from its own part (:func:`pickle_script_object`)
+    and its rule's shared part (:attr:`RuleShared.pickled`), each load its own objects,
+    with the remote ``tmpdir`` placeholder (``<TBD>`` in Snakemake's process) made this
+    server's temporary directory."""
     from snakemake.common.tbdstring import TBDString
 
-    snakemake = pickle.loads(data)
+    unpickler = pickle.Unpickler(io.BytesIO(data))
+    unpickler.persistent_load = pickle.loads(shared).__getitem__  # type: ignore[method-assign]
+    snakemake = unpickler.load()
     resources = snakemake.resources
     tmpdir = resources.get("tmpdir") if hasattr(resources, "get") else None
     if isinstance(tmpdir, TBDString) or tmpdir == "<TBD>":

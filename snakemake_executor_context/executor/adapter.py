@@ -104,6 +104,7 @@ class Executor(RemoteExecutor):
         steps.marks(connection.start_steps())
         steps.mark("client")
         self.tasks = Tasks(connection)
+        closing.callback(self.tasks.forget_rule_parts)  # before the connection closes
         self.local_jobs = startup.local_plain_jobs(settings, workflow, connection, say)
         closing.callback(self.local_jobs.close)
         self.dispatch = startup.make_dispatch(self.run_id, settings, workflow, connection, warn)

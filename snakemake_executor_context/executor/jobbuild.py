@@ -5,8 +5,8 @@ a plain job spec (Snakemake's own job command)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
-import pickle
 import re
 import time
 import uuid
@@ -21,7 +21,7 @@ from ..dispatch.vocabulary import JobTicket
 from ..errors import ContextExecutorError
 from ..fleet.keys import job_key, safe_name
 from ..fleet.resources import Requirements, job_resources, requirements_from, widest
-from ..jobspec import OutputSpec
+from ..jobspec import OutputSpec, RulePart
 from ..terminal import shown
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class SpecBuilder:
         self.job_command = job_command
         self.envvars = envvars
         self._scripts: dict[str, tuple[Any, ...]] = {}
+        self._rule_parts: dict[str, tuple[internals.RuleShared, RulePart]] = {}
 
     def build(
         self, job: Any, declarations: Mapping[str, ContextDeclaration]
@@ -168,6 +169,7 @@ class SpecBuilder:
         script_path, scriptdir, search_paths = located
         config = internals.workflow_config(self.workflow)
         snakemake_object = internals.script_object(job, config, scriptdir)
+        shared, rule_part = self._rule_part(job.rule, config)
         benchmark = str(job.benchmark) if job.benchmark is not None else None
         return ContextJobSpec(
             key=key,
@@ -179,7 +181,8 @@ class SpecBuilder:
             script_path=script_path,
             script_source=source,
             search_paths=search_paths,
-            snakemake_pickle=pickle.dumps(snakemake_object, protocol=4),
+            snakemake_pickle=internals.pickle_script_object(snakemake_object, shared),
+            rule_part=rule_part,
             inputs=[str(f) for f in job.input],
             outputs=output_specs(job),
             logs=[str(f) for f in job.log],
@@ -196,6 +199,16 @@ class SpecBuilder:
             cleanup_scripts=internals.cleanup_scripts(self.workflow),
             runtime_minutes=runtime_minutes(job),
         )
+
+    def _rule_part(self, rule: Any, config: Any) -> tuple[internals.RuleShared, RulePart]:
+        """What the rule's jobs' ``snakemake`` objects share, pickled once per rule
+        (the config and the rule's params are fixed once its jobs run)."""
+        found = self._rule_parts.get(rule.name)
+        if found is None:
+            shared = internals.rule_shared(rule, config)
+            digest = hashlib.sha256(shared.pickled).hexdigest()
+            found = self._rule_parts[rule.name] = (shared, RulePart(digest, shared.pickled))
+        return found
 
     def _script_source(self, job: Any) -> tuple[Any, ...]:
         """snakemake.script.get_source for the job's script, cached per rule."""

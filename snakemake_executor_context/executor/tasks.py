@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 from ..dispatch.vocabulary import AttemptEnded, JobTicket, Stopped, Submit
 from ..fleet import events as ev
 from ..fleet.keys import attempt_key, attempt_log, attempt_number
-from ..jobspec import GroupJobSpec, JobResult, OutputSpec, remove_outputs
+from ..jobspec import (
+    RULE_PARTS,
+    ContextJobSpec,
+    GroupJobSpec,
+    JobResult,
+    OutputSpec,
+    RulePart,
+    remove_outputs,
+)
 from .results import attempt_ended, fetch_results
 
 if TYPE_CHECKING:
@@ -35,6 +43,8 @@ class Tasks:
         self._steps: dict[str, str] = {}
         #: Results fetched together, for :meth:`ended` to take.
         self._fetched: dict[str, JobResult] = {}
+        #: (run, digest) of the rule parts the scheduler holds for the servers.
+        self._published: set[tuple[str, str]] = set()
 
     def submit(
         self, batch: list[tuple[Submit, Any]], on_done: Callable[[str], None]
@@ -95,6 +105,8 @@ class Tasks:
             # server leaves, dispatch takes the job back (Dask would hold it forever).
             pin = {"workers": [address], "allow_other_workers": False}
         try:
+            for _, spec in members:
+                self._publish_rule_parts(spec)
             futures = self.connection.client.map(
                 execute_job,
                 [spec for _, spec in members],
@@ -113,6 +125,31 @@ class Tasks:
             self._steps[command.key] = str(command.step)
             future.add_done_callback(lambda _, key=command.key: on_done(key))
         return None
+
+    def _publish_rule_parts(self, spec: Any) -> None:
+        """Hand each rule part of a prepared spec (a group's: of each member) to the
+        scheduler once, for every server that lacks it to fetch, and send the spec with
+        its digest only."""
+        members = spec.members if isinstance(spec, GroupJobSpec) else [spec]
+        for member in members:
+            if not isinstance(member, ContextJobSpec) or member.rule_part.data is None:
+                continue
+            part = member.rule_part
+            if (member.run_id, part.digest) not in self._published:
+                where = [*RULE_PARTS, member.run_id, part.digest]
+                self.connection.client.set_metadata(where, part.data)
+                self._published.add((member.run_id, part.digest))
+            member.rule_part = RulePart(part.digest)
+
+    def forget_rule_parts(self) -> None:
+        """Drop this run's rule parts from the scheduler (an attached one outlives the
+        run)."""
+        for run_id in {run_id for run_id, _ in self._published}:
+            try:
+                self.connection.client.set_metadata([*RULE_PARTS, run_id], {})
+            except Exception as error:  # the scheduler gone: nothing is left to drop
+                logger.debug("dropping the rule parts of %s: %r", run_id, error)
+        self._published.clear()
 
     def pop(self, key: str) -> tuple[Any, str] | None:
         """Take attempt ``key``'s future and its placement step (None: cancelled)."""

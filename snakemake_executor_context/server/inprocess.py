@@ -5,16 +5,23 @@ gives it in a fresh interpreter (``PythonScript.generate_preamble``), after the 
 did what the per-job subprocess does (wait for inputs, remove stale outputs, create
 output directories, set tmpdir, envvars and thread counts), and nothing the job
 changes in the process outlives it (:mod:`.isolation`).
+
+The ``snakemake`` object comes in two parts: the job's own, in its spec, and its
+rule's (the config, the params every job shares), which the spec names by digest:
+the server keeps the parts it saw, and fetches one it lacks from the scheduler once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
@@ -22,7 +29,7 @@ from typing import Any
 
 from ..errors import ContextExecutorError, ContextLoadError, JobCancelled
 from ..fleet.outcome import Outcome, ServerIdentity
-from ..jobspec import ContextJobSpec, JobResult, remove_outputs, remove_path
+from ..jobspec import RULE_PARTS, ContextJobSpec, JobResult, remove_outputs, remove_path
 from ..snakemake_internals import (
     benchmarked_here,
     load_script_object,
@@ -103,11 +110,12 @@ def _run_guarded(
 ) -> None:
     """The job's steps; every failure becomes the result's message."""
     try:
+        rule_part = _rule_part(spec)
         _prepare(spec)
         with job.interruptible_phase():
             acquire(spec.declaration)
         shared.add_search_paths(spec)
-        records = _run_script(spec, job)
+        records = _run_script(spec, rule_part, job)
         _check_outputs(spec)
         if spec.benchmark:
             _write_benchmark(spec, records)
@@ -196,18 +204,17 @@ def _check_outputs(spec: ContextJobSpec) -> None:
 # The script itself.
 
 
-def _run_script(spec: ContextJobSpec, job: RunningJob) -> list[Any]:
+def _run_script(spec: ContextJobSpec, rule_part: bytes, job: RunningJob) -> list[Any]:
     code = _compile(spec)
     repeats = spec.benchmark_repeats if spec.benchmark else 1
     records = []
+    pickled = (spec.snakemake_pickle, rule_part)
     with _script_copy(spec) as real_file:
         for iteration in range(repeats):
-            snakemake = load_script_object(spec.snakemake_pickle)
+            snakemake = load_script_object(*pickled)
             snakemake.bench_iteration = iteration if spec.benchmark else None
             namespace = _script_namespace(spec, snakemake, real_file)
-            children = ScriptChildren(
-                spec.script_path, spec.script_source, real_file, spec.snakemake_pickle
-            )
+            children = ScriptChildren(spec.script_path, spec.script_source, real_file, pickled)
             try:
                 if spec.benchmark:
                     with benchmarked_here() as record:
@@ -218,6 +225,99 @@ def _run_script(spec: ContextJobSpec, job: RunningJob) -> list[Any]:
             finally:
                 children.close()
     return records
+
+
+#: How many rule parts a server keeps, and their bytes in all (the last one is kept
+#: whatever its size).
+RULE_PARTS_KEPT = 64
+RULE_PARTS_BYTES = 256 * 2**20
+#: Seconds a rule part may take to arrive from the scheduler.
+RULE_PART_FETCH_SECONDS = 120.0
+
+
+class _RuleParts:
+    """The rule parts this server has, by digest: the most recently used, up to
+    :data:`RULE_PARTS_KEPT` of them and :data:`RULE_PARTS_BYTES` in all."""
+
+    def __init__(self) -> None:
+        self._parts: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, digest: str) -> bytes | None:
+        """The part of that digest, if this server has it."""
+        with self._lock:
+            data = self._parts.get(digest)
+            if data is not None:
+                self._parts.move_to_end(digest)
+            return data
+
+    def keep(self, digest: str, data: bytes) -> None:
+        """Keep a part, dropping the least recently used beyond the bounds."""
+        with self._lock:
+            self._parts[digest] = data
+            self._parts.move_to_end(digest)
+            total = sum(len(kept) for kept in self._parts.values())
+            while len(self._parts) > 1 and (
+                len(self._parts) > RULE_PARTS_KEPT or total > RULE_PARTS_BYTES
+            ):
+                total -= len(self._parts.popitem(last=False)[1])
+
+
+_rule_parts = _RuleParts()
+
+
+def _rule_part(spec: ContextJobSpec) -> bytes:
+    """The bytes of the job's rule part: from its spec, else from this server's
+    parts, else fetched from the scheduler (a server new to the rule, restarted, or
+    one that dropped it), checked against its digest."""
+    part = spec.rule_part
+    data = part.data if part.data is not None else _rule_parts.get(part.digest)
+    if data is None:
+        data = _fetch_rule_part(spec.run_id, part.digest)
+        if hashlib.sha256(data).hexdigest() != part.digest:
+            raise ContextExecutorError(
+                f"the scheduler's rule part {part.digest[:12]} of run {spec.run_id} is "
+                "not the one the job names. Fix: report this as a bug of the plugin."
+            )
+    _rule_parts.keep(part.digest, data)
+    return data
+
+
+def _fetch_rule_part(run_id: str, digest: str) -> bytes:
+    from distributed.utils import sync
+
+    worker = _this_worker()
+    where = [*RULE_PARTS, run_id, digest]
+    data = sync(
+        worker.loop,
+        worker.scheduler.get_metadata,
+        keys=where,
+        default=None,
+        callback_timeout=RULE_PART_FETCH_SECONDS,
+    )
+    if not isinstance(data, bytes):
+        raise ContextExecutorError(
+            f"the scheduler holds no rule part {digest[:12]} for run {run_id} (it "
+            "restarted since the run handed it over?). Fix: run the workflow again."
+        )
+    return data
+
+
+def _this_worker() -> Any:
+    """This process's Dask worker. A job with limits runs in a thread of its own,
+    where get_worker() (a context variable of the task's thread) finds none."""
+    from distributed.worker import Worker, get_worker
+
+    try:
+        return get_worker()
+    except ValueError:
+        worker = next(iter(Worker._instances), None)
+    if worker is None:
+        raise ContextExecutorError(
+            "its rule part is not in its spec, and this process is no Dask worker that "
+            "could fetch it from the scheduler. Fix: report this as a bug of the plugin."
+        )
+    return worker
 
 
 @contextmanager

@@ -45,7 +45,9 @@ class ScriptChildren:
     """What a job's ``spawn``/``forkserver`` children need: written when
     multiprocessing first asks, removed with :meth:`close`."""
 
-    def __init__(self, script_path: str, source: str | bytes, real_file: str, pickled: bytes):
+    def __init__(
+        self, script_path: str, source: str | bytes, real_file: str, pickled: tuple[bytes, bytes]
+    ):
         self._what = {
             "script_path": script_path,
             "source": source,
@@ -115,7 +117,7 @@ def run_in_child(namespace: dict[str, Any], data_path: str) -> None:
     # raises KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     what = pickle.loads(paths.read_trusted(Path(data_path)) or b"")
-    snakemake = load_script_object(what["snakemake"])
+    snakemake = load_script_object(*what["snakemake"])
     namespace.update(script_globals(what["script_path"], what["real_file"], snakemake))
     namespace["__spec__"] = None
     try:
