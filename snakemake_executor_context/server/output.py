@@ -235,19 +235,64 @@ def _retarget_handlers(old: TextIO, new: TextIO) -> None:
                 handler.setStream(new)
 
 
+#: Each descriptor open when last read: what it is open on (device, inode), and
+#: where ``/proc/self/fd`` said it points.
+_known_fds: dict[int, tuple[tuple[int, int], str]] = {}
+
+
 def open_fds() -> dict[int, str]:
-    """This process's open file descriptors and what they point at."""
-    found = {}
+    """This process's open file descriptors and what they point at.
+
+    Read twice per job, so the common case is cheap: when as many descriptors are open
+    as when last read (the size of ``/proc/self/fd``, Linux 6.2+) and each of those
+    is still open on the same file (``fstat``), they are exactly the same, and their
+    targets are those read then (a closed descriptor reopened on another file differs
+    in its inode). Otherwise the directory is listed, and only the descriptors open
+    on another file than before are read again (``readlink`` is most of the cost)."""
+    global _known_fds
+    known = _known_fds
+    if known and _open_count() == len(known) and _same_files(known):
+        return {fd: target for fd, (_, target) in known.items()}
     try:
         names = os.listdir("/proc/self/fd")
     except OSError:
         return {}
+    found, read = {}, {}
     for name in names:
+        fd = int(name)
+        file = _file_of(fd)
+        if file is not None and (seen := known.get(fd)) is not None and seen[0] == file:
+            read[fd] = seen
+            found[fd] = seen[1]
+            continue
         try:
-            found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+            found[fd] = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
             continue
+        if file is not None and _file_of(fd) == file:  # not reopened meanwhile
+            read[fd] = (file, found[fd])
+    _known_fds = read
     return found
+
+
+def _open_count() -> int:
+    """How many descriptors are open (0 where the kernel does not say)."""
+    try:
+        return os.stat("/proc/self/fd").st_size
+    except OSError:
+        return 0
+
+
+def _file_of(fd: int) -> tuple[int, int] | None:
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _same_files(known: dict[int, tuple[tuple[int, int], str]]) -> bool:
+    return all(_file_of(fd) == file for fd, (file, _) in known.items())
 
 
 def server_directory(path: str | os.PathLike[str], *, using: bool) -> None:
