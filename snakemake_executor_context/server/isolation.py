@@ -59,13 +59,13 @@ def process_state(spec: ContextJobSpec) -> Iterator[None]:
     from ..snakemake_internals import restore_shell_defaults, shell_defaults
 
     saved_cwd = os.getcwd()
-    saved_environ = dict(os.environ)
+    saved_environ = _environ_bytes()
     saved_path = list(sys.path)
     saved_argv = list(sys.argv)
     saved_main = sys.modules.get("__main__")
     saved_tempdir = tempfile.tempdir
     saved_shell_args = shell_defaults()
-    tmpdir = tempfile.gettempdir()
+    tmpdir = _temporary_directory()
     try:
         os.chdir(spec.workdir)
         os.environ.update(spec.envvars)
@@ -73,19 +73,59 @@ def process_state(spec: ContextJobSpec) -> Iterator[None]:
             os.environ[name] = str(spec.threads)
         for name in TMPDIR_VARIABLES:
             os.environ[name] = tmpdir
-        os.makedirs(tmpdir, exist_ok=True)
+        if not os.path.isdir(tmpdir):
+            os.makedirs(tmpdir, exist_ok=True)
         tempfile.tempdir = tmpdir
         yield
     finally:
         os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_environ)
+        _restore_environ(saved_environ)
         sys.path[:] = saved_path
         sys.argv[:] = saved_argv
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
         tempfile.tempdir = saved_tempdir
         restore_shell_defaults(saved_shell_args)
+
+
+#: What ``tempfile.gettempdir`` found, and from what: the cwd and the variables it reads.
+_found_tmpdir: tuple[tuple[str | None, ...], str] | None = None
+
+
+def _temporary_directory() -> str:
+    """``tempfile.gettempdir()``, found again only when what it is found from changed
+    or the directory is no longer writable: finding it creates and removes a file in
+    it, 300 µs, which every job would pay (``tempfile.tempdir`` is put back to None)."""
+    global _found_tmpdir
+    if tempfile.tempdir is not None:
+        return tempfile.gettempdir()
+    key = (os.getcwd(), *(os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")))
+    found = _found_tmpdir
+    if found is not None and found[0] == key and os.access(found[1], os.W_OK | os.X_OK):
+        return found[1]
+    directory = tempfile.gettempdir()
+    _found_tmpdir = (key, directory)
+    return directory
+
+
+def _environ_bytes() -> dict[bytes, bytes]:
+    """``os.environ`` as the C environment holds it: a copy of its own mapping of
+    bytes (CPython's ``_data``) costs a microsecond, decoding every entry 30."""
+    return dict(os.environ._data)  # type: ignore[attr-defined]
+
+
+def _restore_environ(saved: dict[bytes, bytes]) -> None:
+    """``os.environ`` back to ``saved``, changing only the entries that differ; every
+    other saved entry is set again in the C environment, which a C library's
+    ``setenv`` changes without ``os.environ`` knowing (and a subprocess inherits)."""
+    now = os.environ._data  # type: ignore[attr-defined]
+    for key in [key for key in now if key not in saved]:
+        del os.environ[os.fsdecode(key)]
+    for key, value in saved.items():
+        if now.get(key) == value:
+            os.putenv(key, value)
+        else:
+            os.environ[os.fsdecode(key)] = os.fsdecode(value)
 
 
 @contextmanager
@@ -205,18 +245,27 @@ def forget_modules_since(before: Collection[str]) -> list[str]:
     return names
 
 
+def _imported_since(names: list[str]) -> list[tuple[str, ModuleType]]:
+    """The modules imported since ``sys.modules`` held ``names``: none when it holds
+    the same names in the same order, one comparison (most jobs import nothing)."""
+    if list(sys.modules) == names:
+        return []
+    before = set(names)
+    return [(name, module) for name, module in list(sys.modules.items()) if name not in before]
+
+
 @contextmanager
 def fresh_modules(
     roots: Collection[str], keep: Callable[[], Collection[str]]
 ) -> Iterator[list[str]]:
     """Forget, at the end, the workflow modules the job imported, except those
     ``keep()`` names (modules of loaded contexts). Yields the names forgotten."""
-    before = set(sys.modules)
+    names = list(sys.modules)
     forgotten: list[str] = []
     try:
         yield forgotten
     finally:
-        new = [(n, m) for n, m in list(sys.modules.items()) if n not in before]
+        new = _imported_since(names)
         kept = set(keep()) if new else set()
         # Resolved only when the job imported something: most jobs import nothing.
         real_roots = sorted({os.path.realpath(root) for root in roots if root}) if new else []
