@@ -32,7 +32,15 @@ from ..defaults import JOB_MARK_VARIABLE, KEEP_VARIABLE, LEFTOVER_GRACE_SECONDS
 from ..fleet import events as ev
 from ..jobspec import ContextJobSpec, JobResult
 from .decisions import Leftovers, ProcessFacts, describe, job_leftovers, span_leftovers
-from .processes import OWN, end_leftovers, is_subreaper, read_processes, ticks_now
+from .processes import (
+    OWN,
+    TaskWatch,
+    end_leftovers,
+    has_ended_child,
+    is_subreaper,
+    read_processes,
+    ticks_now,
+)
 
 __all__ = [
     "JobSpans",
@@ -112,24 +120,34 @@ class JobSpans:
         self._running: set[str] = set()
         self._span: list[ContextJobSpec] = []
         self._since = 0
+        self._watch: TaskWatch | None = None
 
     def enter(self, spec: ContextJobSpec) -> None:
         """An in-process job starts (before its context loads and its script runs)."""
         with self._lock:
             if not self._running:
+                if self._watch is not None:
+                    self._watch.close()
+                self._watch = TaskWatch()  # before the span's start: what it proves holds
                 self._since, self._span = ticks_now(), []
             self._running.add(spec.key)
             self._span.append(spec)
 
     def leave(self, spec: ContextJobSpec) -> Sweep | None:
-        """An in-process job ended: if it was the span's last, end what the span left."""
+        """An in-process job ended: if it was the span's last, end what the span left.
+        A span that started no process (most: :class:`.TaskWatch`) and left no ended
+        child to reap has left nothing, which is known without reading a process."""
         with self._lock:
             self._running.discard(spec.key)
             if self._running:
                 return None
+            watch, self._watch = self._watch, None
+            if watch is not None and watch.none_since() and not has_ended_child():
+                self._span = []
+                return None
             with OWN.starting():
-                facts = read_processes(os.getpid())
                 owned = OWN.identities()
+                facts = read_processes(os.getpid(), owned)
             helpers = _interpreter_helpers()
             spared = {fact.identity for fact in facts if fact.pid in helpers}
             found = span_leftovers(facts, self._since, owned, os.getpid(), spared)

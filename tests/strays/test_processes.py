@@ -191,7 +191,7 @@ def test_the_kernels_lists_of_children_and_a_scan_of_proc_agree(monkeypatch):
             assert time.monotonic() < deadline, processes.read_processes(tree.pid)
             time.sleep(0.02)
         listed = processes.read_processes(os.getpid())
-        monkeypatch.setattr(processes, "_below", lambda root: None)
+        monkeypatch.setattr(processes, "_below", lambda root, pruned: None)
         scanned = processes.read_processes(os.getpid())
         assert [p.identity for p in scanned] == [p.identity for p in listed]
         assert {p.command for p in scanned} >= {"sleep 30", "sleep 31"}
@@ -274,3 +274,101 @@ def test_a_leftover_caught_between_fork_and_exec_is_named_by_what_it_execs():
             os.kill(child, 9)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(child, 0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_what_is_below_a_pruned_process_is_not_read_and_the_rest_is():
+    """A server's sweep prunes its own processes (its zygote and what it forked): what
+    a job left beside them is still found, however deep."""
+    from snakemake_executor_context.strays import processes
+
+    own = subprocess.Popen(["sh", "-c", "sleep 32 & wait"])
+    job = subprocess.Popen(["sh", "-c", "sh -c 'sleep 33 & wait' & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        wanted = {"sleep 32", "sleep 33", "sh -c sleep 33 & wait"}
+        while wanted - {p.command for p in processes.read_processes(os.getpid())}:
+            assert time.monotonic() < deadline, processes.read_processes(os.getpid())
+            time.sleep(0.02)
+        everything = processes.read_processes(os.getpid())
+        own_identity = next(p.identity for p in everything if p.pid == own.pid)
+        pruned = processes.read_processes(os.getpid(), {own_identity})
+        commands = {p.command for p in pruned}
+        assert "sleep 32" not in commands and own.pid not in {p.pid for p in pruned}
+        assert wanted - {"sleep 32"} <= commands
+        below_own = subtree(everything, {own.pid})
+        assert [p for p in everything if p.pid not in below_own] == pruned
+    finally:
+        for tree in (own, job):
+            processes.stop_tree(tree.pid, grace=0)
+            tree.wait()
+
+
+SPANS = textwrap.dedent("""
+    import json, os, signal, subprocess, sys, threading, time
+    from types import SimpleNamespace
+    from snakemake_executor_context.strays.jobsweep import JobSpans
+    from snakemake_executor_context.strays.processes import become_subreaper
+
+    assert become_subreaper()
+    spans = JobSpans("a test", lambda *events: None)
+    job = SimpleNamespace(key="job")
+    # Started before any span (a clock tick before), no one's own: swept only once
+    # it has ended.
+    before = subprocess.Popen(["sleep", "60"])
+    time.sleep(0.05)
+
+    def span(work):
+        spans.enter(job)
+        work()
+        sweep = spans.leave(job)
+        return sorted(p.command for p in sweep.found.end) if sweep else []
+
+    def daemon():  # a double fork: the sleep comes back to this subreaper
+        detach = "import subprocess; subprocess.Popen(['sleep', '61'], start_new_session=True)"
+        subprocess.run([sys.executable, "-c", detach], check=True)  # once it has exec'd
+
+    def a_thread():  # a task too, but no process: nothing left
+        threading.Thread(target=time.sleep, args=(0.01,)).start()
+
+    def end_the_earlier_child():
+        os.kill(before.pid, signal.SIGKILL)
+        while open(f"/proc/{before.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
+
+    found = [span(lambda: None), span(daemon), span(a_thread), span(end_the_earlier_child)]
+    reaped = not os.path.exists(f"/proc/{before.pid}")
+    print(json.dumps([*found, span(lambda: None), reaped]))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers are Linux's")
+def test_a_span_is_swept_of_what_it_started_and_of_a_child_that_ended_in_it():
+    done = subprocess.run([sys.executable, "-c", SPANS], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [[], ["sleep 61"], [], ["[sleep]"], [], True]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_watch_sees_every_task_started_and_says_none_only_when_it_can_prove_it():
+    import threading
+
+    from snakemake_executor_context.strays.processes import TaskWatch
+
+    def started(start) -> bool:
+        watch = TaskWatch()
+        start()
+        return not watch.none_since()
+
+    stop = threading.Event()
+    assert started(lambda: threading.Thread(target=stop.wait).start())
+    assert started(lambda: subprocess.run(["true"], check=True))
+    # Nothing started: proved at least once (another user's process may start between).
+    proved = False
+    for _ in range(100):
+        threading.Thread(target=stop.wait).start()  # the last pid's task, alive
+        if not started(lambda: None):
+            proved = True
+            break
+    stop.set()
+    assert proved or not hasattr(os, "pidfd_open")
