@@ -70,3 +70,30 @@ def test_a_server_killed_between_jobs_is_back_and_runs_the_rest_with_the_rule_pa
         assert one["claims_digest"] == seen[0]["claims_digest"], one
         assert one["weights"] == {"support": 2, "refute": -1} and not one["changed_seen"], one
     assert [one["label"] for one in seen] == [f"claim-{i}" for i in range(5)]
+
+
+def _rule_parts_held(scheduler_file: Path) -> dict:
+    from snakemake_executor_context.cluster.connection import ClusterConnection
+    from snakemake_executor_context.jobspec import RULE_PARTS
+
+    target = ClusterConnection.attach(address=None, scheduler_file=scheduler_file, timeout=20)
+    try:
+        return target.client.get_metadata(list(RULE_PARTS), default={})
+    finally:
+        target.client.close()
+
+
+def test_runs_on_an_attached_cluster_each_hand_over_their_rule_part_and_drop_it(
+    workflow, scheduler_file
+):
+    """Two runs of the same workflow, one after the other, on servers that outlive
+    them (which kept the first run's rule part, of the same digest): both see the
+    same config and params, and each run drops its rule parts from the scheduler at
+    its end, so the scheduler keeps no run's bytes."""
+    attach = ["--context-scheduler-file", str(scheduler_file)]
+    first, second = workflow("ruleparts", dest="first"), workflow("ruleparts", dest="second")
+    context_run(first, *attach).check()
+    context_run(second, *attach).check()
+    assert _without_pid(_seen(first, 4)) == _without_pid(_seen(second, 4))
+    held = _rule_parts_held(scheduler_file)
+    assert len(held) == 2 and all(parts == {} for parts in held.values()), held
