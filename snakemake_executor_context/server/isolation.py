@@ -88,24 +88,23 @@ def process_state(spec: ContextJobSpec) -> Iterator[None]:
         restore_shell_defaults(saved_shell_args)
 
 
-#: What ``tempfile.gettempdir`` found, and from what: the cwd and the variables it reads.
-_found_tmpdir: tuple[tuple[str | None, ...], str] | None = None
+#: Where ``tempfile.gettempdir`` last found the temporary directory, with none set.
+_found_tmpdir: list[str] = []
 
 
 def _temporary_directory() -> str:
-    """``tempfile.gettempdir()``, found again only when what it is found from changed
-    or the directory is no longer writable: finding it creates and removes a file in
-    it, 300 µs, which every job would pay (``tempfile.tempdir`` is put back to None)."""
-    global _found_tmpdir
-    if tempfile.tempdir is not None:
-        return tempfile.gettempdir()
-    key = (os.getcwd(), *(os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")))
-    found = _found_tmpdir
-    if found is not None and found[0] == key and os.access(found[1], os.W_OK | os.X_OK):
-        return found[1]
-    directory = tempfile.gettempdir()
-    _found_tmpdir = (key, directory)
-    return directory
+    """``tempfile.gettempdir()``, not looked for again while the first place it looks
+    (``$TMPDIR``, ``$TEMP``, ``$TMP``, else ``/tmp``) is where it was found and is still
+    writable (``access``): looking creates and removes a file in each place tried, most
+    of what a no-op job's process state cost (``tempfile.tempdir`` is put back to None
+    after each job)."""
+    if tempfile.tempdir is None:
+        first = os.path.abspath(tempfile._candidate_tempdir_list()[0])  # type: ignore[attr-defined]
+        if _found_tmpdir == [first] and os.access(first, os.W_OK | os.X_OK):
+            return first
+        _found_tmpdir[:] = [tempfile.gettempdir()]
+        return _found_tmpdir[0]
+    return tempfile.gettempdir()
 
 
 def _environ_bytes() -> dict[bytes, bytes]:

@@ -126,8 +126,6 @@ class JobSpans:
         """An in-process job starts (before its context loads and its script runs)."""
         with self._lock:
             if not self._running:
-                if self._watch is not None:
-                    self._watch.close()
                 self._watch = TaskWatch()  # before the span's start: what it proves holds
                 self._since, self._span = ticks_now(), []
             self._running.add(spec.key)

@@ -113,6 +113,9 @@ def test_the_temporary_directory_follows_the_servers_variables_and_its_removal(
     with process_state(_job(tmp_path)):
         found = tempfile.gettempdir()
     assert found != str(second)
+    second.mkdir()  # there again: the first place tempfile looks, so the one it takes
+    with process_state(_job(tmp_path)):
+        assert tempfile.gettempdir() == str(second)
     assert tempfile.tempdir is None
 
 
