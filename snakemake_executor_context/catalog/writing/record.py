@@ -1,9 +1,12 @@
 """How events become rows: one :class:`Recorder` per writer.
 
-Every event kind has one handler. Handlers tolerate any order between events that
-come from different processes (a server's ``JobStarted`` may reach the writer before
-the executor's ``JobDispatched``) and duplicates (a run that attaches replays the
-fleet's state); run totals count a job once.
+The events of a job's life (dispatched, started, finished, reported, its story),
+most of what a run sends, are applied together where a batch has them one after
+another (:class:`_JobBatch`): a few statements a batch, not a dozen a job. Every
+other event kind has one handler. Both tolerate any order between events that come
+from different processes (a server's ``JobStarted`` may reach the writer before the
+executor's ``JobDispatched``) and duplicates (a run that attaches replays the fleet's
+state); run totals count a job once.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Float, Select, Table, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.schema import ScalarElementColumnDefault
 
 from ...fleet import events as ev
 from ...fleet.keys import is_attempt_key
@@ -24,10 +30,10 @@ from ...terminal import format_bytes
 from ..models import (
     RUN_INTERRUPTED,
     Attempt,
+    Base,
     Context,
     DamagedEntry,
     EventRecord,
-    ForwardBatch,
     Job,
     JobOutput,
     Pilot,
@@ -37,13 +43,16 @@ from ..models import (
     ServerLoss,
     Transfer,
 )
-from ..models import JobStory as JobStoryRow
 
 __all__ = ["Recorder", "mark_abandoned"]
 
 K = TypeVar("K")
 OPEN_STATES = ("loading", "ready")
 CACHE_SIZE = 50_000
+#: The events of a job's life: consecutive ones in a batch are applied together.
+JOB_EVENTS = (ev.JobDispatched, ev.JobStarted, ev.JobFinished, ev.JobReported, ev.JobStory)
+#: Per-job events applied together at most (it bounds the lists a select names).
+BULK_SIZE = 2_000
 
 
 class _Lru(OrderedDict[K, int]):
@@ -113,7 +122,6 @@ class Recorder:
         self._servers: _Lru[str] = _Lru()
         self._contexts: _Lru[str] = _Lru()
         self._attempts: _Lru[str] = _Lru()
-        self._jobs: _Lru[tuple[int, str]] = _Lru()
         #: Jobs whose outputs are recorded (by job id).
         self._outputs: _Lru[int] = _Lru()
         self._handlers: dict[type[ev.Event], Callable[[Session, Any], None]] = {
@@ -134,25 +142,30 @@ class Recorder:
             ev.CacheEntryDamaged: self._cache_entry_damaged,
             ev.GangFormed: self._gang_formed,
             ev.GangAssembled: self._gang_assembled,
-            ev.JobDispatched: self._job_dispatched,
-            ev.JobStarted: self._job_started,
-            ev.JobFinished: self._job_finished,
-            ev.JobReported: self._job_reported,
-            ev.JobStory: self._job_story,
             ev.PilotBooked: self._pilot_booked,
         }
 
     def reset(self) -> None:
         """Forget cached ids (after a rolled-back transaction)."""
-        for cache in (self._runs, self._servers, self._contexts, self._attempts, self._jobs):
+        for cache in (self._runs, self._servers, self._contexts, self._attempts, self._outputs):
             cache.clear()
 
     def apply(self, session: Session, events: Iterable[ev.Event]) -> None:
-        """Apply events in order, inside the caller's transaction."""
+        """Apply events in order, inside the caller's transaction: each run of
+        consecutive per-job events together, every other event by its handler."""
+        jobs: list[ev.Event] = []
         for event in events:
+            if isinstance(event, JOB_EVENTS):
+                jobs.append(event)
+                continue
+            if jobs:
+                self._apply_jobs(session, jobs)
+                jobs = []
             handler = self._handlers.get(type(event))
             if handler is not None:
                 handler(session, event)
+        if jobs:
+            self._apply_jobs(session, jobs)
 
     # -- lookups -------------------------------------------------------------------
 
@@ -210,18 +223,6 @@ class Recorder:
         session.add(row)
         session.flush()
         return self._attempts.put(key, row.id)
-
-    def _job(self, session: Session, run_pk: int, jobid: str, **values: Any) -> int:
-        found = self._jobs.get((run_pk, jobid))
-        if found is None:
-            found = session.scalar(select(Job.id).where(Job.run_pk == run_pk, Job.jobid == jobid))
-            if found is None:
-                row = Job(run_pk=run_pk, jobid=jobid, **values)
-                session.add(row)
-                session.flush()
-                found = row.id
-            self._jobs.put((run_pk, jobid), found)
-        return found
 
     def _note(
         self,
@@ -649,195 +650,11 @@ class Recorder:
 
     # -- jobs ----------------------------------------------------------------------
 
-    def _job_dispatched(self, session: Session, event: ev.JobDispatched) -> None:
-        run_pk = self._run(session, event.run_id, event.at)
-        context_id = (
-            self._context(session, event.context, event.at, event.context_name or "")
-            if event.context
-            else None
-        )
-        job_id = self._job(
-            session,
-            run_pk,
-            str(event.jobid),
-            rule=event.rule,
-            wildcards=json.dumps(event.wildcards, sort_keys=True),
-            kind=event.job_kind,
-            context_id=context_id,
-            submitted=event.submitted or event.at,
-        )
-        self._job_outputs(session, job_id, event.outputs)
-        target = self._server(session, event.target, event.at) if event.target else None
-        values: dict[str, Any] = {
-            "job_id": job_id,
-            "attempt": event.attempt,
-            "placed_by": event.reason or None,
-            "dispatched": event.at,
-            "log": event.log or None,
-            "stimulus": event.stimulus or None,
-        }
-        attempt_id = self._attempt(session, event.key)
-        if attempt_id is None:
-            self._new_attempt(session, event.key, server_id=target, **values)
-        else:
-            session.execute(update(Attempt).where(Attempt.id == attempt_id).values(**values))
-
-    def _job_outputs(self, session: Session, job_id: int, outputs: Iterable[str]) -> None:
-        """Record a job's outputs once (each attempt's event carries them again)."""
-        paths = sorted(set(outputs))
-        if not paths or self._outputs.get(job_id) is not None:
-            return
-        known = session.scalar(select(JobOutput.id).where(JobOutput.job_id == job_id).limit(1))
-        if known is None:
-            session.add_all(JobOutput(job_id=job_id, path=path) for path in paths)
-        self._outputs.put(job_id, job_id)
-
-    def _job_started(self, session: Session, event: ev.JobStarted) -> None:
-        server_id = self._server(session, event.address, event.at)
-        attempt_id = self._attempt(session, event.key)
-        if attempt_id is not None:
-            row = session.execute(
-                select(Attempt.started, Attempt.job_id, Attempt.attempt, Attempt.server_id).where(
-                    Attempt.id == attempt_id
-                )
-            ).one()
-            if row.started is not None and row.server_id != server_id:
-                # Dask ran the same task again elsewhere (its first server was lost).
-                self._new_attempt(
-                    session,
-                    event.key,
-                    job_id=row.job_id,
-                    attempt=row.attempt,
-                    server_id=server_id,
-                    started=event.at,
-                )
-                return
-            session.execute(
-                update(Attempt)
-                .where(Attempt.id == attempt_id)
-                .values(started=event.at, server_id=server_id)
-            )
-        else:
-            self._new_attempt(session, event.key, server_id=server_id, started=event.at)
-
-    def _job_finished(self, session: Session, event: ev.JobFinished) -> None:
-        attempt_id = self._attempt(session, event.key)
-        outcome = "ok" if event.ok else ("cancelled" if event.cancelled else "failed")
-        values: dict[str, Any] = {
-            "finished": event.finished or event.at,
-            "outcome": outcome,
-            "items": event.items,
-            "load_seconds": event.load_seconds,
-            "cold": bool(event.loaded),
-        }
-        # An end the executor recorded without its server's word (a task cancelled in
-        # Dask, the run's cluster killed) may not know where or since when it ran:
-        # what the attempt's own rows say is kept then.
-        if event.address:
-            values["server_id"] = self._server(session, event.address, event.at)
-        if event.started:
-            values["started"] = event.started
-        if attempt_id is None:
-            attempt_id = self._new_attempt(session, event.key, **values)
-        else:
-            first = session.execute(
-                update(Attempt)
-                .where(Attempt.id == attempt_id, Attempt.finished.is_(None))
-                .values(**values)
-            )
-            if not first.rowcount:  # type: ignore[attr-defined]
-                # The executor records an attempt's end from its result when the
-                # server's own event has not come yet: a second copy counts nothing twice.
-                # A given-up attempt (its server was lost) stays lost: a late end
-                # from it is fenced off, never counted ok.
-                session.execute(
-                    update(Attempt)
-                    .where(Attempt.id == attempt_id, Attempt.outcome.is_distinct_from("lost"))
-                    .values(**values)
-                )
-                return
-        if event.batches:
-            session.add_all(
-                ForwardBatch(attempt_id=attempt_id, size=int(size), calls=int(calls))
-                for size, calls in event.batches.items()
-            )
-        if event.loaded and event.run_id:
-            run_pk = self._run(session, event.run_id, event.at)
-            session.execute(
-                update(Run).where(Run.id == run_pk).values(loads=Run.loads + len(event.loaded))
-            )
-
-    def _job_reported(self, session: Session, event: ev.JobReported) -> None:
-        run_pk = self._run(session, event.run_id, event.at)
-        job_id = self._job(session, run_pk, str(event.jobid), rule=event.rule, submitted=event.at)
-        self._job_outputs(session, job_id, event.outputs)
-        previous = session.scalar(select(Job.outcome).where(Job.id == job_id))
-        attempt_id = self._attempt(session, event.key)
-        if attempt_id is not None:
-            session.execute(
-                update(Attempt)
-                .where(Attempt.key == event.key, Attempt.job_id.is_(None))
-                .values(job_id=job_id)
-            )
-        items = (
-            session.scalar(
-                select(func.coalesce(func.sum(Attempt.items), 0)).where(
-                    Attempt.job_id == job_id, Attempt.outcome == "ok"
-                )
-            )
-            or 0
-        )
-        session.execute(
-            update(Job)
-            .where(Job.id == job_id)
-            .values(
-                outcome=event.outcome,
-                finished=event.at,
-                items=items,
-                stimulus=event.stimulus or None,
-                message=(event.message or "")[:4000] or None,
-            )
-        )
-        if previous is not None:
-            return  # counted already (a duplicate)
-        ok = event.outcome == "ok"
-        failed = event.outcome not in ("ok", "cancelled")  # stopped on request: no failure
-        # A group counts its jobs, and its members' reports count none (nor their items).
-        session.execute(
-            update(Run)
-            .where(Run.id == run_pk)
-            .values(
-                jobs_ok=Run.jobs_ok + (event.jobs if ok else 0),
-                jobs_failed=Run.jobs_failed + (event.jobs if failed else 0),
-                items=Run.items + (items if ok and event.jobs else 0),
-                heartbeat=event.at,
-            )
-        )
-        if failed:
-            message = (event.message or "").strip().splitlines()
-            self._note(
-                session,
-                "job-failed",
-                event.at,
-                f"{event.rule} ({event.key}) {event.outcome}: {message[0] if message else ''}"[
-                    :2000
-                ],
-                run_pk=run_pk,
-            )
-
-    def _job_story(self, session: Session, event: ev.JobStory) -> None:
-        run_pk = self._run(session, event.run_id, event.at)
-        job_id = self._job(session, run_pk, str(event.jobid), rule=event.rule, submitted=event.at)
-        session.add(
-            JobStoryRow(
-                job_id=job_id,
-                attempt_key=event.key if is_attempt_key(event.key) else None,
-                at=event.at,
-                what=event.what[:32],
-                detail=event.detail,
-                stimulus=event.stimulus,
-            )
-        )
+    def _apply_jobs(self, session: Session, events: list[ev.Event]) -> None:
+        """Apply consecutive per-job events together (see :class:`_JobBatch`)."""
+        session.flush()  # the rows earlier handlers added take their ids first, in order
+        for start in range(0, len(events), BULK_SIZE):
+            _JobBatch(self, session, events[start : start + BULK_SIZE]).apply()
 
     # -- pools ---------------------------------------------------------------------
 
@@ -859,3 +676,460 @@ class Recorder:
             session.add(Pilot(name=event.name, submitted=event.submitted, **values))
         else:
             session.execute(update(Pilot).where(Pilot.id == found).values(**values))
+
+
+def _defaults(table: Table) -> dict[str, Any]:
+    """A new row of ``table`` as the ORM would insert it when given no values."""
+    return {
+        column.name: column.default.arg
+        if isinstance(column.default, ScalarElementColumnDefault)
+        else None
+        for column in table.columns
+        if not column.primary_key
+    }
+
+
+@dataclass(eq=False)
+class _Row:
+    """A row as a batch leaves it. ``values``: its columns (of a row the catalog had,
+    those the batch reads or sets); ``changed``: those the batch set on such a row
+    (None: a row the batch adds). ``id``: 0 until an added row is inserted."""
+
+    id: int
+    values: dict[str, Any]
+    changed: set[str] | None
+
+    @property
+    def ref(self) -> int | _Row:
+        """What another row holds of it: its id, or itself until it is inserted."""
+        return self.id or self
+
+    def set(self, **values: Any) -> None:
+        """Change columns of the row."""
+        self.values.update(values)
+        if self.changed is not None:
+            self.changed.update(values)
+
+
+def _id(value: Any) -> Any:
+    """A column's value: a row's id (the row inserted by then) for the row."""
+    return value.id if isinstance(value, _Row) else value
+
+
+def _resolved(values: dict[str, Any]) -> dict[str, Any]:
+    return {name: _id(value) for name, value in values.items()}
+
+
+class _JobBatch:
+    """Consecutive per-job events of a batch, applied together: the rows they name
+    are looked up with one select a table, their changes folded in memory in event
+    order (as one event after another would make them), then written in a few
+    statements: one insert a table, one update for each set of columns changed, one
+    update of the runs' totals.
+
+    Events come in any order between processes (a server's ``JobStarted`` may come
+    before the executor's ``JobDispatched``), and twice (a run that attaches replays
+    the fleet's state): nothing is counted twice.
+    """
+
+    def __init__(self, recorder: Recorder, session: Session, events: list[ev.Event]) -> None:
+        self.recorder = recorder
+        self.session = session
+        self.events = events
+        self.runs: dict[str, int | _Row] = {}
+        self.contexts: dict[str, int | _Row] = {}
+        self.servers: dict[str, int | _Row] = {}
+        self.jobs: dict[tuple[int | _Row, str], _Row] = {}
+        #: Each key's attempts, oldest first; and all of them.
+        self.attempts: dict[str, list[_Row]] = {}
+        self.all_attempts: list[_Row] = []
+        #: Jobs whose outputs are recorded.
+        self.with_outputs: set[int | _Row] = set()
+        #: The rows to add, by table, in the order they were made.
+        self.added: dict[Table, list[_Row]] = {}
+        #: What each run's totals gain: jobs ok and failed, items, loads, heartbeat.
+        self.totals: dict[int | _Row, list[Any]] = {}
+
+    def apply(self) -> None:
+        """Look the batch's rows up, fold its events, write the result."""
+        self._look_up()
+        for event in self.events:
+            if isinstance(event, ev.JobDispatched):
+                self._dispatched(event)
+            elif isinstance(event, ev.JobStarted):
+                self._started(event)
+            elif isinstance(event, ev.JobFinished):
+                self._finished(event)
+            elif isinstance(event, ev.JobReported):
+                self._reported(event)
+            elif isinstance(event, ev.JobStory):
+                self._story(event)
+        self._write()
+        self._remember()
+
+    # -- looking up ------------------------------------------------------------------
+
+    def _look_up(self) -> None:
+        """The rows the catalog has of the runs, contexts, servers, jobs and attempts
+        the events name (cached ids first)."""
+        recorder, session = self.recorder, self.session
+        run_ids: set[str] = set()
+        identities: set[str] = set()
+        addresses: set[str] = set()
+        keys: set[str] = set()
+        job_ids: set[tuple[str, str]] = set()
+        for event in self.events:
+            if isinstance(event, ev.JobDispatched | ev.JobReported | ev.JobStory):
+                run_ids.add(event.run_id)
+                job_ids.add((event.run_id, str(event.jobid)))
+            if isinstance(event, ev.JobDispatched):
+                identities.add(event.context or "")
+                addresses.add(event.target or "")
+            elif isinstance(event, ev.JobStarted | ev.JobFinished):
+                addresses.add(event.address)
+            if isinstance(event, ev.JobFinished) and event.loaded and event.run_id:
+                run_ids.add(event.run_id)
+            if isinstance(
+                event, ev.JobDispatched | ev.JobStarted | ev.JobFinished | ev.JobReported
+            ):
+                keys.add(event.key)
+        self.runs = _known(session, recorder._runs, run_ids, Run.run_id, select(Run.run_id, Run.id))
+        self.contexts = _known(
+            session,
+            recorder._contexts,
+            identities - {""},
+            Context.identity,
+            select(Context.identity, Context.id),
+        )
+        self.servers = _known(
+            session,
+            recorder._servers,
+            addresses - {""},
+            Server.address,
+            # The live server at each address (its latest row, read last).
+            select(Server.address, Server.id).where(Server.left.is_(None)).order_by(Server.id),
+        )
+        by_run: dict[int, list[str]] = {}
+        for run_id, jobid in job_ids:
+            run_pk = self.runs.get(run_id)
+            if isinstance(run_pk, int):
+                by_run.setdefault(run_pk, []).append(jobid)
+        if by_run:
+            rows = session.execute(
+                select(Job.id, Job.run_pk, Job.jobid, Job.outcome)
+                .where(
+                    or_(*(and_(Job.run_pk == pk, Job.jobid.in_(ids)) for pk, ids in by_run.items()))
+                )
+                .with_for_update()
+            )
+            for job_id, run_pk, jobid, outcome in rows:
+                self.jobs[run_pk, jobid] = _Row(job_id, {"outcome": outcome}, set())
+        known_jobs = [job.id for job in self.jobs.values()]
+        # All of a job's attempts: a report sums the items of those that ended ok.
+        wanted: ColumnElement[bool] = Attempt.key.in_(keys)
+        if known_jobs:
+            wanted = or_(wanted, Attempt.job_id.in_(known_jobs))
+        rows = session.execute(
+            select(Attempt.id, Attempt.key, *(getattr(Attempt, c) for c in ATTEMPT_READ))
+            .where(wanted)
+            .order_by(Attempt.id)
+            .with_for_update()
+        )
+        for attempt_id, key, *values in rows:
+            row = _Row(attempt_id, dict(zip(ATTEMPT_READ, values, strict=True)), set())
+            self.attempts.setdefault(key, []).append(row)
+            self.all_attempts.append(row)
+        unsure = {job_id for job_id in known_jobs if recorder._outputs.get(job_id) is None}
+        self.with_outputs = {job_id for job_id in known_jobs if job_id not in unsure}
+        if unsure:
+            self.with_outputs.update(
+                session.scalars(
+                    select(JobOutput.job_id).where(JobOutput.job_id.in_(unsure)).distinct()
+                )
+            )
+
+    def _add(self, table: Table, **values: Any) -> _Row:
+        row = _Row(0, {**DEFAULTS[table], **values}, None)
+        self.added.setdefault(table, []).append(row)
+        return row
+
+    def _run(self, run_id: str, at: float) -> int | _Row:
+        found = self.runs.get(run_id)
+        if found is None:
+            found = self.runs[run_id] = self._add(RUNS, run_id=run_id, started=at, heartbeat=at)
+        return found
+
+    def _context(self, identity: str, at: float, name: str) -> int | _Row:
+        found = self.contexts.get(identity)
+        if found is None:
+            found = self._add(CONTEXTS, identity=identity, name=name, first_seen=at)
+            self.contexts[identity] = found
+        return found
+
+    def _server(self, address: str, at: float) -> int | _Row:
+        found = self.servers.get(address)
+        if found is None:
+            found = self.servers[address] = self._add(SERVERS, address=address, joined=at)
+        return found
+
+    def _job(self, run_pk: int | _Row, jobid: str, **values: Any) -> _Row:
+        found = self.jobs.get((run_pk, jobid))
+        if found is None:
+            found = self._add(JOBS, run_pk=run_pk, jobid=jobid, **values)
+            self.jobs[run_pk, jobid] = found
+        return found
+
+    def _latest(self, key: str) -> _Row | None:
+        found = self.attempts.get(key)
+        return found[-1] if found else None
+
+    def _new_attempt(self, key: str, **values: Any) -> _Row:
+        row = self._add(ATTEMPTS, key=key, **values)
+        self.attempts.setdefault(key, []).append(row)
+        self.all_attempts.append(row)
+        return row
+
+    def _outputs(self, job: _Row, outputs: Iterable[str]) -> None:
+        """Record a job's outputs once (each attempt's event carries them again)."""
+        paths = sorted(set(outputs))
+        if paths and job.ref not in self.with_outputs:
+            self.with_outputs.add(job.ref)
+            for path in paths:
+                self._add(OUTPUTS, job_id=job.ref, path=path)
+
+    def _totals(self, run_pk: int | _Row) -> list[Any]:
+        return self.totals.setdefault(run_pk, [0, 0, 0, 0, None])
+
+    # -- folding ---------------------------------------------------------------------
+
+    def _dispatched(self, event: ev.JobDispatched) -> None:
+        run_pk = self._run(event.run_id, event.at)
+        context_id = (
+            self._context(event.context, event.at, event.context_name or "")
+            if event.context
+            else None
+        )
+        job = self._job(
+            run_pk,
+            str(event.jobid),
+            rule=event.rule,
+            wildcards=json.dumps(event.wildcards, sort_keys=True),
+            kind=event.job_kind,
+            context_id=context_id,
+            submitted=event.submitted or event.at,
+        )
+        self._outputs(job, event.outputs)
+        target = self._server(event.target, event.at) if event.target else None
+        values: dict[str, Any] = {
+            "job_id": job.ref,
+            "attempt": event.attempt,
+            "placed_by": event.reason or None,
+            "dispatched": event.at,
+            "log": event.log or None,
+            "stimulus": event.stimulus or None,
+        }
+        attempt = self._latest(event.key)
+        if attempt is None:
+            self._new_attempt(event.key, server_id=target, **values)
+        else:
+            attempt.set(**values)
+
+    def _started(self, event: ev.JobStarted) -> None:
+        server_id = self._server(event.address, event.at)
+        attempt = self._latest(event.key)
+        if attempt is None:
+            self._new_attempt(event.key, server_id=server_id, started=event.at)
+        elif attempt.values["started"] is not None and attempt.values["server_id"] != server_id:
+            # Dask ran the same task again elsewhere (its first server was lost).
+            self._new_attempt(
+                event.key,
+                job_id=attempt.values["job_id"],
+                attempt=attempt.values["attempt"],
+                server_id=server_id,
+                started=event.at,
+            )
+        else:
+            attempt.set(started=event.at, server_id=server_id)
+
+    def _finished(self, event: ev.JobFinished) -> None:
+        outcome = "ok" if event.ok else ("cancelled" if event.cancelled else "failed")
+        values: dict[str, Any] = {
+            "finished": event.finished or event.at,
+            "outcome": outcome,
+            "items": event.items,
+            "load_seconds": event.load_seconds,
+            "cold": bool(event.loaded),
+        }
+        # An end the executor recorded without its server's word (a task cancelled in
+        # Dask, the run's cluster killed) may not know where or since when it ran:
+        # what the attempt's own rows say is kept then.
+        if event.address:
+            values["server_id"] = self._server(event.address, event.at)
+        if event.started:
+            values["started"] = event.started
+        attempt = self._latest(event.key)
+        if attempt is None:
+            attempt = self._new_attempt(event.key, **values)
+        elif attempt.values["finished"] is None:
+            attempt.set(**values)
+        else:
+            # The executor records an attempt's end from its result when the server's
+            # own event has not come yet: a second copy counts nothing twice. A
+            # given-up attempt (its server was lost) stays lost: a late end from it is
+            # fenced off, never counted ok.
+            if attempt.values["outcome"] != "lost":
+                attempt.set(**values)
+            return
+        for size, calls in event.batches.items():
+            self._add(BATCHES, attempt_id=attempt.ref, size=int(size), calls=int(calls))
+        if event.loaded and event.run_id:
+            self._totals(self._run(event.run_id, event.at))[3] += len(event.loaded)
+
+    def _reported(self, event: ev.JobReported) -> None:
+        run_pk = self._run(event.run_id, event.at)
+        job = self._job(run_pk, str(event.jobid), rule=event.rule, submitted=event.at)
+        self._outputs(job, event.outputs)
+        previous = job.values["outcome"]
+        for attempt in self.attempts.get(event.key, ()):
+            if attempt.values["job_id"] is None:
+                attempt.set(job_id=job.ref)
+        items = sum(
+            row.values["items"] or 0
+            for row in self.all_attempts
+            if row.values["job_id"] == job.ref and row.values["outcome"] == "ok"
+        )
+        job.set(
+            outcome=event.outcome,
+            finished=event.at,
+            items=items,
+            stimulus=event.stimulus or None,
+            message=(event.message or "")[:4000] or None,
+        )
+        if previous is not None:
+            return  # counted already (a duplicate)
+        ok = event.outcome == "ok"
+        failed = event.outcome not in ("ok", "cancelled")  # stopped on request: no failure
+        # A group counts its jobs, and its members' reports count none (nor their items).
+        totals = self._totals(run_pk)
+        totals[0] += event.jobs if ok else 0
+        totals[1] += event.jobs if failed else 0
+        totals[2] += items if ok and event.jobs else 0
+        totals[4] = event.at
+        if failed:
+            message = (event.message or "").strip().splitlines()
+            text = f"{event.rule} ({event.key}) {event.outcome}: {message[0] if message else ''}"
+            self._add(NOTES, at=event.at, kind="job-failed", text=text[:2000], run_pk=run_pk)
+
+    def _story(self, event: ev.JobStory) -> None:
+        run_pk = self._run(event.run_id, event.at)
+        job = self._job(run_pk, str(event.jobid), rule=event.rule, submitted=event.at)
+        self._add(
+            STORIES,
+            job_id=job.ref,
+            attempt_key=event.key if is_attempt_key(event.key) else None,
+            at=event.at,
+            what=event.what[:32],
+            detail=event.detail,
+            stimulus=event.stimulus,
+        )
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _write(self) -> None:
+        """Insert the rows made (a table after those it refers to), update the rows
+        changed (one statement for each set of columns), add to the runs' totals."""
+        session = self.session
+        for table in Base.metadata.sorted_tables:
+            rows = self.added.get(table)
+            if not rows:
+                continue
+            values = [_resolved(row.values) for row in rows]
+            if table not in REFERRED:
+                session.execute(insert(table), values)
+                continue
+            # The ids are given in the rows' order (SQLite's next rowid, PostgreSQL's
+            # serial, row after row) and RETURNING's order is not promised: sorted.
+            # Asking SQLAlchemy to keep the order inserts row by row on SQLite.
+            made = session.execute(insert(table).returning(table.c.id), values).scalars()
+            for row, row_id in zip(rows, sorted(made), strict=True):
+                row.id = row_id
+        for table, changed in ((ATTEMPTS, self.all_attempts), (JOBS, self.jobs.values())):
+            by_columns: dict[frozenset[str], list[dict[str, Any]]] = {}
+            for row in changed:
+                if row.changed:
+                    changes = {f"b_{name}": row.values[name] for name in row.changed}
+                    by_columns.setdefault(frozenset(row.changed), []).append(
+                        _resolved({"b_id": row.id, **changes})
+                    )
+            for columns, params in by_columns.items():
+                statement = (
+                    update(table)
+                    .where(table.c.id == bindparam("b_id"))
+                    .values({name: bindparam(f"b_{name}") for name in columns})
+                )
+                session.execute(statement, params)
+        if self.totals:
+            totals = [
+                dict(zip(TOTALS, (run_pk, *gains), strict=True))
+                for run_pk, gains in self.totals.items()
+            ]
+            session.execute(RUN_TOTALS, [_resolved(row) for row in totals])
+
+    def _remember(self) -> None:
+        """Cache the ids the batch looked up or made, for the batches after it."""
+        recorder = self.recorder
+        for cache, found in (
+            (recorder._runs, self.runs),
+            (recorder._contexts, self.contexts),
+            (recorder._servers, self.servers),
+        ):
+            for name, ref in found.items():
+                cache.put(name, _id(ref))
+        for key, attempts in self.attempts.items():
+            recorder._attempts.put(key, attempts[-1].id)
+        for job in self.with_outputs:
+            recorder._outputs.put(_id(job), _id(job))
+
+
+def _known(
+    session: Session, cache: _Lru[str], names: set[str], column: Any, query: Select[Any]
+) -> dict[str, int | _Row]:
+    """The ids of the rows ``names`` name: cached, else read with ``query`` (pairs of a
+    name and an id, where ``column`` is one of ``names``)."""
+    found: dict[str, int | _Row] = {}
+    missing = []
+    for name in names:
+        cached = cache.get(name)
+        if cached is None:
+            missing.append(name)
+        else:
+            found[name] = cached
+    if missing:
+        found.update(
+            (name, row_id) for name, row_id in session.execute(query.where(column.in_(missing)))
+        )
+    return found
+
+
+TABLES = Base.metadata.tables
+RUNS, CONTEXTS, SERVERS = TABLES["runs"], TABLES["contexts"], TABLES["servers"]
+JOBS, ATTEMPTS, OUTPUTS = TABLES["jobs"], TABLES["attempts"], TABLES["job_outputs"]
+BATCHES, STORIES, NOTES = TABLES["forward_batches"], TABLES["job_story"], TABLES["events"]
+#: The tables whose new rows other rows refer to (their ids are read back).
+REFERRED = frozenset((RUNS, CONTEXTS, SERVERS, JOBS, ATTEMPTS))
+DEFAULTS = {table: _defaults(table) for table in TABLES.values()}
+#: The columns of an attempt the catalog has that a batch's events read.
+ATTEMPT_READ = ("job_id", "attempt", "server_id", "started", "finished", "outcome", "items")
+#: What a batch's reports and loads add to a run (its heartbeat: the last report's).
+TOTALS = ("b_id", "b_ok", "b_failed", "b_items", "b_loads", "b_heartbeat")
+RUN_TOTALS = (
+    update(RUNS)
+    .where(RUNS.c.id == bindparam("b_id"))
+    .values(
+        jobs_ok=RUNS.c.jobs_ok + bindparam("b_ok"),
+        jobs_failed=RUNS.c.jobs_failed + bindparam("b_failed"),
+        items=RUNS.c["items"] + bindparam("b_items"),
+        loads=RUNS.c.loads + bindparam("b_loads"),
+        heartbeat=func.coalesce(bindparam("b_heartbeat", type_=Float()), RUNS.c.heartbeat),
+    )
+)
