@@ -126,7 +126,11 @@ class JobSpans:
         """An in-process job starts (before its context loads and its script runs)."""
         with self._lock:
             if not self._running:
-                self._watch = TaskWatch()  # before the span's start: what it proves holds
+                # Before the span's start, so what it proves holds for the span. One
+                # that proved the last span kept its pidfd open: the same descriptors
+                # stay open from job to job (their reading is cheap when they do).
+                if self._watch is None:
+                    self._watch = TaskWatch()
                 self._since, self._span = ticks_now(), []
             self._running.add(spec.key)
             self._span.append(spec)
@@ -139,8 +143,11 @@ class JobSpans:
             self._running.discard(spec.key)
             if self._running:
                 return None
-            watch, self._watch = self._watch, None
-            if watch is not None and watch.none_since() and not has_ended_child():
+            quiet = self._watch is not None and self._watch.none_since()
+            if not quiet and self._watch is not None:
+                self._watch.close()
+                self._watch = None
+            if quiet and not has_ended_child():
                 self._span = []
                 return None
             with OWN.starting():

@@ -195,15 +195,10 @@ class TaskWatch:
             self.close()  # a task started between the reads: the one held may be its
 
     def none_since(self) -> bool:
-        """Whether no task was started since the watch began (then closed)."""
-        holder, last = self._holder, self._last
-        if holder is None:
-            return False
-        try:
-            unchanged = _last_pid() == last and _lives(holder)
-        finally:
-            self.close()
-        return unchanged
+        """Whether no task was started since the watch began (still open: a watch
+        that says so serves any later start too)."""
+        holder = self._holder
+        return holder is not None and _last_pid() == self._last and _lives(holder)
 
     def close(self) -> None:
         """Let go of the task held."""

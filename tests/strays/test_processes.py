@@ -358,7 +358,10 @@ def test_a_watch_sees_every_task_started_and_says_none_only_when_it_can_prove_it
     def started(start) -> bool:
         watch = TaskWatch()
         start()
-        return not watch.none_since()
+        try:
+            return not watch.none_since()
+        finally:
+            watch.close()
 
     stop = threading.Event()
     assert started(lambda: threading.Thread(target=stop.wait).start())
