@@ -27,9 +27,12 @@ OUTBOXES: dict[str, Outbox] = {}
 
 @pytest.fixture
 def cluster():
-    with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
-    ) as local, distributed.Client(local) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+        ) as local,
+        distributed.Client(local) as client,
+    ):
         hub = FleetHub()
         local.scheduler.add_plugin(hub)
         local.sync(hub.start, local.scheduler)
@@ -70,9 +73,7 @@ def test_a_runs_own_records_reach_the_hub_and_never_come_back(cluster):
 
 def _a_job_that_emits(name: str) -> str:
     outbox = OUTBOXES[name]
-    outbox.put(
-        [ev.JobStarted(run_id="r", key=f"j-{i}-x", address="tcp://s") for i in range(3)]
-    )
+    outbox.put([ev.JobStarted(run_id="r", key=f"j-{i}-x", address="tcp://s") for i in range(3)])
     time.sleep(TICK_SECONDS / 5)  # well within the tick
     outbox.put([ev.JobFinished(run_id="r", key="j-0-x", address="tcp://s", ok=True)], now=True)
     return "result"
