@@ -501,7 +501,9 @@ def thin_selections(workflow: Any) -> bool:
     ``max(CANDIDATES, CANDIDATES_PER_SLOT x free slots)`` ready jobs hands the
     selector that many, those of highest priority (what ``--scheduler-subsample``
     does at random). Every ready job is still chosen in priority order; what is lost
-    is the integer program's view of temporary files across all ready jobs."""
+    is the integer program's view of temporary files across all ready jobs. Where no
+    candidate has a temp input, the selector is not handed the jobs still to come,
+    which it reads for those files only."""
     scheduler = getattr(workflow, "scheduler", None)
     selector = getattr(scheduler, "_job_selector", None)
     if selector is None or getattr(selector, "thinned", False):
@@ -514,6 +516,11 @@ def thin_selections(workflow: Any) -> bool:
         among = max(CANDIDATES, CANDIDATES_PER_SLOT * free)
         if len(jobs) > among:
             jobs = heapq.nlargest(among, jobs, key=_priority)
+        if not any(_has_temp_input(job) for job in jobs):
+            # The integer program reads the jobs still to come only for the temp files
+            # among the candidates' inputs (milp.py's job_temp_files, a set a job):
+            # without any, they change nothing, and cost one pass over the DAG each.
+            remaining = ()
         return selector(jobs, remaining, resources, sizes)
 
     select.thinned = True  # type: ignore[attr-defined]
@@ -523,6 +530,10 @@ def thin_selections(workflow: Any) -> bool:
 
 def _priority(job: Any) -> float:
     return float(job.priority)
+
+
+def _has_temp_input(job: Any) -> bool:
+    return any(path.is_flagged("temp") for path in job.input)
 
 
 #: The name of the wake-up timer :func:`one_reevaluation_pending` starts.

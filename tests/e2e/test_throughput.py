@@ -262,12 +262,20 @@ def test_thinned_selections_skip_full_passes_and_keep_the_highest_priorities():
     ``JobScheduler._job_selector``."""
     asked: list[list[int]] = []
 
-    class Job:  # a ready job as the selector sees it: hashable, with a priority
-        def __init__(self, priority: int) -> None:
+    told: list[int] = []
+
+    class Path(str):  # an input as Snakemake flags it
+        def is_flagged(self, flag: str) -> bool:
+            return flag == "temp" and self.startswith("temp")
+
+    class Job:  # a ready job as the selector sees it: hashable, a priority, inputs
+        def __init__(self, priority: int, inputs: tuple[str, ...] = ()) -> None:
             self.priority = priority
+            self.input = [Path(name) for name in inputs]
 
     def selector(jobs, remaining, resources, sizes):
         asked.append(sorted(job.priority for job in jobs))
+        told.append(len(remaining))
         return list(jobs)[: resources["_nodes"]]
 
     scheduler = SimpleNamespace(_job_selector=selector)
@@ -283,3 +291,9 @@ def test_thinned_selections_skip_full_passes_and_keep_the_highest_priorities():
     few = {Job(p) for p in range(10)}
     scheduler._job_selector(few, [], {"_nodes": 8}, {})
     assert asked[-1] == list(range(10))
+    # The jobs still to come matter to the integer program for temp inputs only.
+    to_come = [Job(p, ("temp/a.txt",)) for p in range(500)]
+    scheduler._job_selector(few, to_come, {"_nodes": 8}, {})
+    assert told[-1] == 0
+    scheduler._job_selector({*few, Job(99, ("temp/a.txt",))}, to_come, {"_nodes": 8}, {})
+    assert told[-1] == 500
