@@ -69,6 +69,8 @@ class Outbox:
         except Exception as error:
             logger.debug("could not send an event of %d: %r", len(events), error)
             payload = [item for item in payload if _sendable(item)]
+            if not payload:
+                return
         try:
             self._worker.log_event(ev.TOPIC, payload)
         except Exception as error:

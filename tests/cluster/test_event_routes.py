@@ -16,6 +16,7 @@ import pytest
 from snakemake_executor_context.catalog.writing.sinks import DaskRelay
 from snakemake_executor_context.cluster.hub import FleetHub
 from snakemake_executor_context.fleet import events as ev
+from snakemake_executor_context.fleet.outcome import Outcome, ServerIdentity
 from snakemake_executor_context.server.outbox import TICK_SECONDS, Outbox
 
 distributed = pytest.importorskip("distributed")
@@ -121,3 +122,27 @@ def test_events_without_a_jobs_end_leave_within_a_tick_together(cluster):
     assert [[item["kind"] for item in message] for message in heard] == [
         ["context-loading", "context-ready"]
     ]
+
+
+def _events_one_unsendable(name: str) -> None:
+    outcome = Outcome("k-1-x", ServerIdentity("s", "h", 1, "tcp://s"))
+    OUTBOXES[name].put([outcome.but(items=2**64).finished_event("r")], now=True)
+    OUTBOXES[name].put([outcome.but(items=2**64).finished_event("r")])
+    OUTBOXES[name].put([outcome.finished_event("r")], now=True)
+
+
+def test_an_event_that_cannot_be_sent_is_dropped_and_the_others_go(cluster):
+    """An event msgpack cannot carry (an integer past 64 bits) would close the worker's
+    connection: it is dropped, alone or from the message it shares with others."""
+    local, client = cluster
+    (worker,) = local.workers.values()
+    OUTBOXES["w"] = Outbox(worker)
+    heard: list[Any] = []
+    client.subscribe_topic(ev.TOPIC, lambda event: heard.append(event[1]))
+    client.submit(_events_one_unsendable, "w", pure=False).result()
+    deadline = time.monotonic() + 10
+    while not heard and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(4 * TICK_SECONDS)
+    assert [[item["items"] for item in message] for message in heard] == [[0]]
+    assert worker.status.name == "running"

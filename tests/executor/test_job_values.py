@@ -19,7 +19,6 @@ from snakemake_executor_context.executor.rulecheck import check_resources
 from snakemake_executor_context.fleet.outcome import Outcome, ServerIdentity
 from snakemake_executor_context.jobspec import JobResult, PlainJobSpec
 from snakemake_executor_context.server.jobs import ServerJobs
-from snakemake_executor_context.server.server import ContextServer
 from snakemake_executor_context.terminal import error_text, shortened
 from tests.conftest import context_run, toy_files
 
@@ -245,13 +244,3 @@ def test_a_result_dask_could_not_send_fails_its_job(tmp_path: Path):
         failed = jobs._sendable(spec, result)
         assert not failed.ok and failed.extra == {}
         assert failed.message.startswith("rule x: failed on server-0 on host (pid 1): its result")
-
-
-def test_an_event_that_cannot_be_sent_is_dropped_not_sent():
-    sent = []
-    server = ContextServer.__new__(ContextServer)
-    server._worker = SimpleNamespace(log_event=lambda topic, payload: sent.append(payload))
-    outcome = Outcome("k", ServerIdentity("s", "h", 1))
-    server.emit(outcome.but(items=2**64).finished_event("run"))
-    server.emit(outcome.finished_event("run"))
-    assert len(sent) == 1 and sent[0][0]["items"] == 0
