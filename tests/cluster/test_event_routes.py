@@ -103,6 +103,19 @@ def test_a_servers_events_of_one_tick_are_one_message_ahead_of_the_result(cluste
     assert client.run_on_scheduler(_hub_view_keys) == ["j-1-x", "j-2-x"]
 
 
+def _messages_after(client: Any, task: Any) -> list[Any]:
+    """The fleet's messages that a task on the worker made its outbox send (those of a
+    few ticks after the first)."""
+    heard: list[Any] = []
+    client.subscribe_topic(ev.TOPIC, lambda event: heard.append(event[1]))
+    client.submit(task, "w", pure=False).result()
+    deadline = time.monotonic() + 10
+    while not heard and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(4 * TICK_SECONDS)
+    return heard
+
+
 def _events_in_a_tick(name: str) -> None:
     OUTBOXES[name].put([ev.ContextLoading(address="tcp://s", identity="c")])
     OUTBOXES[name].put([ev.ContextReady(address="tcp://s", identity="c", load_seconds=1.0)])
@@ -112,13 +125,7 @@ def test_events_without_a_jobs_end_leave_within_a_tick_together(cluster):
     local, client = cluster
     (worker,) = local.workers.values()
     OUTBOXES["w"] = Outbox(worker)
-    heard: list[Any] = []
-    client.subscribe_topic(ev.TOPIC, lambda event: heard.append(event[1]))
-    client.submit(_events_in_a_tick, "w", pure=False).result()
-    deadline = time.monotonic() + 10
-    while not heard and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(4 * TICK_SECONDS)
+    heard = _messages_after(client, _events_in_a_tick)
     assert [[item["kind"] for item in message] for message in heard] == [
         ["context-loading", "context-ready"]
     ]
@@ -137,12 +144,6 @@ def test_an_event_that_cannot_be_sent_is_dropped_and_the_others_go(cluster):
     local, client = cluster
     (worker,) = local.workers.values()
     OUTBOXES["w"] = Outbox(worker)
-    heard: list[Any] = []
-    client.subscribe_topic(ev.TOPIC, lambda event: heard.append(event[1]))
-    client.submit(_events_one_unsendable, "w", pure=False).result()
-    deadline = time.monotonic() + 10
-    while not heard and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(4 * TICK_SECONDS)
+    heard = _messages_after(client, _events_one_unsendable)
     assert [[item["items"] for item in message] for message in heard] == [[0]]
     assert worker.status.name == "running"

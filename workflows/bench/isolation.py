@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -131,16 +132,8 @@ def round_of(worker: subprocess.Popen[str], jobs: int) -> dict[str, float]:
     return dict(json.loads(worker.stdout.readline()))
 
 
-def main() -> None:
-    """Run the rounds, alternating the two trees, and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", type=Path, required=True, help="the older tree's root")
-    parser.add_argument("--after", type=Path, default=REPO, help="the newer tree's root")
-    parser.add_argument("--jobs", type=int, default=500, help="no-op jobs per round")
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
-    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"isolation-bench-{os.getpid()}"
-    workdir.mkdir(parents=True, exist_ok=True)
+def run_rounds(workdir: Path, args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
+    """Both trees' workers in ``workdir``, their rounds alternating."""
     workers = {side: start_worker(tree, workdir) for side, tree in
                (("before", args.before), ("after", args.after))}  # fmt: skip
     rounds: dict[str, list[dict[str, float]]] = {side: [] for side in workers}
@@ -156,10 +149,24 @@ def main() -> None:
             assert worker.stdin is not None
             worker.stdin.close()
             worker.wait(timeout=60)
+    return rounds
+
+
+def main() -> None:
+    """Run the rounds, alternating the two trees, and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, required=True, help="the older tree's root")
+    parser.add_argument("--after", type=Path, default=REPO, help="the newer tree's root")
+    parser.add_argument("--jobs", type=int, default=500, help="no-op jobs per round")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    # A private directory of its own: a name in /tmp could be another user's.
+    with tempfile.TemporaryDirectory(prefix="isolation-bench-") as directory:
+        rounds = run_rounds(Path(directory), args)
     print(f"CPU µs per no-op job, median of {args.rounds} rounds of {args.jobs} jobs")
     print(f"{'check':<16}{'before':>10}{'after':>10}{'after/before':>14}")
     for name in rounds["before"][0]:
-        median = {s: statistics.median(r[name] for r in rounds[s]) for s in workers}
+        median = {s: statistics.median(r[name] for r in rounds[s]) for s in rounds}
         print(f"{name:<16}{median['before']:>10.1f}{median['after']:>10.1f}"
               f"{median['after'] / median['before']:>14.2f}")  # fmt: skip
 
